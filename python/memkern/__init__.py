@@ -1,0 +1,72 @@
+"""memkern: fast, correct primitives for long-term memory in LLM agents.
+
+Public names are imported lazily so that ``import memkern`` stays cheap (no torch, no
+transformers until a name that needs them is touched).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    BackendUnavailableError,
+    MemkernError,
+    MemkernKeyError,
+    MemkernTypeError,
+    MemkernValueError,
+    StoreCorruptedError,
+)
+
+__version__ = "0.1.0"
+
+logging.getLogger("memkern").addHandler(logging.NullHandler())
+
+# public name -> module that defines it
+_LAZY = {
+    "MemoryStore": "memkern.store",
+    "Record": "memkern.store",
+    "Reranker": "memkern.reranker",
+    "Selection": "memkern.reranker",
+    "Embedder": "memkern.models",
+    "ChatModel": "memkern.models",
+    "OpenAIChatModel": "memkern.models",
+    "RMM": "memkern.rmm",
+    "MemReread": "memkern.memreread",
+    "ops": "memkern.ops",
+    "data": "memkern.data",
+}
+
+__all__ = [
+    "BackendUnavailableError",
+    "MemkernError",
+    "MemkernKeyError",
+    "MemkernTypeError",
+    "MemkernValueError",
+    "StoreCorruptedError",
+    "__version__",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'memkern' has no attribute {name!r}")
+    module = importlib.import_module(mod)
+    value = module if mod == f"memkern.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import data, ops
+    from .memreread import MemReread
+    from .models import ChatModel, Embedder, OpenAIChatModel
+    from .reranker import Reranker, Selection
+    from .rmm import RMM
+    from .store import MemoryStore, Record

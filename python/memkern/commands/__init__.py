@@ -1,0 +1,1 @@
+"""One module per ``memkern`` command: ``configure(parser)`` and ``run(args) -> int``."""

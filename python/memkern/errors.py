@@ -1,0 +1,36 @@
+"""Exception hierarchy: every memkern error derives from :class:`MemkernError`.
+
+Subclasses also derive from the built-in Python users expect (``ValueError``, ``TypeError``,
+``KeyError``), so ``except ValueError`` keeps working. Messages name the argument, what was
+expected and what came.
+"""
+from __future__ import annotations
+
+
+class MemkernError(Exception):
+    """Base class of all memkern errors."""
+
+
+class MemkernValueError(MemkernError, ValueError):
+    """An argument has the right type but a bad value (shape, range, NaN, ...)."""
+
+
+class MemkernTypeError(MemkernError, TypeError):
+    """An argument has the wrong type or dtype."""
+
+
+class MemkernKeyError(MemkernError, KeyError):
+    """An id, namespace or name is unknown."""
+
+
+class StoreCorruptedError(MemkernError):
+    """A store file is corrupted, truncated or of an unknown format version."""
+
+
+class BackendUnavailableError(MemkernError, RuntimeError):
+    """An explicitly requested backend (e.g. ``"triton"``) cannot run here; the message says why."""
+
+
+def bad_arg(name: str, expected: str, got: object, cls: type[MemkernError] = MemkernValueError) -> MemkernError:
+    """Build an error naming argument ``name``, what was ``expected`` and what was ``got``."""
+    return cls(f"{name}: expected {expected}, got {got!r}")
