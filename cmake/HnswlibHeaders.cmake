@@ -37,7 +37,7 @@ function(memkern_find_hnswlib out_var)
     file(MAKE_DIRECTORY "${_dl}")
     execute_process(
       COMMAND "${Python_EXECUTABLE}" -m pip download "hnswlib==${MEMKERN_HNSWLIB_VERSION}"
-              --no-deps --no-binary hnswlib --no-build-isolation -d "${_dl}" -q
+              --no-deps --no-binary hnswlib -d "${_dl}" -q
       RESULT_VARIABLE _rc)
     if(NOT _rc EQUAL 0)
       message(FATAL_ERROR "memkern: could not fetch hnswlib ${MEMKERN_HNSWLIB_VERSION} sdist "

@@ -26,7 +26,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   pipi "$TORCH_SPEC"
 fi
 echo "[setup] installing build tools"
-pipi "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja
+pipi "scikit-build-core>=0.10" "pybind11>=2.12" cmake ninja numpy
 echo "[setup] building and installing memkern (editable) with its extras"
 pipi --no-build-isolation -e ".[triton,models,eval,test]"
 # These two packages ship data only (a GGUF chat model, essay texts); their declared
