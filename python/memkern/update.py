@@ -1,0 +1,356 @@
+"""Memory update (prospective reflection, step 2): how a new topic memory enters the bank.
+
+Each new topic retrieves its most similar memories in the namespace and one decision is taken:
+
+========== =====================================================================================
+ADD        new information: a new record.
+MERGE      same topic, compatible details: the target's summary becomes the merged summary
+           (re-embedded), the new turns are unioned into the target (``store.merge``).
+UPDATE     newer state supersedes the old one: the target gets the new summary (re-embedded) and
+           the union of turns as a new version; the previous version stays in ``history``.
+INVALIDATE a stated fact is withdrawn: the target is marked invalidated (kept, excluded from
+           search) with the new summary as the reason, and the withdrawal itself is ADDed as a
+           new record (``meta["invalidates"] = target``) so its turns are never lost.
+NOOP       duplicate: summary and embedding unchanged; new raw turns (if any) are unioned into the
+           target so that no turn is lost.
+========== =====================================================================================
+
+Deciders: :class:`LLMDecider` asks the chat model (validated JSON; an invalid answer falls back to
+ADD, logged) and :class:`EmbeddingDecider` uses cosine-similarity thresholds plus English cue
+words (documented on the class).
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import bad_arg
+from .jsonrepair import JSONRepairError, parse_json
+from .prompts import rmm as prompts
+
+log = logging.getLogger("memkern")
+
+ACTIONS = ("ADD", "MERGE", "UPDATE", "INVALIDATE", "NOOP")
+
+__all__ = [
+    "ACTIONS",
+    "Candidate",
+    "Decision",
+    "UpdateResult",
+    "EmbeddingDecider",
+    "LLMDecider",
+    "apply_decision",
+    "union_turns",
+    "merge_summaries",
+]
+
+
+@dataclass
+class Candidate:
+    """An existing memory similar to the new one: store ``id``, ``summary``, cosine ``similarity``."""
+
+    id: int
+    summary: str
+    similarity: float
+
+
+@dataclass
+class Decision:
+    """What to do with one new memory.
+
+    ``target`` indexes the candidate list (``None`` for ADD); ``summary`` is the summary to keep
+    for MERGE / UPDATE (``None``: the decider's default); ``fallback`` is True when an invalid
+    model answer was replaced by ADD.
+    """
+
+    action: str
+    target: int | None = None
+    summary: str | None = None
+    fallback: bool = False
+    reason: str = ""
+
+
+@dataclass
+class UpdateResult:
+    """Effect of one new topic memory on the store.
+
+    Attributes
+    ----------
+    action : str
+        One of :data:`ACTIONS` (what was applied; may differ from the decision when the target
+        disappeared meanwhile, then ``note`` says so).
+    id : int
+        The record that now holds the topic (new id for ADD / INVALIDATE, the target otherwise).
+    target_id : int or None
+        The existing record the decision concerned (``None`` for ADD).
+    summary : str
+        The summary stored (for NOOP: the target's unchanged summary).
+    similarity : float
+        Cosine similarity to the most similar existing memory (0.0 when the namespace was empty).
+    topic_source : str
+        Extractor that produced the topic (``llm``, ``embedding``, ``fallback``).
+    fallback : bool
+        The decision was an invalid model answer replaced by ADD.
+    note : str
+    """
+
+    action: str
+    id: int
+    target_id: int | None
+    summary: str
+    similarity: float = 0.0
+    topic_source: str = ""
+    fallback: bool = False
+    note: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _turn_key(t: dict) -> tuple:
+    return (t.get("session_id"), t.get("turn_index"), t.get("role"), t.get("content"))
+
+
+def union_turns(old: Sequence[dict] | None, new: Sequence[dict] | None) -> list[dict]:
+    """Old turns then the new ones not already present (keyed by session, index, role, content)."""
+    out = list(old or [])
+    seen = {_turn_key(t) for t in out}
+    for t in new or []:
+        k = _turn_key(t)
+        if k not in seen:
+            seen.add(k)
+            out.append(t)
+    return out
+
+
+_PREFIX = "User said: "
+_SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def merge_summaries(old: str, new: str, max_chars: int = 600) -> str:
+    """Old summary followed by the new sentences it lacks; oldest sentences dropped past ``max_chars``."""
+    prefix = _PREFIX if old.startswith(_PREFIX) else ""
+    body_old = old[len(prefix):] if prefix else old
+    body_new = new[len(_PREFIX):] if new.startswith(_PREFIX) else new
+    sents = [s.strip() for s in _SENT.split(body_old) if s.strip()]
+    have = {s.lower() for s in sents}
+    sents += [s.strip() for s in _SENT.split(body_new) if s.strip() and s.strip().lower() not in have]
+    while len(sents) > 1 and len(prefix) + len(" ".join(sents)) > max_chars:
+        sents.pop(0)
+    return prefix + " ".join(sents)
+
+
+def _is_active(record: Any) -> bool:
+    status = getattr(record, "status", "active")
+    return status is None or str(status).lower() in ("active", "0", "ok", "valid")
+
+
+# --------------------------------------------------------------------------------------------- deciders
+
+
+class EmbeddingDecider:
+    """Decide by similarity thresholds (LLM-free, deterministic).
+
+    With ``s`` = cosine similarity of the new memory to its most similar existing memory:
+
+    - ``s >= noop_threshold`` (0.92): NOOP (a near-verbatim repeat);
+    - ``s >= cue_threshold`` (0.45) and the new summary has a *withdrawal* cue ("no longer",
+      "not anymore", "stopped", "quit", "cancelled", "broke up", "gave up", ...) and no *change*
+      cue: INVALIDATE the most similar memory;
+    - ``s >= cue_threshold`` and a *change* cue ("now", "moved", "switched", "changed",
+      "instead", "new", "started", "promoted", ...): UPDATE it (new summary supersedes);
+    - ``s >= merge_threshold`` (0.6): MERGE (same topic, details added);
+    - otherwise: ADD.
+
+    Thresholds were calibrated on MiniLM (all-MiniLM-L6-v2) summaries of the bundled sample
+    conversation; other embedders may need other values. Cue words are English.
+    """
+
+    WITHDRAW = re.compile(
+        r"\b(no longer|not any ?more|anymore|stopped|quit|quitting|gave up|give up|cancel+ed|"
+        r"called off|broke up|never mind|not true|isn'?t true|wasn'?t true|scratch that|forget (?:that|what))\b",
+        re.I,
+    )
+    CHANGE = re.compile(
+        r"\b(now|moved|moving|switched|changed|instead|new|started|starting|promoted|"
+        r"replaced|upgraded|these days|from now on|just got|became)\b",
+        re.I,
+    )
+
+    def __init__(self, noop_threshold: float = 0.92, merge_threshold: float = 0.6, cue_threshold: float = 0.45):
+        for name, v in (("noop_threshold", noop_threshold), ("merge_threshold", merge_threshold), ("cue_threshold", cue_threshold)):
+            if not -1.0 <= float(v) <= 1.0:
+                raise bad_arg(name, "a cosine similarity in [-1, 1]", v)
+        self.noop_threshold = float(noop_threshold)
+        self.merge_threshold = float(merge_threshold)
+        self.cue_threshold = float(cue_threshold)
+
+    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]]) -> list[Decision]:
+        """One decision per ``(new_summary, candidates sorted by similarity desc)``."""
+        out = []
+        for summary, cands in items:
+            if not cands:
+                out.append(Decision("ADD", reason="no existing memory"))
+                continue
+            s = cands[0].similarity
+            withdraw = bool(self.WITHDRAW.search(summary))
+            change = bool(self.CHANGE.search(summary))
+            if s >= self.noop_threshold:
+                out.append(Decision("NOOP", 0, reason=f"similarity {s:.3f} >= {self.noop_threshold}"))
+            elif s >= self.cue_threshold and withdraw and not change:
+                out.append(Decision("INVALIDATE", 0, reason=f"withdrawal cue, similarity {s:.3f}"))
+            elif s >= self.cue_threshold and change:
+                out.append(Decision("UPDATE", 0, summary, reason=f"change cue, similarity {s:.3f}"))
+            elif s >= self.merge_threshold:
+                out.append(Decision("MERGE", 0, merge_summaries(cands[0].summary, summary), reason=f"similarity {s:.3f}"))
+            else:
+                out.append(Decision("ADD", reason=f"similarity {s:.3f} < {self.merge_threshold}"))
+        return out
+
+
+class LLMDecider:
+    """Decide by prompting the chat model (validated JSON answer).
+
+    Only candidates with similarity ``>= min_similarity`` are shown (at most ``max_candidates``);
+    with none, the decision is ADD without a model call. The answer must parse to
+    ``{"action": one of ACTIONS, "index": int in range, "summary": str}``; an unparseable answer,
+    an unknown action or a bad index falls back to ADD (logged at warning). A MERGE / UPDATE
+    without a usable summary keeps the default summary (merged text / the new summary).
+    """
+
+    def __init__(self, chat_model: Any, max_new_tokens: int = 64, min_similarity: float = 0.4, max_candidates: int = 3):
+        self.chat_model = chat_model
+        self.max_new_tokens = int(max_new_tokens)
+        self.min_similarity = float(min_similarity)
+        self.max_candidates = int(max_candidates)
+        self.last_stats: dict[str, Any] = {}
+
+    def parse(self, text: str, summary: str, cands: Sequence[Candidate]) -> Decision:
+        """Validate one model answer into a :class:`Decision` (ADD with ``fallback=True`` if invalid)."""
+        try:
+            value = parse_json(text, dict)
+        except JSONRepairError:
+            log.warning("update: unparseable decision %r; falling back to ADD", text[:200])
+            return Decision("ADD", fallback=True, reason="unparseable answer")
+        action = str(value.get("action", value.get("decision", ""))).strip().upper()
+        if action not in ACTIONS:
+            log.warning("update: unknown action %r in %r; falling back to ADD", action, text[:200])
+            return Decision("ADD", fallback=True, reason=f"unknown action {action!r}")
+        if action == "ADD":
+            return Decision("ADD", reason="model")
+        raw = value.get("index", value.get("id", value.get("target", 0 if len(cands) == 1 else None)))
+        idx = None
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and float(raw).is_integer():
+            idx = int(raw)
+        elif isinstance(raw, str) and re.fullmatch(r"\s*\[?\s*(\d+)\s*\]?\s*", raw):
+            idx = int(re.sub(r"\D", "", raw))
+        if idx is None or not 0 <= idx < len(cands):
+            log.warning("update: %s with bad index %r (have %d candidates); falling back to ADD", action, raw, len(cands))
+            return Decision("ADD", fallback=True, reason=f"bad index {raw!r}")
+        new_summary = value.get("summary")
+        if not isinstance(new_summary, str) or not new_summary.strip():
+            new_summary = None
+        else:
+            new_summary = " ".join(new_summary.split())
+        if action == "MERGE" and new_summary is None:
+            new_summary = merge_summaries(cands[idx].summary, summary)
+        if action == "UPDATE" and new_summary is None:
+            new_summary = summary
+        return Decision(action, idx, new_summary if action in ("MERGE", "UPDATE") else None, reason="model")
+
+    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        out: list[Decision | None] = []
+        todo, msgs, shown = [], [], []
+        for i, (summary, cands) in enumerate(items):
+            near = [c for c in cands if c.similarity >= self.min_similarity][: self.max_candidates]
+            if not near:
+                out.append(Decision("ADD", reason="no similar memory"))
+                continue
+            out.append(None)
+            todo.append(i)
+            shown.append(near)
+            msgs.append(prompts.update_messages(summary, [c.summary for c in near]))
+        self.last_stats = {"calls": 0, "prompts": len(msgs)}
+        if msgs:
+            texts = self.chat_model.generate(msgs, max_new_tokens=self.max_new_tokens, json=True, seed=seed)
+            self.last_stats["calls"] = 1
+            for i, near, text in zip(todo, shown, texts):
+                d = self.parse(text, items[i][0], near)
+                if d.target is not None:  # re-index into the full candidate list
+                    d.target = list(items[i][1]).index(near[d.target])
+                out[i] = d
+        return out  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------- apply
+
+
+def apply_decision(
+    store: Any,
+    namespace: str,
+    summary: str,
+    embedding: np.ndarray,
+    turns: list[dict],
+    decision: Decision,
+    candidates: Sequence[Candidate],
+    embed: Callable[[list[str]], np.ndarray],
+    meta: dict | None = None,
+    topic_source: str = "",
+) -> UpdateResult:
+    """Apply one decision to ``store`` (see the module table for the exact effects).
+
+    Parameters
+    ----------
+    embedding : float32 [d]
+        Embedding of ``summary``.
+    turns : list of dict
+        The topic's raw turns (with ``session_id`` / ``turn_index``).
+    embed : callable
+        ``embed([text]) -> float32 [1, d]``, used to re-embed merged / updated summaries.
+    """
+    sim = candidates[0].similarity if candidates else 0.0
+    base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
+    action = decision.action
+    target_id = None
+    note = ""
+    target = None
+    if action != "ADD":
+        target_id = int(candidates[decision.target].id)
+        try:
+            target = store.get(target_id)
+        except KeyError:
+            target = None
+        if target is None or not _is_active(target):
+            note = f"{action} target {target_id} no longer active; added instead"
+            log.info("update: %s", note)
+            action, target = "ADD", None
+    if action == "ADD":
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=meta)
+        return UpdateResult("ADD", int(rid), None, summary, note=note, **base)
+    if action == "NOOP":
+        merged_turns = union_turns(target.turns, turns)
+        if len(merged_turns) != len(target.turns or []):
+            store.update(target_id, turns=merged_turns)
+        return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
+    if action == "MERGE":
+        new_summary = decision.summary or merge_summaries(target.summary, summary)
+        emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
+        store.merge(target_id, new_summary, emb, turns)
+        return UpdateResult("MERGE", target_id, target_id, new_summary, **base)
+    if action == "UPDATE":
+        new_summary = decision.summary or summary
+        emb = embedding if new_summary == summary else np.asarray(embed([new_summary]), dtype=np.float32)[0]
+        store.update(target_id, summary=new_summary, embedding=emb, turns=union_turns(target.turns, turns))
+        return UpdateResult("UPDATE", target_id, target_id, new_summary, **base)
+    if action == "INVALIDATE":
+        store.invalidate(target_id, summary)
+        m = dict(meta or {})
+        m["invalidates"] = target_id
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=m)
+        return UpdateResult("INVALIDATE", int(rid), target_id, summary, **base)
+    raise bad_arg("decision.action", f"one of {ACTIONS}", action)
