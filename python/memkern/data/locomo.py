@@ -1,0 +1,136 @@
+"""Loader for LoCoMo files.
+
+Published format: a JSON list of samples, each with ``conversation`` (``speaker_a``,
+``speaker_b``, ``session_N``, ``session_N_date_time``; turns ``{"speaker", "dia_id":
+"D<session>:<turn>", "text"}``) and ``qa`` (``question``, ``answer`` or ``adversarial_answer``,
+``evidence``: a list of dia_ids, ``category`` 1-5).
+
+Each sample becomes one :class:`~memkern.data.schema.Conversation`; turn ids are the dia_ids
+(unique within a sample), session ids ``"session_N"``. ``role`` is ``"user"`` for speaker_a and
+``"assistant"`` for speaker_b (the speaker's name is kept in ``speaker``). Question type is
+``"category_<n>"``. Evidence ids are split on ``;``, ``,`` and whitespace (the published file
+has a few joined ids); evidence ids naming no turn are dropped with a warning (logged and
+counted in ``dataset.meta["dropped_evidence"]``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from .schema import Conversation, Dataset, DatasetFormatError, Question, Session, Turn, read_json, require
+
+__all__ = ["load_locomo", "parse_locomo", "LOCOMO_CATEGORIES"]
+
+log = logging.getLogger("memkern")
+
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_SESSION_RE = re.compile(r"^session_(\d+)$")
+
+
+def load_locomo(path: str | os.PathLike, limit: int | None = None) -> Dataset:
+    """Load a LoCoMo JSON file (``locomo10.json``).
+
+    Parameters
+    ----------
+    path : str or PathLike
+    limit : int, optional
+        Keep only the first ``limit`` samples.
+
+    Raises
+    ------
+    FileNotFoundError, DatasetFormatError (a ValueError naming the field, e.g.
+    ``sample[0].conversation.session_1[3].dia_id``).
+    """
+    data = read_json(path, "LoCoMo")
+    ds = parse_locomo(data, limit=limit)
+    ds.meta["source"] = os.fspath(path)
+    return ds
+
+
+def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> Dataset:
+    """Map already-parsed LoCoMo JSON (a list of samples, or one sample) to a :class:`Dataset`."""
+    if isinstance(data, dict) and "conversation" in data:
+        data = [data]
+    if not isinstance(data, list):
+        raise DatasetFormatError(f"LoCoMo root: expected a JSON list of samples, got {type(data).__name__}")
+    if limit is not None:
+        data = data[: int(limit)]
+    convs: list[Conversation] = []
+    dropped = 0
+    for i, sample in enumerate(data):
+        where = f"sample[{i}]"
+        conv = require(sample, "conversation", dict, where)
+        cid = str(sample.get("sample_id", f"conv-{i}"))
+        where = f"sample[{i}] ({cid})"
+        spk_a = require(conv, "speaker_a", str, f"{where}.conversation")
+        spk_b = conv.get("speaker_b")
+        nums = sorted(int(m.group(1)) for k in conv if (m := _SESSION_RE.match(k)))
+        if not nums:
+            raise DatasetFormatError(f"{where}.conversation.session_1: expected at least one session_N field, got none")
+        sessions: list[Session] = []
+        ids: set[str] = set()
+        for n in nums:
+            sw = f"{where}.conversation.session_{n}"
+            turns = conv[f"session_{n}"]
+            if not isinstance(turns, list):
+                raise DatasetFormatError(f"{sw}: expected a list of turns, got {type(turns).__name__}")
+            date = conv.get(f"session_{n}_date_time")
+            sid = f"session_{n}"
+            sess = Session(sid, None if date is None else str(date))
+            for k, t in enumerate(turns):
+                tw = f"{sw}[{k}]"
+                speaker = require(t, "speaker", str, tw)
+                dia = require(t, "dia_id", str, tw).strip()
+                text = require(t, "text", str, tw)
+                if "blip_caption" in t and t.get("blip_caption"):
+                    text = f"{text} [shares a photo: {t['blip_caption']}]"
+                if dia in ids:
+                    raise DatasetFormatError(f"{tw}.dia_id: expected unique ids within the sample, got duplicate {dia!r}")
+                ids.add(dia)
+                role = "user" if speaker == spk_a else ("assistant" if spk_b is None or speaker == spk_b else "user")
+                sess.turns.append(Turn(dia, role, text, sid, k, sess.date, speaker, False))
+            sessions.append(sess)
+        turn_sid = {t.turn_id: t.session_id for s in sessions for t in s.turns}
+        qa = require(sample, "qa", list, where)
+        questions: list[Question] = []
+        for j, item in enumerate(qa):
+            qw = f"{where}.qa[{j}]"
+            question = require(item, "question", str, qw)
+            cat = require(item, "category", (int, str), qw)
+            try:
+                cat = int(cat)
+            except ValueError:
+                raise DatasetFormatError(f"{qw}.category: expected an integer 1-5, got {cat!r}") from None
+            if "answer" in item:
+                answer = item["answer"]
+            elif "adversarial_answer" in item:
+                answer = item["adversarial_answer"]
+            else:
+                raise DatasetFormatError(f"{qw}.answer: expected 'answer' or 'adversarial_answer', got neither")
+            ev_raw = item.get("evidence", [])
+            if not isinstance(ev_raw, list):
+                raise DatasetFormatError(f"{qw}.evidence: expected a list of dia_ids, got {type(ev_raw).__name__}")
+            ev: list[str] = []
+            for e in ev_raw:
+                if not isinstance(e, str):
+                    raise DatasetFormatError(f"{qw}.evidence: expected dia_id strings, got {e!r}")
+                for part in re.split(r"[;,\s]+", e.strip()):
+                    if not part:
+                        continue
+                    if part in turn_sid:
+                        if part not in ev:
+                            ev.append(part)
+                    else:
+                        dropped += 1
+                        log.warning("LoCoMo %s.evidence: dia_id %r names no turn; dropped", qw, part)
+            ev_s = []
+            for e in ev:
+                if turn_sid[e] not in ev_s:
+                    ev_s.append(turn_sid[e])
+            questions.append(Question(f"{cid}/q{j}", question, str(answer), f"category_{cat}", ev, ev_s, None, cid))
+        convs.append(Conversation(cid, sessions, questions))
+    ds = Dataset(name, convs, {"dropped_evidence": dropped})
+    ds.validate()
+    return ds
