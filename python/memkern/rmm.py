@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .extract import EmbeddingExtractor, LLMExtractor, Topic, validate_turns
+from .extract import EmbeddingExtractor, LLMExtractor, Topic, complete_coverage, validate_turns
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
 from .update import (
@@ -189,6 +189,13 @@ class RMM:
         Generation budgets (keep small for CPU models).
     candidates_k : int
         Existing memories compared with each new topic.
+    embedding_threshold : float
+        Topic-boundary similarity of the embedding extractor.
+    coverage_threshold : float or None
+        With the llm extractor, user statements whose similarity to every extracted summary is
+        below this become extra topics (:func:`memkern.extract.complete_coverage`); None: off.
+    decider_kwargs : dict, optional
+        Passed to :class:`~memkern.update.LLMDecider` / :class:`~memkern.update.EmbeddingDecider`.
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
     """
@@ -211,7 +218,8 @@ class RMM:
         decide_max_new_tokens: int = 64,
         candidates_k: int = 5,
         persist: bool = True,
-        embedding_threshold: float = 0.3,
+        embedding_threshold: float = 0.25,
+        coverage_threshold: float | None = 0.45,
         decider_kwargs: dict | None = None,
     ):
         if not isinstance(namespace, str) or not namespace or "/" in namespace or namespace.startswith("."):
@@ -238,6 +246,7 @@ class RMM:
         self.candidates_k = candidates_k
         self.persist = bool(persist)
         self.embedding_threshold = float(embedding_threshold)
+        self.coverage_threshold = None if coverage_threshold is None else float(coverage_threshold)
         self._decider_kwargs = dict(decider_kwargs or {})
         self._chat_model = chat_model
         self._embedder = embedder
@@ -414,6 +423,10 @@ class RMM:
 
     def _fold(self, topics: list[Topic], turns: list[dict], sid: str, ts: Any, t_extract: float) -> list[UpdateResult]:
         timings = {"extract": t_extract}
+        if self.extractor_kind == "llm" and self.coverage_threshold is not None and topics:
+            t0 = time.perf_counter()
+            topics = complete_coverage(topics, turns, self._embed, self.coverage_threshold)
+            timings["extract"] += time.perf_counter() - t0
         if not topics:
             timings.update(embed=0.0, decide=0.0, update=0.0, total=t_extract)
             return []

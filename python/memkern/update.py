@@ -177,8 +177,8 @@ class EmbeddingDecider:
         re.I,
     )
     CHANGE = re.compile(
-        r"\b(now|moved|moving|switched|changed|instead|new|started|starting|promoted|"
-        r"replaced|upgraded|these days|from now on|just got|became)\b",
+        r"\b(moved|moving to|switched|changed|instead|promoted|postponed|rescheduled|replaced|"
+        r"upgraded|from now on|these days|now (?:work|live|am|eat|have|use|own)|new (?:job|home|address|phone))\b",
         re.I,
     )
 

@@ -1,0 +1,48 @@
+"""``memkern ask QUESTION``: answer from a store's memories, with citations (retrospective reflection).
+
+The citations are rewards for the namespace's reranker: they are buffered (persisted between
+calls) and applied every ``--batch-size`` questions; the reranker is saved with the store.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from . import _common as C
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("question", metavar="QUESTION", help="the question")
+    C.add_store_args(p)
+    C.add_model_args(p)
+    p.add_argument("--top-k", type=int, default=20, help="memories retrieved (default 20)")
+    p.add_argument("--top-m", type=int, default=5, help="memories shown to the model (default 5)")
+    p.add_argument("--batch-size", type=int, default=4, help="responses per reranker update (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget (default 64)")
+    p.add_argument("--json", action="store_true", help="print the response as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ..rmm import RMM
+
+    path = C.store_path(args)
+    store = C.open_store(path, create=False)
+    chat, emb = C.build_models(args)
+    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,
+              batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens)
+    resp = rmm.respond(args.question)
+    rmm.close()
+    store.flush()
+    if args.json:
+        print(json.dumps({"answer": resp.answer, "memory_ids": resp.memory_ids, "citations": resp.citations,
+                          "rewards": resp.rewards, "timings": resp.timings}, indent=1))
+    else:
+        print(f"Q: {args.question}")
+        C.print_response(resp, rmm)
+        if rmm.pending:
+            print(f"  ({rmm.pending} response(s) of rewards buffered; the reranker updates every {args.batch_size})")
+    store.close()
+    return 0

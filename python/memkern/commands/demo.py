@@ -1,0 +1,113 @@
+"""``memkern demo``: RMM end to end on the bundled sample conversation (the package's main job).
+
+Sets up the offline default models on first use, resets the demo namespace of the default
+store, ingests the bundled eight-session conversation (prospective reflection, with a progress
+bar), prints the memory bank (topics, versions, status) and answers a few questions with their
+citations (retrospective reflection; the reranker learns from the citations).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+
+from . import _common as C
+
+log = logging.getLogger("memkern")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    C.add_store_args(p, namespace="demo")
+    C.add_model_args(p)
+    p.add_argument("--extractor", choices=("llm", "embedding"), default="llm",
+                   help="topic extraction and update decisions: by the chat model (the paper's way, "
+                        "default) or LLM-free by embedding similarity (faster)")
+    p.add_argument("--sessions", type=int, default=None, metavar="N", help="ingest only the first N sessions")
+    p.add_argument("--questions", type=int, default=None, metavar="N", help="ask only the first N questions")
+    p.add_argument("--quick", action="store_true", help="shorter run: --extractor embedding and 3 questions")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--file", default=None, metavar="JSON", help="another conversation file instead of the bundled one")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ..models import setup_default_models
+    from ..rmm import RMM
+
+    progress = not args.no_progress
+    extractor = "embedding" if args.quick else args.extractor
+    n_questions = args.questions if args.questions is not None else (3 if args.quick else None)
+    t_start = time.perf_counter()
+
+    print("== memkern demo: Reflective Memory Management on a multi-session conversation ==")
+    if not (args.chat_model and args.embedder):
+        print("Setting up the offline default models (once; later runs reuse the cache)...")
+        setup_default_models(progress=progress)
+    chat, emb = C.build_models(args)
+    path = C.store_path(args)
+    store = C.open_store(path, dim=emb.dim)
+    removed = C.reset_namespace(store, args.namespace)
+    print(f"Store: {path}  namespace {args.namespace!r} (reset: {removed} old records removed)")
+
+    src = args.file or str(C.sample_conversation_path())
+    sessions = C.load_sessions(src)
+    with open(src, encoding="utf-8") as f:
+        raw = json.load(f)
+    questions = raw.get("questions", []) if isinstance(raw, dict) else []
+    if args.sessions is not None:
+        sessions = sessions[: max(0, args.sessions)]
+    if n_questions is not None:
+        questions = questions[: max(0, n_questions)]
+    user = raw.get("user", "the user") if isinstance(raw, dict) else "the user"
+    print(f"Conversation: {len(sessions)} sessions with {user}, {sum(len(s['turns']) for s in sessions)} turns; "
+          f"extractor {extractor!r}")
+
+    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=extractor, seed=args.seed)
+
+    # ---------------------------------------------------------------- prospective reflection
+    print("\n-- Prospective reflection: each finished session becomes topic memories --")
+    bar = C.progress_bar(len(sessions), "ingest", progress)
+    actions: Counter = Counter()
+    t_ing = {"extract": 0.0, "embed": 0.0, "decide": 0.0, "update": 0.0}
+    for start in range(0, len(sessions), 4):
+        chunk = sessions[start : start + 4]
+        results = rmm.end_sessions([s["turns"] for s in chunk], [s["session_id"] for s in chunk],
+                                   [s.get("date") for s in chunk], progress=lambda _n: bar.update(1))
+        for s, res in zip(chunk, results):
+            acts = ", ".join(f"{r.action}#{r.id}" for r in res) or "nothing"
+            bar.write(f"  session {s['session_id']} ({s.get('date') or '-'}): {acts}")
+            actions.update(r.action for r in res)
+            if res:
+                for k in t_ing:
+                    t_ing[k] += res[0].timings.get(k, 0.0)
+    bar.close()
+    store.flush()
+    print("  decisions: " + ", ".join(f"{a} {actions[a]}" for a in ("ADD", "MERGE", "UPDATE", "INVALIDATE", "NOOP")))
+    n = max(1, len(sessions))
+    print("  per session (s): " + ", ".join(f"{k} {v / n:.2f}" for k, v in t_ing.items()))
+
+    print()
+    C.print_bank(rmm, history=True)
+
+    # ---------------------------------------------------------------- retrospective reflection
+    if questions:
+        print("\n-- Retrospective reflection: answers cite memories; citations train the reranker --")
+    for i, q in enumerate(questions):
+        resp = rmm.respond(q["question"])
+        print(f"\nQ{i + 1}: {q['question']}")
+        C.print_response(resp, rmm, expected=q.get("answer"))
+    if rmm.pending:
+        rmm.flush()
+    rmm.close()
+    store.flush()
+    st = rmm.stats()
+    print(f"\nReranker: {st['reranker_updates']} update(s) from {st['responses']} responses "
+          f"(state saved under {path / 'rerankers'})")
+    print(f"Done in {time.perf_counter() - t_start:.0f} s. Try: memkern ask --store {path} -n {args.namespace} "
+          f"\"What is my job now?\"   |   memkern inspect --store {path} -n {args.namespace}")
+    store.close()
+    return 0

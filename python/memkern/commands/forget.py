@@ -1,0 +1,32 @@
+"""``memkern forget``: delete a whole namespace or one record (for users who ask to be forgotten).
+
+Deleting a namespace removes every record in it (all versions and raw turns) and its reranker
+state; deleting a record removes it and its history. The store is flushed before returning.
+"""
+from __future__ import annotations
+
+import argparse
+
+from . import _common as C
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    C.add_store_args(p, namespace=None)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--namespace", "-n", default=None, help="delete this whole namespace")
+    g.add_argument("--id", type=int, default=None, help="delete this record")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = C.store_path(args)
+    store = C.open_store(path, create=False)
+    if args.id is not None:
+        rec = store.get(args.id)
+        store.delete(args.id)
+        store.flush()
+        print(f"deleted record #{args.id} (namespace {rec.namespace!r}, {len(rec.turns or [])} turns) from {path}")
+    else:
+        n = C.reset_namespace(store, args.namespace)
+        print(f"deleted namespace {args.namespace!r}: {n} records and its reranker state, from {path}")
+    store.close()
+    return 0

@@ -1,0 +1,54 @@
+"""``memkern inspect``: print a store's memory bank (topics, versions, status)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from . import _common as C
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    C.add_store_args(p)
+    p.add_argument("--id", type=int, default=None, help="show one record in full, with its versions and turns")
+    p.add_argument("--history", action="store_true", help="also show previous versions")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+class _Bank:
+    """The part of RMM that printing needs, without models."""
+
+    def __init__(self, store, namespace):
+        from ..rmm import RMM
+
+        self.store, self.namespace = store, namespace
+        self.inspect = lambda: RMM.inspect(self)  # type: ignore[arg-type]
+
+
+def run(args: argparse.Namespace) -> int:
+    path = C.store_path(args)
+    store = C.open_store(path, create=False)
+    if args.id is not None:
+        rec = store.get(args.id)
+        versions = store.history(args.id) if hasattr(store, "history") else [rec]
+        if args.json:
+            print(json.dumps([{"id": int(v.id), "version": int(v.version), "status": str(v.status),
+                               "summary": v.summary, "turns": v.turns, "meta": v.meta} for v in versions], indent=1, default=str))
+            return 0
+        print(f"record #{rec.id} namespace {rec.namespace!r} version {rec.version} status {rec.status}")
+        for v in versions:
+            print(f"  v{v.version} [{v.status}] {v.summary}")
+        print("  turns:")
+        for t in rec.turns or []:
+            print(f"    ({t.get('session_id')}:{t.get('turn_index')}) {t.get('role')}: {t.get('content')}")
+        if rec.meta:
+            print(f"  meta: {json.dumps(rec.meta, default=str)}")
+        return 0
+    namespaces = store.namespaces()
+    bank = _Bank(store, args.namespace)
+    if args.json:
+        print(json.dumps({"namespaces": list(namespaces), "namespace": args.namespace, "records": bank.inspect()},
+                         indent=1, default=str))
+        return 0
+    print(f"store {path}: namespaces {', '.join(map(str, namespaces)) or '(none)'}")
+    C.print_bank(bank, history=args.history)
+    return 0
