@@ -1,8 +1,35 @@
-// The pybind11 module memkern._store: one register_* function per bound class.
+// The pybind11 module memkern._store: one register_* function per bound class, and the
+// translation of native exceptions to memkern.errors classes.
 #include <pybind11/pybind11.h>
+
+#include "memkern/errors.h"
 
 namespace py = pybind11;
 
+void register_store(py::module_& m);
+
 PYBIND11_MODULE(_store, m) {
   m.doc() = "memkern native memory store (HNSW indexes + topic records)";
+  py::module_ errors = py::module_::import("memkern.errors");
+  // Kept alive for the interpreter's lifetime by the module attributes below.
+  m.attr("_StoreCorruptedError") = errors.attr("StoreCorruptedError");
+  m.attr("_MemkernKeyError") = errors.attr("MemkernKeyError");
+  m.attr("_MemkernValueError") = errors.attr("MemkernValueError");
+  m.attr("_MemkernError") = errors.attr("MemkernError");
+  py::register_exception_translator([](std::exception_ptr p) {
+    if (!p) return;
+    py::module_ mod = py::module_::import("memkern._store");
+    try {
+      std::rethrow_exception(p);
+    } catch (const memkern::CorruptedError& e) {
+      PyErr_SetString(mod.attr("_StoreCorruptedError").ptr(), e.what());
+    } catch (const memkern::KeyError& e) {
+      PyErr_SetString(mod.attr("_MemkernKeyError").ptr(), e.what());
+    } catch (const memkern::ValueError& e) {
+      PyErr_SetString(mod.attr("_MemkernValueError").ptr(), e.what());
+    } catch (const memkern::IOError& e) {
+      PyErr_SetString(mod.attr("_MemkernError").ptr(), e.what());
+    }
+  });
+  register_store(m);
 }

@@ -1,0 +1,244 @@
+// pybind11 binding of memkern::Store as memkern._store.Store (the Python layer, store.py,
+// validates arguments and converts dtypes; this layer checks shapes again and releases the GIL
+// around the heavy calls).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "memkern/errors.h"
+#include "memkern/store.h"
+
+namespace py = pybind11;
+using memkern::Store;
+
+namespace {
+
+using F32 = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using U8 = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+memkern::FsyncMode parse_fsync(const std::string& s) {
+  if (s == "always") return memkern::FsyncMode::Always;
+  if (s == "batch") return memkern::FsyncMode::Batch;
+  if (s == "never") return memkern::FsyncMode::Never;
+  throw memkern::ValueError("fsync: expected \"always\", \"batch\" or \"never\", got \"" + s + "\"");
+}
+
+int parse_metric(const std::string& s) {
+  if (s.empty()) return -1;
+  if (s == "ip") return 0;
+  if (s == "l2") return 1;
+  if (s == "cos") return 2;
+  throw memkern::ValueError("metric: expected \"ip\", \"l2\" or \"cos\", got \"" + s + "\"");
+}
+
+void check_matrix(const F32& a, size_t rows, size_t dim, const char* name) {
+  if (a.ndim() != 2 || static_cast<size_t>(a.shape(1)) != dim || static_cast<size_t>(a.shape(0)) != rows)
+    throw memkern::ValueError(std::string(name) + ": expected shape [" + std::to_string(rows) + ", " + std::to_string(dim) +
+                              "]");
+}
+
+py::dict record_dict(const memkern::RecordView& v) {
+  const memkern::Record& r = v.rec;
+  py::dict d;
+  d["id"] = r.id;
+  d["namespace"] = v.ns_name;
+  d["level"] = r.level == memkern::kTopic ? "topic" : "turn";
+  d["parent"] = r.parent;
+  d["status"] = r.status == memkern::Status::Active ? "active" : "invalidated";
+  d["version"] = r.version;
+  d["created_at"] = r.created_at;
+  d["updated_at"] = r.updated_at;
+  d["summary"] = r.summary;
+  d["turns_json"] = r.turns_json;
+  d["meta_json"] = r.meta_json;
+  d["reason"] = r.reason;
+  d["children"] = r.children;
+  return d;
+}
+
+std::vector<memkern::NewItem> make_items(const std::vector<std::string>& summaries, const std::vector<std::string>& turns,
+                                         const std::vector<std::string>& metas, const F32& emb, const U8& levels,
+                                         const I64& parents, size_t dim) {
+  size_t n = summaries.size();
+  if (turns.size() != n || metas.size() != n || static_cast<size_t>(levels.size()) != n ||
+      static_cast<size_t>(parents.size()) != n)
+    throw memkern::ValueError("add: summaries, turns, metas, levels and parents must have the same length");
+  check_matrix(emb, n, dim, "embeddings");
+  std::vector<memkern::NewItem> items(n);
+  const float* e = emb.data();
+  for (size_t i = 0; i < n; ++i) {
+    items[i].level = levels.data()[i];
+    items[i].parent = parents.data()[i];
+    items[i].summary = summaries[i];
+    items[i].turns_json = turns[i];
+    items[i].meta_json = metas[i];
+    items[i].embedding = e + i * dim;
+  }
+  return items;
+}
+
+}  // namespace
+
+void register_store(py::module_& m) {
+  py::class_<Store>(m, "Store", "Native memory store; use memkern.MemoryStore instead.")
+      .def(py::init([](const std::string& path, uint32_t dim, const std::string& metric, uint32_t M,
+                       uint32_t ef_construction, const std::string& fsync, double fsync_interval_s,
+                       uint64_t snapshot_every) {
+             memkern::StoreOptions o;
+             o.dim = dim;
+             o.metric = parse_metric(metric);
+             o.M = M;
+             o.ef_construction = ef_construction;
+             o.fsync = parse_fsync(fsync);
+             o.fsync_interval_s = fsync_interval_s;
+             o.snapshot_every = snapshot_every;
+             py::gil_scoped_release nogil;
+             return new Store(path, o);
+           }),
+           py::arg("path"), py::arg("dim"), py::arg("metric"), py::arg("M"), py::arg("ef_construction"),
+           py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"))
+      .def_property_readonly("dim", &Store::dim)
+      .def_property_readonly("metric", [](const Store& s) { return std::string(memkern::metric_name(s.metric())); })
+      .def_property_readonly("M", &Store::M)
+      .def_property_readonly("ef_construction", &Store::ef_construction)
+      .def_property_readonly("path", &Store::path)
+      .def_property_readonly("closed", &Store::closed)
+      .def_property_readonly("generation", &Store::generation)
+      .def("add",
+           [](Store& s, const std::string& ns, const std::vector<std::string>& summaries,
+              const std::vector<std::string>& turns, const std::vector<std::string>& metas, const F32& emb,
+              const U8& levels, const I64& parents) {
+             auto items = make_items(summaries, turns, metas, emb, levels, parents, s.dim());
+             std::vector<int64_t> ids;
+             {
+               py::gil_scoped_release nogil;
+               ids = s.add(ns, items);
+             }
+             return py::array_t<int64_t>(ids.size(), ids.data());
+           })
+      .def("new_version",
+           [](Store& s, int64_t id, uint8_t op, std::optional<std::string> summary, std::optional<F32> emb,
+              std::optional<std::string> turns, std::optional<std::string> meta, const std::vector<std::string>& c_summaries,
+              const std::vector<std::string>& c_turns, const std::vector<std::string>& c_metas, const F32& c_emb,
+              bool replace_children) {
+             if (emb) check_matrix(*emb, 1, s.dim(), "embedding");
+             size_t m = c_summaries.size();
+             U8 levels(m);
+             I64 parents(m);
+             for (size_t i = 0; i < m; ++i) {
+               levels.mutable_data()[i] = memkern::kTurn;
+               parents.mutable_data()[i] = id;
+             }
+             auto items = make_items(c_summaries, c_turns, c_metas, c_emb, levels, parents, s.dim());
+             std::vector<int64_t> child_ids;
+             uint32_t version;
+             {
+               py::gil_scoped_release nogil;
+               version = s.new_version(id, op, summary ? &*summary : nullptr, emb ? emb->data() : nullptr,
+                                       turns ? &*turns : nullptr, meta ? &*meta : nullptr, items, &child_ids,
+                                       replace_children);
+             }
+             return py::make_tuple(version, py::array_t<int64_t>(child_ids.size(), child_ids.data()));
+           })
+      .def("invalidate", &Store::invalidate, py::call_guard<py::gil_scoped_release>())
+      .def("delete", &Store::remove, py::call_guard<py::gil_scoped_release>())
+      .def("contains", &Store::contains)
+      .def("get",
+           [](const Store& s, int64_t id) {
+             memkern::RecordView v;
+             {
+               py::gil_scoped_release nogil;
+               v = s.get(id);
+             }
+             return record_dict(v);
+           })
+      .def("get_batch",
+           [](const Store& s, const I64& ids) {
+             std::vector<int64_t> v(ids.data(), ids.data() + ids.size());
+             std::vector<memkern::RecordView> recs;
+             {
+               py::gil_scoped_release nogil;
+               recs = s.get_batch(v);
+             }
+             py::list out;
+             for (const auto& r : recs) out.append(record_dict(r));
+             return out;
+           })
+      .def("history",
+           [](const Store& s, int64_t id) {
+             std::vector<memkern::Version> vs;
+             {
+               py::gil_scoped_release nogil;
+               vs = s.history(id);
+             }
+             py::list out;
+             for (const auto& v : vs) {
+               py::dict d;
+               d["version"] = v.version;
+               d["summary"] = v.summary;
+               d["turns_json"] = v.turns_json;
+               d["meta_json"] = v.meta_json;
+               d["updated_at"] = v.updated_at;
+               d["op"] = v.op == 0 ? "add" : (v.op == 1 ? "merge" : "update");
+               d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
+               out.append(d);
+             }
+             return out;
+           })
+      .def("embeddings",
+           [](const Store& s, const I64& ids) {
+             size_t n = static_cast<size_t>(ids.size());
+             py::array_t<float> out({n, static_cast<size_t>(s.dim())});
+             float* o = out.mutable_data();
+             const int64_t* p = ids.data();
+             {
+               py::gil_scoped_release nogil;
+               s.embeddings(p, n, o);
+             }
+             return out;
+           })
+      .def("search",
+           [](const Store& s, const std::string& ns, const F32& q, size_t k, size_t ef, bool include_invalidated,
+              uint8_t level) {
+             if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
+               throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
+             size_t B = static_cast<size_t>(q.shape(0));
+             memkern::SearchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = s.search(ns, q.data(), B, k, ef, include_invalidated, level);
+             }
+             py::array_t<int64_t> ids({B, k});
+             py::array_t<float> sc({B, k});
+             std::copy(r.ids.begin(), r.ids.end(), ids.mutable_data());
+             std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
+             return py::make_tuple(ids, sc);
+           })
+      .def("search_turn_topic",
+           [](const Store& s, const std::string& ns, const F32& q, size_t k, size_t ef, bool include_invalidated,
+              float alpha, size_t candidates) {
+             if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
+               throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
+             size_t B = static_cast<size_t>(q.shape(0));
+             memkern::SearchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = s.search_turn_topic(ns, q.data(), B, k, ef, include_invalidated, alpha, candidates);
+             }
+             py::array_t<int64_t> ids({B, k});
+             py::array_t<float> sc({B, k});
+             std::copy(r.ids.begin(), r.ids.end(), ids.mutable_data());
+             std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
+             return py::make_tuple(ids, sc);
+           })
+      .def("namespaces", &Store::namespaces)
+      .def("count", &Store::count)
+      .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
+      .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())
+      .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
+      .def("close", &Store::close, py::call_guard<py::gil_scoped_release>())
+      .def("memory_bytes", &Store::memory_bytes)
+      .def_property_readonly_static("simd_kernel", [](py::object) { return std::string(memkern::simd_kernel_name()); })
+      .def_property_readonly_static("pad_score", [](py::object) { return memkern::kPadScore; });
+}

@@ -1,0 +1,150 @@
+// The native memory store: records + one HNSW graph per (namespace, level), a write-ahead log
+// and generation snapshots under one directory. Thread safety: any number of concurrent
+// readers (get, search, embeddings, ...) and one writer at a time (std::shared_mutex).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "memkern/hnsw_index.h"
+#include "memkern/record.h"
+#include "memkern/space.h"
+#include "memkern/wal.h"
+
+namespace memkern {
+
+enum class FsyncMode : int { Always = 0, Batch = 1, Never = 2 };
+
+struct StoreOptions {
+  uint32_t dim = 0;          // 0: take it from the existing store
+  int metric = -1;           // -1: take it from the existing store
+  uint32_t M = 16;
+  uint32_t ef_construction = 200;
+  FsyncMode fsync = FsyncMode::Always;
+  double fsync_interval_s = 1.0;    // Batch mode: at most this long between fsyncs
+  uint64_t snapshot_every = 50000;  // logged record operations between automatic snapshots (0: never)
+};
+
+// One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
+// (-2 - parent) of the same batch.
+struct NewItem {
+  uint8_t level = kTopic;
+  int64_t parent = -1;
+  std::string summary, turns_json, meta_json;
+  const float* embedding = nullptr;
+};
+
+// A copy of one record (what get() returns).
+struct RecordView {
+  Record rec;
+  std::string ns_name;
+};
+
+struct SearchResult {
+  std::vector<int64_t> ids;  // [B * k], -1 padded
+  std::vector<float> scores; // [B * k], kPadScore padded
+};
+
+// Score written beside a -1 padding id: the lowest finite float32.
+constexpr float kPadScore = -3.4028234663852886e+38f;
+
+class Store {
+ public:
+  Store(const std::string& path, const StoreOptions& opt);
+  ~Store();
+
+  uint32_t dim() const { return dim_; }
+  Metric metric() const { return metric_; }
+  uint32_t M() const { return M_; }
+  uint32_t ef_construction() const { return efc_; }
+  const std::string& path() const { return path_; }
+
+  std::vector<int64_t> add(const std::string& ns, const std::vector<NewItem>& items);
+  // New version of a record (op 1 merge, 2 update); null fields keep the current value.
+  // `children` are turn records added to the topic in the same atomic log entry;
+  // replace_children deletes the topic's existing turn records in that same entry.
+  uint32_t new_version(int64_t id, uint8_t op, const std::string* summary, const float* embedding,
+                       const std::string* turns_json, const std::string* meta_json,
+                       const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
+                       bool replace_children = false);
+  void invalidate(int64_t id, const std::string& reason);
+  std::vector<int64_t> remove(int64_t id);  // the id and its turn records; returns them
+
+  RecordView get(int64_t id) const;
+  std::vector<RecordView> get_batch(const std::vector<int64_t>& ids) const;
+  std::vector<Version> history(int64_t id) const;  // all versions, oldest first, current last
+  void embeddings(const int64_t* ids, size_t n, float* out) const;
+  SearchResult search(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
+                      bool include_invalidated, uint8_t level) const;
+  // Turns scored as sim(q, turn) + alpha * sim(q, its topic): candidates are the top
+  // `candidates` turns plus every turn of the top `candidates` topics, scored exactly.
+  SearchResult search_turn_topic(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
+                                 bool include_invalidated, float alpha, size_t candidates) const;
+  std::vector<std::string> namespaces() const;
+  size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
+  bool contains(int64_t id) const;
+
+  void flush();     // fsync the log
+  void snapshot();  // write a snapshot now and truncate the log
+  void compact();   // drop deleted records and their vectors from the graphs, then snapshot
+  void close();
+  bool closed() const { return closed_; }
+  size_t memory_bytes() const;  // approximate heap bytes (records + graphs)
+  uint64_t generation() const { return generation_; }
+
+ private:
+  struct Namespace {
+    std::string name;
+    std::unique_ptr<HnswIndex> index[kNumLevels];
+    std::unordered_set<int64_t> invalidated[kNumLevels];
+    size_t n[kNumLevels] = {0, 0};  // records held (active + invalidated)
+  };
+
+  void check_open() const;
+  void open_or_create(const StoreOptions& opt);
+  void load_snapshot(uint64_t gen);
+  void replay(const std::string& payload);
+  uint32_t ns_index(const std::string& name);  // creates
+  const Namespace* find_ns(const std::string& name) const;
+  HnswIndex& index_for(Namespace& ns, uint8_t level);
+  const Record& rec_or_throw(int64_t id, const char* what) const;
+  void commit(const std::string& payload, uint64_t ops);  // log, apply, maybe snapshot
+  void apply(const std::string& payload);
+  void maybe_sync();
+  void snapshot_locked();
+  void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
+  void validate_items(const std::vector<NewItem>& items, size_t batch_base, bool allow_batch_parents) const;
+  void encode_add(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
+                  double now) const;
+
+  std::string path_;
+  uint32_t dim_ = 0;
+  Metric metric_ = Metric::IP;
+  uint32_t M_ = 16, efc_ = 200;
+  FsyncMode fsync_ = FsyncMode::Always;
+  double fsync_interval_s_ = 1.0;
+  double last_sync_ = 0;
+  bool dirty_ = false;
+  uint64_t snapshot_every_ = 0;
+  uint64_t ops_since_snapshot_ = 0;
+  uint64_t generation_ = 0;
+  int64_t next_id_ = 0;
+  int lock_fd_ = -1;
+  bool closed_ = false;
+
+  std::unique_ptr<Space> space_;
+  std::vector<std::unique_ptr<Namespace>> ns_;
+  std::unordered_map<std::string, uint32_t> ns_by_name_;
+  std::unordered_map<int64_t, Record> records_;
+  std::unordered_set<int64_t> tombstones_;  // deleted ids (until compaction)
+  Wal wal_;
+  mutable std::shared_mutex mu_;
+};
+
+const char* metric_name(Metric m);
+
+}  // namespace memkern
