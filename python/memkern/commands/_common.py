@@ -18,14 +18,14 @@ DEFAULT_DIM = 384  # all-MiniLM-L6-v2, the offline default embedder
 
 
 def default_store_path() -> Path:
-    """The embedded default store: ``$MEMKERN_STORE``, else ``$XDG_DATA_HOME/memkern/store``,
-    else ``~/.local/share/memkern/store``."""
+    """The embedded default store: ``$MEMKERN_STORE`` if set, else the store's own default
+    (:func:`memkern.store.default_store_path`, ``$XDG_DATA_HOME/memkern/default``)."""
     env = os.environ.get("MEMKERN_STORE")
     if env:
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "memkern" / "store"
+    from ..store import default_store_path as store_default
+
+    return Path(store_default())
 
 
 def add_store_args(p, namespace: str | None = "default") -> None:
@@ -57,7 +57,6 @@ def open_store(path: Path, dim: int | None = DEFAULT_DIM, create: bool = True):
         raise bad_arg("--store", "an existing memkern store directory", str(path))
     if exists:
         return MemoryStore(path=str(path))
-    path.mkdir(parents=True, exist_ok=True)
     return MemoryStore(path=str(path), dim=dim, metric="cos")
 
 
@@ -67,11 +66,14 @@ def namespace_ids(store, namespace: str) -> list[int]:
     return _namespace_ids(store, namespace)
 
 
-def reset_namespace(store, namespace: str) -> int:
-    """Delete every record of ``namespace`` and its reranker files; returns the records deleted."""
+def reset_namespace(store, namespace: str, compact: bool = True) -> int:
+    """Delete every record of ``namespace`` (all versions, turns) and its reranker files, then
+    compact the store so the deleted data leaves its files; returns the records deleted."""
     ids = namespace_ids(store, namespace)
     for i in ids:
         store.delete(int(i))
+    if ids and compact and hasattr(store, "compact"):
+        store.compact()
     store.flush()
     if getattr(store, "path", None):
         d = Path(store.path) / "rerankers"

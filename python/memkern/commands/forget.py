@@ -1,7 +1,8 @@
 """``memkern forget``: delete a whole namespace or one record (for users who ask to be forgotten).
 
 Deleting a namespace removes every record in it (all versions and raw turns) and its reranker
-state; deleting a record removes it and its history. The store is flushed before returning.
+state; deleting a record removes it and its history. The store is then compacted, so the deleted
+data is no longer in its files.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if args.id is not None:
         rec = store.get(args.id)
         store.delete(args.id)
+        store.compact()  # the deleted record leaves the store's files
         store.flush()
         print(f"deleted record #{args.id} (namespace {rec.namespace!r}, {len(rec.turns or [])} turns) from {path}")
     else:
