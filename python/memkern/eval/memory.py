@@ -45,7 +45,8 @@ from .metrics import mean_std, ndcg_at_k, recall_at_budget, recall_at_k
 log = logging.getLogger("memkern")
 
 __all__ = ["CachedEmbedder", "build_units", "run_granularity", "run_turn_in_topic", "run_reflection",
-           "run_collapse", "run_rmm", "load_dataset", "write_result", "format_table", "GRANULARITIES"]
+           "run_collapse", "run_rmm", "load_dataset", "write_result", "format_table", "aggregate",
+           "format_aggregate", "GRANULARITIES"]
 
 GRANULARITIES = ("turn", "session", "mix", "chunk4", "topic-embedding", "topic-llm")
 BUDGETS = (5, 10, 20)
@@ -558,17 +559,19 @@ def _simulate_citations(sel_idx: np.ndarray, useful: np.ndarray, rng: np.random.
 
 def train_online(rr, cands: Candidates, train: np.ndarray, test: np.ndarray, *, batch_size: int = 8, passes: float = 1.0,
                  steps: int | None = None, p_useful: float = 0.9, p_useless: float = 0.1, seed: int = 0,
-                 eval_every: int = 0, progress: bool = False) -> dict[str, Any]:
+                 eval_every: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Train ``rr`` online on the ``train`` rows; returns the curve and final held-back Recall@5.
 
     The stream is the train rows in a seeded random order, repeated ``passes`` times (or cut /
     cycled to exactly ``steps`` updates). Each step: ``select`` (sampled, seeded), simulated
-    citations, ``update``. ``eval_every`` > 0 records held-back Recall@5 every that many steps.
+    citations, ``update``. ``eval_every`` > 0 records held-back Recall@5 every that many steps (None: ~20 points).
     """
     import torch
 
     rng = np.random.default_rng(seed + 7919)
     n_steps = steps if steps is not None else max(1, int(math.ceil(len(train) * passes / batch_size)))
+    if eval_every is None:
+        eval_every = max(1, n_steps // 20)
     stream: list[int] = []
     while len(stream) < n_steps * batch_size:
         stream.extend(rng.permutation(train).tolist())
@@ -603,7 +606,7 @@ def _num(v):
 def run_reflection(ds: Dataset, *, emb: CachedEmbedder | None = None, k: int = 20, top_m: int = 5,
                    presets: Sequence[str] = ("default", "paper"), batch_size: int = 8, passes: float = 1.0,
                    p_useful: float = 0.9, p_useless: float = 0.1, test_frac: float = 0.5, split: str = "question",
-                   seeds: Sequence[int] = (0, 1, 2), eval_every: int = 10, reranker_overrides: dict | None = None,
+                   seeds: Sequence[int] = (0, 1, 2), eval_every: int | None = None, reranker_overrides: dict | None = None,
                    plot: str | os.PathLike | None = None, max_questions: int | None = None,
                    progress: bool = False) -> dict[str, Any]:
     """Online reranker vs frozen retriever on held-back questions (mean and spread over seeds).
@@ -665,7 +668,7 @@ def _rr_config(preset: str, top_m: int, overrides) -> dict[str, Any]:
 def run_collapse(ds: Dataset, *, emb: CachedEmbedder | None = None, optimizers: Sequence[str] = ("adam", "sgd"),
                  lrs: Sequence[float] = (1e-4, 1e-3, 1e-2), presets: Sequence[str] = ("default",), steps: int = 10_000,
                  k: int = 20, top_m: int = 5, batch_size: int = 8, p_useful: float = 0.9, p_useless: float = 0.1,
-                 test_frac: float = 0.5, seeds: Sequence[int] = (0,), eval_every: int = 1000,
+                 test_frac: float = 0.5, seeds: Sequence[int] = (0,), eval_every: int | None = None,
                  collapse_points: float = 5.0, plot: str | os.PathLike | None = None,
                  max_questions: int | None = None, progress: bool = False) -> dict[str, Any]:
     """``steps`` online updates per (preset, optimizer, lr, seed), cycling the train stream.
@@ -760,11 +763,14 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
             rmm_kwargs: dict | None = None, progress: bool = False) -> dict[str, Any]:
     """Drive :class:`memkern.RMM` end to end on a small slice (CPU: every session is a model call).
 
-    For each of the first ``conversations`` conversations: a fresh store, its first ``sessions``
-    sessions fed through ``end_session``, then its first ``questions`` questions whose evidence
-    lies in those sessions asked through ``respond``. Reports evidence-turn recall of the
-    memories RMM retrieved, answer containment (the gold answer string appears in the reply) and
-    timings. Raises :class:`MemkernValueError` with a clear message when RMM is not available.
+    For each of the first ``conversations`` conversations: a fresh store (temporary folder), its
+    first ``sessions`` sessions fed through ``end_session`` (each turn carries its ``turn_id``),
+    then its first ``questions`` questions whose evidence lies in those sessions asked through
+    ``respond`` (which also trains the reranker online). Reports evidence-turn recall of the
+    memories shown to the model, of the memories it cited, answer containment (the gold answer
+    string appears in the reply), JSON parse rate, and timings. ``rmm_kwargs`` go to
+    :class:`memkern.RMM` (top_k, top_m, batch_size, budgets, thresholds...). Raises
+    :class:`MemkernValueError` with a clear message when RMM is not available.
     """
     try:
         from ..rmm import RMM
@@ -772,7 +778,6 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
     except ImportError as e:
         raise MemkernValueError(f"rmm experiment: expected memkern.RMM and memkern.MemoryStore to be importable, "
                                 f"got ImportError: {e}") from None
-    import inspect as _inspect
     import tempfile
 
     t_start = time.perf_counter()
@@ -780,6 +785,10 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
         from ..models import ChatModel
 
         chat_model = ChatModel()
+    if embedder is None:
+        from ..models import Embedder
+
+        embedder = Embedder()
     rows = []
     tm = {"end_session": 0.0, "respond": 0.0}
     for c in _progress(ds.conversations[:conversations], progress, desc="rmm"):
@@ -788,29 +797,31 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
         qs = [q for q in c.questions if q.evidence_turn_ids and set(q.evidence_turn_ids) <= have]
         qs = qs[:questions] if questions else qs
         with tempfile.TemporaryDirectory(dir=store_dir) as d:
-            store = MemoryStore(d) if "path" in str(_inspect.signature(MemoryStore)) or True else None
-            rmm = RMM(store, chat_model=chat_model, embedder=embedder, extractor=extractor, **(rmm_kwargs or {}))
+            store = MemoryStore(d, dim=int(embedder.dim))
+            rmm = RMM(store, chat_model=chat_model, embedder=embedder, extractor=extractor, persist=False,
+                      **(rmm_kwargs or {}))
             for s in sess:
                 t0 = time.perf_counter()
-                rmm.end_session([{"role": t.role, "content": t.content, "session_id": s.session_id,
-                                  "turn_index": t.turn_index, "timestamp": s.date, "turn_id": t.turn_id}
-                                 for t in s.turns])
+                rmm.end_session([{"role": t.role, "content": t.content, "turn_id": t.turn_id} for t in s.turns],
+                                session_id=s.session_id, timestamp=s.date)
                 tm["end_session"] += time.perf_counter() - t0
             for q in qs:
                 t0 = time.perf_counter()
                 out = rmm.respond(q.question)
                 tm["respond"] += time.perf_counter() - t0
-                reply, retrieved = _rmm_reply_and_turns(out, store)
+                retrieved = _turn_ids_of(store, out.memory_ids)
                 ev = set(q.evidence_turn_ids)
+                cited = _turn_ids_of(store, [out.memory_ids[i] for i in out.citations])
                 rows.append(dict(question_id=q.question_id, question_type=q.question_type,
-                                 recall=len(ev & retrieved) / len(ev),
-                                 answer_contained=q.answer.lower() in str(reply).lower(),
-                                 reply=str(reply)[:300], answer=q.answer))
-            close = getattr(store, "close", None)
-            if close:
-                close()
+                                 recall=len(ev & retrieved) / len(ev), cited_useful=len(ev & cited) / len(ev),
+                                 answer_contained=q.answer.lower() in out.answer.lower(),
+                                 reply=out.answer[:300], answer=q.answer, parsed=bool(out.parsed)))
+            rmm.close()
+            store.close()
     metrics = dict(questions=len(rows), evidence_recall=_mean([r["recall"] for r in rows]),
-                   answer_contained=_mean([float(r["answer_contained"]) for r in rows]), rows=rows)
+                   cited_evidence=_mean([r["cited_useful"] for r in rows]),
+                   answer_contained=_mean([float(r["answer_contained"]) for r in rows]),
+                   parsed=_mean([float(r["parsed"]) for r in rows]), rows=rows)
     config = dict(experiment="rmm", conversations=conversations, sessions=sessions, questions=questions,
                   extractor=extractor, chat_model=str(getattr(chat_model, "model_name", type(chat_model).__name__)),
                   rmm_kwargs=rmm_kwargs or {})
@@ -818,24 +829,18 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
                 timings=tm | {"total": time.perf_counter() - t_start}, environment=_env())
 
 
-def _rmm_reply_and_turns(out: Any, store: Any) -> tuple[str, set[str]]:
-    """Pull the reply text and the turn ids of the retrieved memories out of ``RMM.respond``'s result."""
-    reply = getattr(out, "reply", None) or getattr(out, "answer", None) or (out.get("reply") if isinstance(out, dict) else out)
-    ids = getattr(out, "retrieved", None)
-    if ids is None and isinstance(out, dict):
-        ids = out.get("retrieved") or out.get("memories")
-    turns: set[str] = set()
-    for i in list(ids or []):
-        rec = i
-        if isinstance(i, (int, np.integer)):
-            try:
-                rec = store.get(int(i))
-            except Exception:
-                continue
-        for t in (getattr(rec, "turns", None) or []):
+def _turn_ids_of(store: Any, ids: Sequence[int]) -> set[str]:
+    """Turn ids (the ``turn_id`` key the experiment stored in each turn) of the given records."""
+    out: set[str] = set()
+    for i in ids:
+        try:
+            rec = store.get(int(i))
+        except KeyError:
+            continue
+        for t in rec.turns or []:
             if isinstance(t, dict) and "turn_id" in t:
-                turns.add(str(t["turn_id"]))
-    return str(reply), turns
+                out.add(str(t["turn_id"]))
+    return out
 
 
 # ============================================================================================
@@ -879,9 +884,9 @@ def format_table(result: dict[str, Any]) -> str:
     if exp == "granularity":
         cols = [c for c in ("recall@5", "recall@10", "ndcg@5", "recall@5turns", "recall@10turns", "recall@20turns",
                             "turns_per_unit", "tokens_per_unit", "questions") if any(c in v for v in m.values())]
-        lines.append(f"{'unit':<28}" + "".join(f"{c:>15}" for c in cols))
+        lines.append(f"{'unit':<26}" + "".join(f"{c:>16}" for c in cols))
         for g, v in m.items():
-            lines.append(f"{g:<28}" + "".join(_cell(v.get(c)) for c in cols))
+            lines.append(f"{g:<26}" + "".join(_cell(v.get(c), 16) for c in cols))
     elif exp == "turn-in-topic":
         cols = [c for c in next(iter(m.values())) if c.startswith("recall@") or c.startswith("delta_")] + ["questions"]
         lines.append(f"{'scoring':<28}" + "".join(f"{c:>22}" for c in cols))
@@ -899,8 +904,9 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"{r['preset']:<9}{r['optimizer']:<6}{r['lr']:>8g}{r['seed']:>5}{r['frozen']:>9.3f}"
                          f"{r['final']:>9.3f}{r['worst']:>9.3f}{r['max_norm']:>9.2f}{r['rollbacks']:>6}  {r['collapsed']}")
     elif exp == "rmm":
-        lines.append(f"questions {m['questions']}  evidence recall {m['evidence_recall']:.3f}  "
-                     f"answer contained {m['answer_contained']:.3f}")
+        lines.append(f"questions {m['questions']}  evidence recall of shown memories {m['evidence_recall']:.3f}  "
+                     f"of cited {m['cited_evidence']:.3f}  answer contained {m['answer_contained']:.3f}  "
+                     f"JSON parsed {m['parsed']:.3f}")
     return "\n".join(lines)
 
 
@@ -914,3 +920,54 @@ def _cell(v, w: int = 15) -> str:
 
 def _pm(m: float, s: float, pts: bool = False) -> str:
     return f"{m:>+9.1f} ± {s:<4.1f}" if pts else f"{m:>8.3f} ± {s:.3f}"
+
+
+# ============================================================================================
+# Several seeds
+# ============================================================================================
+def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Combine results of one experiment over seeds: ``metrics_mean`` / ``metrics_std`` hold the mean
+    and sample standard deviation of every numeric leaf of ``metrics`` present in all results
+    (lists such as learning curves are left out); ``per_seed`` keeps the full results."""
+    if not results:
+        raise bad_arg("results", "a non-empty list", results)
+
+    def walk(objs):
+        o0 = objs[0]
+        if isinstance(o0, dict):
+            out_m, out_s = {}, {}
+            for k in o0:
+                if all(isinstance(o, dict) and k in o for o in objs):
+                    m, s = walk([o[k] for o in objs])
+                    if m is not None:
+                        out_m[k], out_s[k] = m, s
+            return (out_m, out_s) if out_m else (None, None)
+        if isinstance(o0, (int, float, np.floating, np.integer)) and not isinstance(o0, bool):
+            if all(isinstance(o, (int, float, np.floating, np.integer)) and not isinstance(o, bool) for o in objs):
+                return mean_std([float(o) for o in objs])
+        return None, None
+
+    m, s = walk([r["metrics"] for r in results])
+    first = results[0]
+    return dict(config=first["config"] | {"aggregated_over": len(results)},
+                dataset=[r["dataset"] for r in results], metrics_mean=m or {}, metrics_std=s or {},
+                per_seed=results, timings={"total": sum(r["timings"].get("total", 0.0) for r in results)},
+                environment=first.get("environment"))
+
+
+def format_aggregate(agg: dict[str, Any]) -> str:
+    """Mean table, then the spread (sample std over seeds) table."""
+    cfg = agg["config"]
+    mean = dict(config=cfg, metrics=agg["metrics_mean"])
+    std = dict(config=cfg, metrics=agg["metrics_std"])
+    n = cfg.get("aggregated_over", 1)
+    if cfg["experiment"] == "reflection":
+        lines = [f"{'preset':<10}{'frozen R@5':>18}{'after R@5':>18}{'delta (pts)':>18}   (mean ± std over {n} runs)"]
+        for p, v in agg["metrics_mean"].items():
+            sd = agg["metrics_std"][p]
+            lines.append(f"{p:<10}{v['frozen_mean']:>10.3f} ± {sd['frozen_mean']:.3f}{v['after_mean']:>10.3f} ± "
+                         f"{sd['after_mean']:.3f}{100 * v['delta_mean']:>+10.1f} ± {100 * sd['delta_mean']:.1f}")
+        return "\n".join(lines)
+    if cfg["experiment"] == "collapse":
+        return "\n\n".join(format_table(r) for r in agg["per_seed"])
+    return (f"mean over {n} runs:\n" + format_table(mean) + f"\n\nstd over {n} runs:\n" + format_table(std))

@@ -1,0 +1,172 @@
+"""``memkern eval memory EXPERIMENT``: retrieval experiments on generated data or benchmark files.
+
+Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``, ``all``
+(all but ``rmm``). Each run prints a table and writes one JSON per experiment (config, dataset
+hash, metrics, timings) under ``--out``.
+
+On generated data each ``--seeds`` value generates its own dataset (and seeds the experiment);
+the JSON then holds every seed's result and the mean / std over seeds. On a benchmark file the
+seeds vary only the experiment's randomness (splits, sampling, citations).
+
+Examples::
+
+    memkern eval memory granularity --users 12 --sessions 40 --seeds 0 1 2
+    memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
+    memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger("memkern")
+
+EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "all")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", choices=EXPERIMENTS, help="which experiment to run")
+    d = p.add_argument_group("data")
+    src = d.add_mutually_exclusive_group()
+    src.add_argument("--longmemeval", metavar="PATH", help="a LongMemEval JSON file")
+    src.add_argument("--locomo", metavar="PATH", help="a LoCoMo JSON file")
+    d.add_argument("--limit", type=int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
+    d.add_argument("--users", type=int, default=12, help="generated data: simulated users (default 12)")
+    d.add_argument("--sessions", type=int, default=40, help="generated data: sessions per user (default 40)")
+    d.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
+    d.add_argument("--max-questions", type=int, default=None, help="evaluate only the first N questions")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", default="eval-results", help="folder for JSON results and plots (default eval-results)")
+    o.add_argument("--tag", default="", help="suffix for result file names")
+    o.add_argument("--quiet", action="store_true", help="no progress bars")
+    o.add_argument("--cache-dir", default="default",
+                   help="embedding cache folder ('none' to disable; default: $MEMKERN_CACHE or ~/.cache/memkern)")
+    g = p.add_argument_group("granularity / turn-in-topic")
+    g.add_argument("--granularities", nargs="+", default=["turn", "session", "mix", "chunk4", "topic-embedding"],
+                   help="turn session mix chunk4 topic-embedding topic-llm")
+    g.add_argument("--topic-threshold", type=float, default=0.3, help="embedding extractor's split threshold")
+    g.add_argument("--llm-conversations", type=int, default=1, help="conversations given to the LLM extractor")
+    g.add_argument("--llm-max-new-tokens", type=int, default=160)
+    g.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0], help="turn-in-topic weights")
+    g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"], help="chunk4 session topic-embedding")
+    r = p.add_argument_group("reflection / collapse")
+    r.add_argument("--k", type=int, default=20, help="candidates from the retriever")
+    r.add_argument("--top-m", type=int, default=5, help="memories selected")
+    r.add_argument("--presets", nargs="+", default=None, help="reranker presets: default paper (reflection: both)")
+    r.add_argument("--batch-size", type=int, default=8)
+    r.add_argument("--passes", type=float, default=1.0, help="online passes over the training stream")
+    r.add_argument("--p-useful", type=float, default=0.9, help="P(cited | useful memory)")
+    r.add_argument("--p-useless", type=float, default=0.1, help="P(cited | useless memory)")
+    r.add_argument("--test-frac", type=float, default=0.5, help="held-back fraction")
+    r.add_argument("--split", choices=["question", "conversation"], default="question")
+    r.add_argument("--eval-every", type=int, default=None, help="learning-curve step (default: ~20 points)")
+    r.add_argument("--optimizers", nargs="+", default=["adam", "sgd"], help="collapse: optimizers")
+    r.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2], help="collapse: learning rates")
+    r.add_argument("--steps", type=int, default=10_000, help="collapse: updates per run")
+    r.add_argument("--lr", type=float, default=None, help="reflection: override the presets' learning rate")
+    r.add_argument("--optimizer", default=None, help="reflection: override the presets' optimizer")
+    m = p.add_argument_group("rmm (real chat model; slow on CPU)")
+    m.add_argument("--rmm-conversations", type=int, default=1)
+    m.add_argument("--rmm-sessions", type=int, default=4)
+    m.add_argument("--rmm-questions", type=int, default=3)
+    m.add_argument("--extractor", choices=["llm", "embedding"], default="llm")
+    m.add_argument("--decider", choices=["llm", "embedding"], default=None, help="default: same as --extractor")
+    m.add_argument("--chat-model", default=None, help="local model folder (default: the offline SmolLM2)")
+    m.add_argument("--rmm-top-k", type=int, default=20)
+    m.add_argument("--rmm-top-m", type=int, default=5)
+    m.add_argument("--rmm-batch-size", type=int, default=4, help="responses per reranker update")
+    m.add_argument("--answer-max-new-tokens", type=int, default=64)
+    m.add_argument("--extract-max-new-tokens", type=int, default=160)
+    m.add_argument("--decide-max-new-tokens", type=int, default=64)
+    m.add_argument("--embedding-threshold", type=float, default=0.25)
+
+
+def _datasets(args):
+    from ..eval.memory import load_dataset
+
+    if args.longmemeval:
+        ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
+        return [(s, ds) for s in args.seeds]
+    if args.locomo:
+        ds = load_dataset("locomo", args.locomo, limit=args.limit)
+        return [(s, ds) for s in args.seeds]
+    return [(s, load_dataset("generated", users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
+
+
+def run(args) -> int:
+    import torch
+
+    from ..errors import MemkernError
+    from ..eval import memory as M
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    progress = not args.quiet
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = None if args.cache_dir == "none" else args.cache_dir
+    emb = M.CachedEmbedder(cache_dir=cache, progress=progress)
+    datasets = _datasets(args)
+    for _, ds in datasets[:1]:
+        print(ds.summary())
+    exps = ["granularity", "turn-in-topic", "reflection", "collapse"] if args.experiment == "all" else [args.experiment]
+    tag = f"-{args.tag}" if args.tag else ""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    overrides = {k: v for k, v in (("lr", args.lr), ("optimizer", args.optimizer)) if v is not None}
+    status = 0
+    for exp in exps:
+        results = []
+        try:
+            for seed, ds in datasets:
+                if exp == "granularity":
+                    r = M.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
+                                          llm_conversations=args.llm_conversations,
+                                          llm_max_new_tokens=args.llm_max_new_tokens,
+                                          max_questions=args.max_questions, progress=progress, seed=seed)
+                elif exp == "turn-in-topic":
+                    r = M.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
+                                            max_questions=args.max_questions, progress=progress, seed=seed)
+                elif exp == "reflection":
+                    r = M.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
+                                         presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
+                                         passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
+                                         test_frac=args.test_frac, split=args.split, seeds=[seed],
+                                         eval_every=args.eval_every, reranker_overrides=overrides or None,
+                                         max_questions=args.max_questions, progress=progress,
+                                         plot=out / f"reflection{tag}-seed{seed}.png")
+                elif exp == "collapse":
+                    r = M.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
+                                       presets=args.presets or ["default"], steps=args.steps, k=args.k,
+                                       top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
+                                       p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
+                                       eval_every=args.eval_every,
+                                       max_questions=args.max_questions, progress=progress,
+                                       plot=out / f"collapse{tag}-seed{seed}.png")
+                else:
+                    chat = None
+                    if args.chat_model:
+                        from ..models import ChatModel
+
+                        chat = ChatModel(args.chat_model)
+                    kw = dict(top_k=args.rmm_top_k, top_m=args.rmm_top_m, batch_size=args.rmm_batch_size,
+                              answer_max_new_tokens=args.answer_max_new_tokens,
+                              extract_max_new_tokens=args.extract_max_new_tokens,
+                              decide_max_new_tokens=args.decide_max_new_tokens,
+                              embedding_threshold=args.embedding_threshold, seed=seed)
+                    if args.decider:
+                        kw["decider"] = args.decider
+                    r = M.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
+                                  questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
+                                  embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
+                results.append(r)
+        except MemkernError as e:
+            print(f"{exp}: skipped: {e}")
+            status = 1
+            continue
+        agg = M.aggregate(results)
+        path = M.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
+        print(f"\n== {exp} ({len(results)} run(s)); result: {path}")
+        print(M.format_aggregate(agg) if len(results) > 1 else M.format_table(results[0]))
+    emb.flush()
+    return status
