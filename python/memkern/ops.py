@@ -623,11 +623,14 @@ def rerank_step(q, Wq, Wm, candidates, rewards, m, tau=0.5, seed=0, offset=0, id
     _check_logp(logp)
     seed = _seed_int(seed)
     be = resolve_backend(backend, q2.device)
-    q, qp, r, C, scores = _forward(be, q2, Wq, Wm, dense, ids, table, valid)
     if be == "torch":
+        q, qp, r, C, scores = _forward(be, q2, Wq, Wm, dense, ids, table, valid)
         idx, lp = _t_sample(scores, m, float(tau), seed, offset, greedy, logp)
-    else:
-        idx, lp = _kernels().sample(scores, m, float(tau), seed, offset, greedy, logp)
+    else:  # one fused kernel: scores + Gumbel-top-M + log-probs
+        k = _kernels()
+        C = None
+        q, qp, r = k.adapt(q2, Wq, Wm)
+        scores, idx, lp = k.score_sample(r, dense, ids, table, valid, m, float(tau), seed, offset, greedy, logp)
     R = rewards(idx) if callable(rewards) else rewards
     if squeezed and isinstance(R, torch.Tensor) and R.dim() == 1:
         R = R.unsqueeze(0)
