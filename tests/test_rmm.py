@@ -412,3 +412,42 @@ def test_real_models_end_to_end(real_models, extractor, tmp_path):
     assert len(r.memory_ids) == min(2, len([b for b in bank if b["status"] == "active"]))
     assert len(r.rewards) == len(r.memory_ids) and set(r.rewards) <= {1.0, -1.0}
     assert r.timings["generate"] > 0
+
+
+# ------------------------------------------------------------------------------------ embedding decider
+from memkern.update import Candidate, EmbeddingDecider, merge_summaries, supersede_summary  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "summary, sim, action",
+    [
+        ("User said: I have a cat.", 0.95, "NOOP"),
+        ("User said: I am no longer vegetarian.", 0.5, "INVALIDATE"),
+        ("User said: I moved to Berlin.", 0.5, "UPDATE"),
+        ("User said: I quit tennis and switched to golf.", 0.5, "UPDATE"),  # change wins over withdrawal
+        ("User said: I stopped running.", 0.40, "ADD"),  # cue but not similar enough
+        ("User said: My cat likes fish.", 0.7, "MERGE"),
+        ("User said: My cat likes fish.", 0.55, "ADD"),
+    ],
+)
+def test_embedding_decider_thresholds(summary, sim, action):
+    d = EmbeddingDecider().decide_batch([(summary, [Candidate(7, "User said: old.", sim)])])[0]
+    assert d.action == action
+    assert d.target == (None if action == "ADD" else 0)
+    if action == "MERGE":
+        assert d.summary == "User said: old. My cat likes fish."
+
+
+def test_embedding_decider_per_sentence_supersede():
+    emb = HashEmbedder(DIM)
+    old = "User said: I live in Lyon with my cat. I play tennis on sundays."
+    new = "User said: I moved from Lyon with my cat to Berlin."
+    s, kept = supersede_summary(old, new, emb.encode, threshold=0.4)
+    assert kept == 1 and s == "User said: I play tennis on sundays. I moved from Lyon with my cat to Berlin."
+    dec = EmbeddingDecider(embed=emb.encode)
+    # a withdrawal that leaves another statement standing becomes an UPDATE dropping only the withdrawn one
+    d = dec.decide_batch([("User said: I no longer play tennis on sundays.", [Candidate(1, old, 0.6)])])[0]
+    assert d.action == "UPDATE" and "Lyon" in d.summary and d.summary.count("tennis") == 1
+    d = dec.decide_batch([("User said: I no longer play tennis on sundays.", [Candidate(1, "User said: I play tennis on sundays.", 0.6)])])[0]
+    assert d.action == "INVALIDATE"
+    assert merge_summaries("User said: A. B.", "User said: B. C.") == "User said: A. B. C."

@@ -181,14 +181,21 @@ class LLMExtractor:
         Budget of the extraction answer.
     retries : int
         Retries after an unparseable or invalid answer (default 1), then the fallback topic.
+    embed : callable, optional
+        ``embed(texts) -> float32 [n, d]``; when given, user statements that no extracted summary
+        covers become extra topics (:func:`complete_coverage`, ``coverage_threshold``).
+    coverage_threshold : float
     """
 
     name = "llm"
 
-    def __init__(self, chat_model: Any, max_new_tokens: int = 160, retries: int = 1):
+    def __init__(self, chat_model: Any, max_new_tokens: int = 160, retries: int = 1, embed: Any = None,
+                 coverage_threshold: float = 0.45):
         self.chat_model = chat_model
         self.max_new_tokens = int(max_new_tokens)
         self.retries = int(retries)
+        self.embed = embed
+        self.coverage_threshold = float(coverage_threshold)
         self.last_stats: dict[str, Any] = {}
 
     def _generate(self, messages: list[list[dict]], seed: int | None) -> list[str]:
@@ -224,6 +231,8 @@ class LLMExtractor:
                     last_raw[i] = out
                     log.info("extract: session %d attempt %d unparseable (%s)", i, attempt, str(exc)[:160])
                     continue
+                if self.embed is not None:
+                    topics = complete_coverage(topics, sessions[i], self.embed, self.coverage_threshold)
                 _attach_uncovered(topics, sessions[i])
                 results[i] = topics
         for i, r in enumerate(results):

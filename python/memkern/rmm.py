@@ -27,7 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .extract import EmbeddingExtractor, LLMExtractor, Topic, complete_coverage, validate_turns
+from .extract import EmbeddingExtractor, LLMExtractor, Topic, validate_turns
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
 from .update import (
@@ -336,7 +336,11 @@ class RMM:
     def extractor(self) -> Any:
         if self._extractor is None:
             if self.extractor_kind == "llm":
-                self._extractor = LLMExtractor(self.chat_model, max_new_tokens=self.extract_max_new_tokens)
+                cov = self.coverage_threshold
+                self._extractor = LLMExtractor(
+                    self.chat_model, max_new_tokens=self.extract_max_new_tokens,
+                    embed=None if cov is None else self._embed, coverage_threshold=0.45 if cov is None else cov,
+                )
             else:
                 self._extractor = EmbeddingExtractor(self.embedder, threshold=self.embedding_threshold)
         return self._extractor
@@ -347,7 +351,9 @@ class RMM:
             if self.decider_kind == "llm":
                 self._decider = LLMDecider(self.chat_model, max_new_tokens=self.decide_max_new_tokens, **self._decider_kwargs)
             else:
-                self._decider = EmbeddingDecider(**self._decider_kwargs)
+                kw = dict(self._decider_kwargs)
+                kw.setdefault("embed", self._embed)
+                self._decider = EmbeddingDecider(**kw)
         return self._decider
 
     def _embed(self, texts: list[str], kind: str = "passage") -> np.ndarray:
@@ -448,10 +454,6 @@ class RMM:
 
     def _fold(self, topics: list[Topic], turns: list[dict], sid: str, ts: Any, t_extract: float) -> list[UpdateResult]:
         timings = {"extract": t_extract}
-        if self.extractor_kind == "llm" and self.coverage_threshold is not None and topics:
-            t0 = time.perf_counter()
-            topics = complete_coverage(topics, turns, self._embed, self.coverage_threshold)
-            timings["extract"] += time.perf_counter() - t0
         if not topics:
             timings.update(embed=0.0, decide=0.0, update=0.0, total=t_extract)
             return []

@@ -46,6 +46,7 @@ __all__ = [
     "apply_decision",
     "union_turns",
     "merge_summaries",
+    "supersede_summary",
 ]
 
 
@@ -145,6 +146,32 @@ def merge_summaries(old: str, new: str, max_chars: int = 600) -> str:
     return prefix + " ".join(sents)
 
 
+def supersede_summary(old: str, new: str, embed: Callable[[list[str]], np.ndarray], threshold: float = 0.4) -> tuple[str, int]:
+    """Old summary without the sentences ``new`` supersedes, followed by ``new``.
+
+    An old sentence is superseded when its cosine similarity to ``new`` is ``>= threshold``;
+    unrelated sentences of the old summary (another subject that shared the record) are kept.
+
+    Returns
+    -------
+    (summary, kept) : tuple[str, int]
+        The combined summary and the number of old sentences kept.
+    """
+    prefix = _PREFIX if old.startswith(_PREFIX) else ""
+    body_old = old[len(prefix):] if prefix else old
+    body_new = new[len(_PREFIX):] if new.startswith(_PREFIX) else new
+    sents = [x.strip() for x in _SENT.split(body_old) if x.strip()]
+    if not sents:
+        return new, 0
+    e = np.asarray(embed(sents + [body_new]), dtype=np.float32)
+    e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    sims = e[:-1] @ e[-1]
+    kept = [x for x, sim in zip(sents, sims) if float(sim) < threshold]
+    if not kept:
+        return new, 0
+    return (prefix or (_PREFIX if new.startswith(_PREFIX) else "")) + " ".join(kept + [body_new]), len(kept)
+
+
 def _is_active(record: Any) -> bool:
     status = getattr(record, "status", "active")
     return status is None or str(status).lower() in ("active", "0", "ok", "valid")
@@ -167,6 +194,11 @@ class EmbeddingDecider:
     - ``s >= merge_threshold`` (0.6): MERGE (same topic, details added);
     - otherwise: ADD.
 
+    With ``embed`` given, UPDATE and INVALIDATE act per sentence: the old summary's sentences
+    whose similarity to the new summary is ``>= supersede_threshold`` (0.4) are replaced by it,
+    the others are kept (see :func:`supersede_summary`); an INVALIDATE that would leave other
+    statements of the record standing becomes an UPDATE that drops only the withdrawn ones.
+
     Thresholds were calibrated on MiniLM (all-MiniLM-L6-v2) summaries of the bundled sample
     conversation; other embedders may need other values. Cue words are English.
     """
@@ -182,13 +214,16 @@ class EmbeddingDecider:
         re.I,
     )
 
-    def __init__(self, noop_threshold: float = 0.92, merge_threshold: float = 0.6, cue_threshold: float = 0.45):
+    def __init__(self, noop_threshold: float = 0.92, merge_threshold: float = 0.6, cue_threshold: float = 0.45,
+                 embed: Callable[[list[str]], np.ndarray] | None = None, supersede_threshold: float = 0.4):
         for name, v in (("noop_threshold", noop_threshold), ("merge_threshold", merge_threshold), ("cue_threshold", cue_threshold)):
             if not -1.0 <= float(v) <= 1.0:
                 raise bad_arg(name, "a cosine similarity in [-1, 1]", v)
         self.noop_threshold = float(noop_threshold)
         self.merge_threshold = float(merge_threshold)
         self.cue_threshold = float(cue_threshold)
+        self.embed = embed
+        self.supersede_threshold = float(supersede_threshold)
 
     def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]]) -> list[Decision]:
         """One decision per ``(new_summary, candidates sorted by similarity desc)``."""
@@ -202,10 +237,15 @@ class EmbeddingDecider:
             change = bool(self.CHANGE.search(summary))
             if s >= self.noop_threshold:
                 out.append(Decision("NOOP", 0, reason=f"similarity {s:.3f} >= {self.noop_threshold}"))
-            elif s >= self.cue_threshold and withdraw and not change:
-                out.append(Decision("INVALIDATE", 0, reason=f"withdrawal cue, similarity {s:.3f}"))
-            elif s >= self.cue_threshold and change:
-                out.append(Decision("UPDATE", 0, summary, reason=f"change cue, similarity {s:.3f}"))
+            elif s >= self.cue_threshold and (withdraw or change):
+                new_summary, kept = summary, 0
+                if self.embed is not None:
+                    new_summary, kept = supersede_summary(cands[0].summary, summary, self.embed, self.supersede_threshold)
+                if withdraw and not change and kept == 0:
+                    out.append(Decision("INVALIDATE", 0, reason=f"withdrawal cue, similarity {s:.3f}"))
+                else:
+                    why = "change cue" if change else f"withdrawal cue, {kept} other statement(s) kept"
+                    out.append(Decision("UPDATE", 0, new_summary, reason=f"{why}, similarity {s:.3f}"))
             elif s >= self.merge_threshold:
                 out.append(Decision("MERGE", 0, merge_summaries(cands[0].summary, summary), reason=f"similarity {s:.3f}"))
             else:
