@@ -55,7 +55,7 @@ PAD_SCORE: float = float(np.finfo(np.float32).min)
 #: Default beam width of a search (``ef``); ``max(ef, k)`` is used. Measured: recall@10 >= 0.95
 #: against exact search on clustered 384-d data with M=16, ef_construction=200 (tests/test_store.py
 #: and bench/bench_store.py check it).
-DEFAULT_EF_SEARCH = 64
+DEFAULT_EF_SEARCH = 128
 
 _LEVELS = {"topic": 0, "turn": 1}
 _METRICS = ("ip", "l2", "cos")

@@ -1,0 +1,337 @@
+"""Durability of MemoryStore: SIGKILL at random points, truncated and bit-flipped files.
+
+The crash test runs a writer child process that prints an "intent" line before each operation
+and an "ack" line after the call returned; the child is SIGKILLed at a random moment, and the
+reopened store must hold every acknowledged operation exactly (the one in-flight operation may
+or may not be there). Corruption cases run inside a subprocess so that a crash would show up as a
+failed test instead of killing pytest.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memkern import StoreCorruptedError
+from memkern.store import MemoryStore
+
+D = 24
+
+WRITER = r"""
+import sys, numpy as np
+from memkern.store import MemoryStore
+path, fsync, start, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+D = %d
+def emb(j):
+    return np.random.default_rng(j).standard_normal(D).astype(np.float32)
+s = MemoryStore(path, dim=D, fsync=fsync, snapshot_every=9)
+rng = np.random.default_rng(seed)
+live = [int(x) for x in s.search("u", emb(0), k=10**6, ef=10, include_invalidated=True)[0][0] if x >= 0]
+j = start
+out = sys.stdout
+while True:
+    r = rng.random()
+    if r < 0.55 or len(live) < 3:
+        out.write(f"I add {j}\n"); out.flush()
+        i = s.add("u", f"r{j}", emb(j), [{"role": "user", "content": f"c{j}"}], {"j": j})
+        out.write(f"A add {i} {j}\n"); out.flush()
+        live.append(i); j += 1
+    elif r < 0.75:
+        n = int(rng.integers(2, 6))
+        out.write(f"I batch {j} {n}\n"); out.flush()
+        ids = s.add_batch("u", [f"r{j + t}" for t in range(n)], np.stack([emb(j + t) for t in range(n)]),
+                          metas=[{"j": j + t} for t in range(n)])
+        out.write("A batch " + " ".join(f"{int(i)}:{j + t}" for t, i in enumerate(ids)) + "\n"); out.flush()
+        live.extend(int(i) for i in ids); j += n
+    elif r < 0.9:
+        i = live[int(rng.integers(len(live)))]
+        out.write(f"I merge {i} {j}\n"); out.flush()
+        s.merge(i, f"m{j}", emb(j), [{"role": "user", "content": f"c{j}"}])
+        out.write(f"A merge {i} {j}\n"); out.flush()
+        j += 1
+    else:
+        i = live.pop(int(rng.integers(len(live))))
+        out.write(f"I delete {i}\n"); out.flush()
+        s.delete(i)
+        out.write(f"A delete {i}\n"); out.flush()
+""" % D
+
+
+def emb(j: int) -> np.ndarray:
+    return np.random.default_rng(j).standard_normal(D).astype(np.float32)
+
+
+class Expected:
+    """What the acknowledged operations say the store must hold."""
+
+    def __init__(self) -> None:
+        self.recs: dict[int, tuple[str, int, int]] = {}  # id -> (summary, embedding seed, n turns)
+        self.deleted: set[int] = set()
+        self.next_j = 1
+
+    def ack(self, parts: list[str]) -> None:
+        op = parts[0]
+        if op == "add":
+            i, j = int(parts[1]), int(parts[2])
+            self.recs[i] = (f"r{j}", j, 1)
+            self.next_j = max(self.next_j, j + 1)
+        elif op == "batch":
+            for p in parts[1:]:
+                i, j = map(int, p.split(":"))
+                self.recs[i] = (f"r{j}", j, 0)
+                self.next_j = max(self.next_j, j + 1)
+        elif op == "merge":
+            i, j = int(parts[1]), int(parts[2])
+            s, _, nt = self.recs[i]
+            self.recs[i] = (f"m{j}", j, nt + 1)
+            self.next_j = max(self.next_j, j + 1)
+        elif op == "delete":
+            i = int(parts[1])
+            del self.recs[i]
+            self.deleted.add(i)
+
+
+def check_store(path: Path, exp: Expected, in_flight: list[str] | None) -> None:
+    uncertain: set[int] = set()
+    if in_flight:
+        if in_flight[0] in ("merge", "delete"):
+            uncertain.add(int(in_flight[1]))
+        else:  # an add whose ids were never printed: its j values must not appear as acked
+            exp.next_j = max(exp.next_j, int(in_flight[1]) + (int(in_flight[2]) if in_flight[0] == "batch" else 1))
+    with MemoryStore(path) as s:
+        ids, _ = s.search("u", emb(0), k=100000, ef=10, include_invalidated=True)
+        present = {int(x) for x in ids[0] if x >= 0}
+        for i, (summary, j, _) in exp.recs.items():
+            if i in uncertain:
+                continue
+            assert i in present, f"acknowledged record {i} lost"
+            r = s.get(i)
+            assert r.summary == summary, (i, r.summary, summary)
+            np.testing.assert_array_equal(r.embedding, emb(j))
+        for i in exp.deleted:
+            assert i not in present and i not in s
+        assert s.count("u") == len(present)
+        extra = present - set(exp.recs) - uncertain
+        assert len(extra) <= 5, f"records nobody acknowledged or started: {sorted(extra)}"
+        # Anything unacknowledged that came back must be the in-flight add, intact.
+        for i in extra:
+            r = s.get(i)
+            j = int(r.summary[1:])
+            np.testing.assert_array_equal(r.embedding, emb(j))
+            exp.recs[i] = (r.summary, j, len(r.turns))
+        for i in uncertain:
+            if i in present:
+                r = s.get(i)
+                exp.recs[i] = (r.summary, int(r.summary[1:]), len(r.turns))
+            else:
+                exp.recs.pop(i, None)
+                exp.deleted.add(i)
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_sigkill_at_random_points(tmp_path, fsync):
+    path = tmp_path / "crash"
+    exp = Expected()
+    rng = np.random.default_rng(1 if fsync == "always" else 2)
+    rounds = 12
+    kills_mid_write = 0
+    for rnd in range(rounds):
+        ack_file = tmp_path / f"acks-{rnd}.txt"
+        with open(ack_file, "w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(path), fsync, str(exp.next_j), str(rnd)],
+                stdout=out, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
+            time.sleep(float(rng.uniform(0.5, 2.0)))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        err = proc.stderr.read()
+        assert proc.returncode == -signal.SIGKILL, err
+        buf = ack_file.read_text()
+        lines = buf.split("\n")
+        complete = lines[:-1]  # a partial last line was never flushed completely: ignore
+        in_flight = None
+        for ln in complete:
+            parts = ln.split()
+            if parts[0] == "A":
+                exp.ack(parts[1:])
+                in_flight = None
+            elif parts[0] == "I":
+                in_flight = parts[1:]
+        if in_flight is not None:
+            kills_mid_write += 1
+        check_store(path, exp, in_flight)
+    print(f"fsync={fsync}: {len(exp.recs)} records, {len(exp.deleted)} deleted, {kills_mid_write} kills mid-write")
+    assert len(exp.recs) > 20
+    assert kills_mid_write >= 1  # the kill landed inside an operation at least once
+
+
+# ------------------------------------------------------------------------------- corrupted files
+
+
+MAKE_STORE = r"""
+import os, sys, numpy as np
+from memkern.store import MemoryStore
+D = %d
+e = np.random.default_rng(0).standard_normal((40, D)).astype(np.float32)
+s = MemoryStore(sys.argv[1], dim=D, snapshot_every=0)
+s.add_batch("u", [f"t{i}" for i in range(30)], e[:30])
+s.snapshot()  # 30 records in the snapshot
+for i in range(30, 40):  # 10 more only in the log, one entry each
+    s.add("u", f"t{i}", e[i])
+os._exit(0)  # no close: the log keeps its 10 entries
+""" % D
+
+
+def _make_store(path: Path) -> None:
+    subprocess.run([sys.executable, "-c", MAKE_STORE, str(path)], check=True)
+
+
+CORRUPTION_RUNNER = r"""
+import json, os, shutil, sys, numpy as np
+from memkern import StoreCorruptedError
+from memkern.store import MemoryStore
+src, work, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+D = %d
+e = np.random.default_rng(0).standard_normal((40, D)).astype(np.float32)
+out = []
+for case in cases:
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work)
+    f = os.path.join(work, case["file"])
+    data = bytearray(open(f, "rb").read())
+    if case["kind"] == "truncate":
+        data = data[: case["at"]]
+    elif case["kind"] == "flip":
+        data[case["at"]] ^= 1 << case["bit"]
+    elif case["kind"] == "replace":
+        data[case["at"]: case["at"] + len(bytes.fromhex(case["hex"]))] = bytes.fromhex(case["hex"])
+    open(f, "wb").write(bytes(data))
+    try:
+        s = MemoryStore(work)
+        ids, _ = s.search("u", e[0], k=100, ef=100)
+        got = sorted(int(i) for i in ids[0] if i >= 0)
+        ok = all(s.get(i).summary == f"t{i}" and np.array_equal(s.get(i).embedding, e[i]) for i in got)
+        s.close()
+        out.append({"result": "opened", "ids": got, "intact": ok})
+    except StoreCorruptedError as ex:
+        out.append({"result": "corrupted", "msg": str(ex)})
+    except Exception as ex:
+        out.append({"result": "other", "msg": f"{type(ex).__name__}: {ex}"})
+print(json.dumps(out))
+""" % D
+
+
+def _run_cases(src: Path, work: Path, cases: list[dict]) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-c", CORRUPTION_RUNNER, str(src), str(work), json.dumps(cases)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"the process crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def corrupt_src(tmp_path_factory):
+    src = tmp_path_factory.mktemp("corrupt") / "src"
+    _make_store(src)
+    return src
+
+
+def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
+    rng = np.random.default_rng(5)
+    cases = []
+    snap = next(p for p in corrupt_src.iterdir() if p.name.startswith("snap-"))
+    for f in ["CURRENT", f"{snap.name}/records.bin", f"{snap.name}/g0_0.hnsw"]:
+        size = (corrupt_src / f).stat().st_size
+        for at in sorted(set([0, 1, 7, size // 3, size - 5, size - 1] + rng.integers(0, size, 4).tolist())):
+            cases.append({"file": f, "kind": "truncate", "at": int(at)})
+        for at in rng.integers(0, size, 12).tolist() + [0, size - 1]:
+            cases.append({"file": f, "kind": "flip", "at": int(at), "bit": int(rng.integers(8))})
+    results = _run_cases(corrupt_src, tmp_path / "w", cases)
+    for c, r in zip(cases, results):
+        assert r["result"] == "corrupted", (c, r)
+        assert c["file"].split("/")[-1] in r["msg"] or "snapshot" in r["msg"], (c, r)
+
+
+def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
+    wal = corrupt_src / "wal.log"
+    data = wal.read_bytes()
+    # entry boundaries: 44-byte header, then [len u32][crc u32][crc u32][payload]
+    offs, off = [], 44
+    while off < len(data):
+        offs.append(off)
+        (n,) = struct.unpack_from("<I", data, off)
+        assert zlib.crc32(data[off + 12: off + 12 + n]) == struct.unpack_from("<I", data, off + 4)[0]
+        off += 12 + n
+    assert off == len(data) and len(offs) == 10
+    last = offs[-1]
+    cases = [
+        # torn tails: anything cut inside the last entry loses only that entry
+        {"file": "wal.log", "kind": "truncate", "at": last + 3},
+        {"file": "wal.log", "kind": "truncate", "at": last + 12},
+        {"file": "wal.log", "kind": "truncate", "at": len(data) - 1},
+        {"file": "wal.log", "kind": "flip", "at": len(data) - 2, "bit": 3},
+        # a cut exactly at an entry boundary loses nothing acknowledged before it
+        {"file": "wal.log", "kind": "truncate", "at": offs[5]},
+        # a bad entry followed by more entries is corruption, never silent loss
+        {"file": "wal.log", "kind": "flip", "at": offs[2] + 40, "bit": 0},
+        {"file": "wal.log", "kind": "flip", "at": offs[2] + 1, "bit": 5},  # its length field
+        {"file": "wal.log", "kind": "flip", "at": offs[2] + 9, "bit": 2},  # its header crc
+        # bad headers
+        {"file": "wal.log", "kind": "truncate", "at": 20},
+        {"file": "wal.log", "kind": "flip", "at": 2, "bit": 1},
+        {"file": "wal.log", "kind": "flip", "at": 30, "bit": 1},
+    ]
+    results = _run_cases(corrupt_src, tmp_path / "w", cases)
+    expect_ids = [list(range(39)), list(range(39)), list(range(39)), list(range(39)), list(range(35))]
+    for c, r, ids in zip(cases[:5], results[:5], expect_ids):
+        assert r == {"result": "opened", "ids": ids, "intact": True}, (c, r)
+    for c, r in zip(cases[5:], results[5:]):
+        assert r["result"] == "corrupted", (c, r)
+        assert "wal.log" in r["msg"], r
+
+
+def test_format_version_checked(corrupt_src, tmp_path):
+    data = (corrupt_src / "wal.log").read_bytes()
+    hdr = bytearray(data[:44])
+    struct.pack_into("<I", hdr, 8, 99)  # format version 99
+    struct.pack_into("<I", hdr, 40, zlib.crc32(bytes(hdr[:40])))  # valid header checksum
+    cur = bytearray((corrupt_src / "CURRENT").read_bytes())
+    struct.pack_into("<I", cur, 8, 2)
+    struct.pack_into("<I", cur, 20, zlib.crc32(bytes(cur[:20])))
+    cases = [
+        {"file": "wal.log", "kind": "replace", "at": 0, "hex": bytes(hdr).hex()},
+        {"file": "CURRENT", "kind": "replace", "at": 0, "hex": bytes(cur).hex()},
+    ]
+    results = _run_cases(corrupt_src, tmp_path / "w", cases)
+    for r in results:
+        assert r["result"] == "corrupted" and "format version" in r["msg"], r
+
+
+def test_missing_snapshot_is_corruption(tmp_path):
+    p = tmp_path / "m"
+    with MemoryStore(p, dim=D) as s:
+        s.add("u", "x", np.ones(D, np.float32))
+    snap = next(q for q in p.iterdir() if q.name.startswith("snap-"))
+    (snap / "records.bin").unlink()
+    with pytest.raises(StoreCorruptedError, match="missing"):
+        MemoryStore(p)
+
+
+def test_crc_matches_zlib(tmp_path):
+    """The native CRC-32 is the standard one (zlib's), so files can be checked by other tools."""
+    p = tmp_path / "c"
+    with MemoryStore(p, dim=D) as s:
+        s.add("u", "x", np.ones(D, np.float32))
+    cur = (p / "CURRENT").read_bytes()
+    assert struct.unpack_from("<I", cur, 20)[0] == zlib.crc32(cur[:20])
+    rec = next(p.glob("snap-*/records.bin")).read_bytes()
+    assert struct.unpack_from("<I", rec, len(rec) - 4)[0] == zlib.crc32(rec[:-4])
