@@ -1,0 +1,133 @@
+"""Full reranker step (score + Gumbel-top-M + log-prob + REINFORCE gradient): memkern vs naive eager torch.
+
+The naive version is the paper's formulas written directly (``memkern._reference.naive_step``):
+explicit ``m' = m + Wm m`` for every candidate (``K d^2`` per query) and autograd. memkern's torch
+backend computes ``r = (I + Wm)^T (I + Wq) q`` once per query and the closed-form rank-1 gradients.
+Both draw from the same Philox uniforms, so they select the same items; every benchmarked case
+first asserts that the gradients agree.
+
+Run (default: the target point B=64, K=20, M=5, d=768 plus two small ones)::
+
+    OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q
+    MEMKERN_BENCH_FULL=1 OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q   # full grid
+    OMP_NUM_THREADS=1 python bench/bench_reranker.py [--full]                              # table only
+
+Grid (full): B in {1, 4, 64, 256}, K in {20, 50}, M in {5, 10}, d in {384, 768, 1024}.
+CPU target: >= 5x over naive at B=64, K=20, M=5, d=768.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import sys
+import time
+
+import pytest
+import torch
+
+from memkern import _reference as ref
+from memkern import ops
+
+torch.set_num_threads(1)
+
+TARGET = (64, 20, 5, 768)
+TARGET_SPEEDUP = 5.0
+FULL = os.environ.get("MEMKERN_BENCH_FULL", "0") not in ("", "0")
+GRID = (list(itertools.product([1, 4, 64, 256], [20, 50], [5, 10], [384, 768, 1024])) if FULL
+        else [(1, 20, 5, 384), (4, 50, 10, 384), TARGET])
+SEED = 1234
+
+
+def make(B, K, M, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.nn.functional.normalize(torch.randn(B, d, generator=g), dim=-1)
+    C = torch.nn.functional.normalize(torch.randn(B, K, d, generator=g), dim=-1)
+    Wq = torch.randn(d, d, generator=g) * 0.02
+    Wm = torch.randn(d, d, generator=g) * 0.02
+    u = ops.philox_uniform(SEED, torch.arange(B * K)).view(B, K)
+    return q, Wq, Wm, C, u
+
+
+def rewards(idx):
+    """Deterministic stand-in for citations: even candidate positions are 'cited'."""
+    return torch.where(idx % 2 == 0, 1.0, -1.0)
+
+
+def fast(q, Wq, Wm, C, M):
+    st = ops.rerank_step(q, Wq, Wm, C, rewards, M, tau=0.5, seed=SEED, baseline=0.5, logp="softmax",
+                         backend="torch")
+    return st.indices, st.dWq, st.dWm
+
+
+def naive(q, Wq, Wm, C, M, u):
+    idx, _, _, _, dWq, dWm = ref.naive_step(q, Wq, Wm, C, rewards, m=M, tau=0.5, baseline=0.5, uniforms=u)
+    return idx, dWq, dWm
+
+
+def check(B, K, M, d):
+    q, Wq, Wm, C, u = make(B, K, M, d)
+    i1, a1, b1 = fast(q, Wq, Wm, C, M)
+    i2, a2, b2 = naive(q, Wq, Wm, C, M, u)
+    assert torch.equal(i1, i2), "fast and naive drew different items"
+    for x, y in ((a1, a2), (b1, b2)):
+        err = (x - y).abs().max().item()
+        assert err <= 1e-4 * max(1.0, y.abs().max().item()), err
+
+
+def timeit(fn, reps=None, budget_s=0.6):
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    reps = reps or max(3, min(50, int(budget_s / max(one, 1e-6))))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def compare(B, K, M, d):
+    """(fast_s, naive_s, speedup), measured interleaved in this process."""
+    q, Wq, Wm, C, u = make(B, K, M, d)
+    tf = timeit(lambda: fast(q, Wq, Wm, C, M))
+    tn = timeit(lambda: naive(q, Wq, Wm, C, M, u))
+    return tf, tn, tn / tf
+
+
+@pytest.mark.parametrize("B,K,M,d", GRID, ids=[f"B{b}-K{k}-M{m}-d{d}" for b, k, m, d in GRID])
+@pytest.mark.parametrize("impl", ["memkern_torch", "naive_eager"])
+def test_step(benchmark, impl, B, K, M, d):
+    check(B, K, M, d)
+    q, Wq, Wm, C, u = make(B, K, M, d)
+    benchmark.group = f"B={B} K={K} M={M} d={d}"
+    if impl == "memkern_torch":
+        benchmark(fast, q, Wq, Wm, C, M)
+    else:
+        benchmark(naive, q, Wq, Wm, C, M, u)
+
+
+def test_target_speedup():
+    check(*TARGET)
+    tf, tn, sp = compare(*TARGET)
+    print(f"\nB=64 K=20 M=5 d=768: memkern {tf * 1e3:.2f} ms, naive {tn * 1e3:.2f} ms, speedup {sp:.1f}x")
+    assert sp >= TARGET_SPEEDUP, f"speedup {sp:.2f}x < {TARGET_SPEEDUP}x"
+
+
+def main(argv):
+    grid = (list(itertools.product([1, 4, 64, 256], [20, 50], [5, 10], [384, 768, 1024]))
+            if "--full" in argv else GRID)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    print("| B | K | M | d | memkern torch (ms) | naive eager (ms) | speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for B, K, M, d in grid:
+        check(B, K, M, d)
+        tf, tn, sp = compare(B, K, M, d)
+        print(f"| {B} | {K} | {M} | {d} | {tf * 1e3:.3f} | {tn * 1e3:.3f} | {sp:.1f}x |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
