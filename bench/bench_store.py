@@ -1,0 +1,242 @@
+"""MemoryStore vs the hnswlib Python package (+ a plain dict for the records), as ratios in one run.
+
+Measured on clustered 384-d unit vectors (MEMKERN_BENCH_N, default 100,000):
+
+* add throughput: ``MemoryStore.add_batch`` (default fsync="always", write-ahead log, automatic
+  snapshots) vs ``hnswlib.Index.add_items`` + a dict of the same records, interleaved in chunks so
+  machine noise hits both sides alike; same M=16, ef_construction=200, one thread each;
+* batch search QPS at k=20 with the store's default ef, and recall@10 against exact search;
+* reopen time (snapshot load vs ``load_index`` + ``pickle.load``), in fresh processes;
+* bytes per record on disk and in RAM (RSS growth of a fresh process when opening).
+
+Run: ``OMP_NUM_THREADS=1 python -m pytest bench/bench_store.py -q -s`` (``MEMKERN_BENCH_N=10000`` for
+a quick run). Targets: overhead <= 10% for add and search, recall@10 >= 0.95, reopen < 2 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+hnswlib = pytest.importorskip("hnswlib")
+
+from memkern.store import DEFAULT_EF_SEARCH, MemoryStore  # noqa: E402
+
+N = int(os.environ.get("MEMKERN_BENCH_N", "100000"))
+D = 384
+K = 20
+N_QUERIES = 1000
+CHUNK = 5000
+M, EFC = 16, 200
+SUMMARY_LEN = 120  # characters per topic summary
+RESULTS: dict = {}
+
+
+def clustered(n: int, d: int, n_clusters: int, seed: int, noise: float = 0.35) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((n_clusters, d)).astype(np.float32)
+    x = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, d)).astype(np.float32)
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def make_queries(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    q = x[rng.choice(len(x), n, replace=False)] + 0.2 * rng.standard_normal((n, x.shape[1])).astype(np.float32)
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+def summaries(n: int) -> list[str]:
+    return [f"topic {i}: " + ("user likes hiking and coffee; " * 8)[: SUMMARY_LEN - 12] for i in range(n)]
+
+
+def exact_top(q: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+    out = np.empty((len(q), k), dtype=np.int64)
+    for s in range(0, len(q), 100):
+        sc = q[s:s + 100] @ x.T
+        part = np.argpartition(-sc, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(sc, part, 1), axis=1)
+        out[s:s + 100] = np.take_along_axis(part, order, 1)
+    return out
+
+
+def recall(got: np.ndarray, exact: np.ndarray, k: int = 10) -> float:
+    return float(np.mean([len(set(got[i, :k].tolist()) & set(exact[i, :k].tolist())) / k for i in range(len(got))]))
+
+
+def dir_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+@pytest.fixture(scope="module")
+def world():
+    tmp = Path(tempfile.mkdtemp(prefix="memkern-bench-"))
+    x = clustered(N, D, max(20, N // 1000), seed=0)
+    q = make_queries(x, N_QUERIES, seed=1)
+    texts = summaries(N)
+    w = {"tmp": tmp, "x": x, "q": q, "texts": texts}
+    yield w
+    for key in ("store",):
+        if key in w and not w[key].closed:
+            w[key].close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build(w):
+    """Interleaved chunks: store.add_batch vs hnswlib.add_items + dict, same records."""
+    x, texts = w["x"], w["texts"]
+    store = MemoryStore(w["tmp"] / "store", dim=D, metric="ip", M=M, ef_construction=EFC)
+    index = hnswlib.Index(space="ip", dim=D)
+    index.init_index(max_elements=N, M=M, ef_construction=EFC, random_seed=100)
+    index.set_num_threads(1)
+    records: dict[int, dict] = {}
+    t_store = t_base = 0.0
+    for s in range(0, N, CHUNK):
+        e = x[s:s + CHUNK]
+        tx = texts[s:s + CHUNK]
+        t0 = time.perf_counter()
+        store.add_batch("bench", tx, e)
+        t1 = time.perf_counter()
+        labels = np.arange(s, s + len(e))
+        index.add_items(e, labels, num_threads=1)
+        for j, lab in enumerate(labels.tolist()):
+            records[lab] = {"namespace": "bench", "summary": tx[j], "turns": [], "meta": {}}
+        t2 = time.perf_counter()
+        t_store += t1 - t0
+        t_base += t2 - t1
+    w.update(store=store, index=index, records=records, t_store_add=t_store, t_base_add=t_base)
+
+
+def test_add_throughput(benchmark, world):
+    benchmark.pedantic(_build, args=(world,), rounds=1, iterations=1)
+    ratio = world["t_store_add"] / world["t_base_add"]
+    RESULTS["add"] = {
+        "store_records_per_s": N / world["t_store_add"],
+        "hnswlib_dict_records_per_s": N / world["t_base_add"],
+        "time_ratio": ratio,
+    }
+    benchmark.extra_info.update(RESULTS["add"])
+    print(f"\nadd: store {N / world['t_store_add']:.0f}/s, hnswlib+dict {N / world['t_base_add']:.0f}/s, "
+          f"time ratio {ratio:.3f}")
+    assert world["store"].count("bench") == N and world["index"].get_current_count() == N
+    assert ratio <= 1.10, f"store add overhead {100 * (ratio - 1):.1f}% > 10%"
+
+
+def test_search_qps_and_recall(benchmark, world):
+    store, index, q, x = world["store"], world["index"], world["q"], world["x"]
+    index.set_ef(DEFAULT_EF_SEARCH)
+    exact = exact_top(q, x, 10)
+    ts, tb = [], []
+    for _ in range(5):  # interleaved repeats; the median of each side
+        t0 = time.perf_counter()
+        ids, scores = store.search("bench", q, k=K)
+        t1 = time.perf_counter()
+        labels, dist = index.knn_query(q, k=K, num_threads=1)
+        t2 = time.perf_counter()
+        ts.append(t1 - t0)
+        tb.append(t2 - t1)
+    benchmark.pedantic(store.search, args=("bench", q), kwargs={"k": K}, rounds=3, iterations=1)
+    r_store, r_base = recall(ids, exact), recall(labels.astype(np.int64), exact)
+    # Same graph parameters and seed: the results agree with hnswlib's.
+    agree = float(np.mean(ids == labels.astype(np.int64)))
+    np.testing.assert_allclose(scores, 1.0 - dist, atol=1e-4)
+    ratio = float(np.median(ts) / np.median(tb))
+    RESULTS["search"] = {
+        "store_qps": N_QUERIES / float(np.median(ts)),
+        "hnswlib_qps": N_QUERIES / float(np.median(tb)),
+        "time_ratio": ratio,
+        "ef": DEFAULT_EF_SEARCH,
+        "k": K,
+        "recall_at_10_store": r_store,
+        "recall_at_10_hnswlib": r_base,
+        "ids_equal_fraction": agree,
+    }
+    benchmark.extra_info.update(RESULTS["search"])
+    print(f"\nsearch k={K} ef={DEFAULT_EF_SEARCH}: store {RESULTS['search']['store_qps']:.0f} q/s, hnswlib "
+          f"{RESULTS['search']['hnswlib_qps']:.0f} q/s, ratio {ratio:.3f}; recall@10 {r_store:.4f} "
+          f"(hnswlib {r_base:.4f}); same ids {agree:.4f}")
+    assert r_store >= 0.95, r_store
+    assert ratio <= 1.10, f"store search overhead {100 * (ratio - 1):.1f}% > 10%"
+
+
+OPEN_STORE = r"""
+import json, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import numpy as np
+from memkern.store import MemoryStore
+r0 = rss(); t0 = time.perf_counter()
+s = MemoryStore(sys.argv[1])
+t1 = time.perf_counter(); r1 = rss()
+n = s.count("bench")
+ids, _ = s.search("bench", np.ones((1, s.dim), np.float32), k=5)
+assert (ids >= 0).all()
+print(json.dumps({"open_s": t1 - t0, "rss_bytes": r1 - r0, "n": n, "native_estimate": s.memory_bytes()}))
+s.close()
+"""
+
+OPEN_BASE = r"""
+import json, pickle, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import numpy as np, hnswlib
+r0 = rss(); t0 = time.perf_counter()
+idx = hnswlib.Index(space="ip", dim=int(sys.argv[3]))
+idx.load_index(sys.argv[1])
+with open(sys.argv[2], "rb") as f:
+    records = pickle.load(f)
+t1 = time.perf_counter(); r1 = rss()
+assert idx.get_current_count() == len(records)
+print(json.dumps({"open_s": t1 - t0, "rss_bytes": r1 - r0, "n": len(records)}))
+"""
+
+
+def _run(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_reopen_and_bytes(benchmark, world):
+    store, index, records, tmp = world["store"], world["index"], world["records"], world["tmp"]
+    store.close()  # writes the snapshot
+    index.save_index(str(tmp / "base.hnsw"))
+    with open(tmp / "base.pkl", "wb") as f:
+        pickle.dump(records, f, protocol=pickle.HIGHEST_PROTOCOL)
+    store_disk = dir_bytes(tmp / "store")
+    base_disk = (tmp / "base.hnsw").stat().st_size + (tmp / "base.pkl").stat().st_size
+    runs_s, runs_b = [], []
+    for _ in range(3):
+        runs_s.append(_run(OPEN_STORE, str(tmp / "store")))
+        runs_b.append(_run(OPEN_BASE, str(tmp / "base.hnsw"), str(tmp / "base.pkl"), str(D)))
+    benchmark.pedantic(_run, args=(OPEN_STORE, str(tmp / "store")), rounds=1, iterations=1)
+    assert all(r["n"] == N for r in runs_s + runs_b)
+    open_s = min(r["open_s"] for r in runs_s)
+    open_b = min(r["open_s"] for r in runs_b)
+    rss_s = float(np.median([r["rss_bytes"] for r in runs_s]))
+    rss_b = float(np.median([r["rss_bytes"] for r in runs_b]))
+    RESULTS["reopen"] = {"store_s": open_s, "hnswlib_pickle_s": open_b, "time_ratio": open_s / open_b}
+    RESULTS["bytes_per_record"] = {
+        "disk_store": store_disk / N,
+        "disk_hnswlib_pickle": base_disk / N,
+        "disk_ratio": store_disk / base_disk,
+        "ram_store": rss_s / N,
+        "ram_hnswlib_dict": rss_b / N,
+        "ram_ratio": rss_s / rss_b,
+        "ram_store_native_estimate": runs_s[0]["native_estimate"] / N,
+    }
+    benchmark.extra_info.update(RESULTS["reopen"] | RESULTS["bytes_per_record"])
+    print(f"\nreopen {N}: store {open_s:.3f} s, hnswlib+pickle {open_b:.3f} s (ratio {open_s / open_b:.2f})")
+    print(f"bytes/record disk: store {store_disk / N:.0f}, hnswlib+pickle {base_disk / N:.0f}; "
+          f"RAM: store {rss_s / N:.0f}, hnswlib+dict {rss_b / N:.0f}")
+    print("RESULTS " + json.dumps(RESULTS))
+    if N >= 100_000:
+        assert open_s < 2.0, f"reopen of {N} records took {open_s:.2f} s"

@@ -1,0 +1,94 @@
+"""Type stubs of the native module ``memkern._store`` (built from ``csrc/``).
+
+Use :class:`memkern.MemoryStore`; this layer expects validated, C-contiguous float32 input.
+"""
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+class Store:
+    simd_kernel: str  # distance kernel picked at load time: "avx2+fma" or "scalar"
+    pad_score: float  # score beside -1 padding ids (lowest finite float32)
+    def __init__(
+        self,
+        path: str,
+        dim: int,
+        metric: str,
+        M: int,
+        ef_construction: int,
+        fsync: str,
+        fsync_interval_s: float,
+        snapshot_every: int,
+    ) -> None: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def M(self) -> int: ...
+    @property
+    def ef_construction(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def generation(self) -> int: ...
+    def add(
+        self,
+        namespace: str,
+        summaries: list[str],
+        turns_json: list[str],
+        metas_json: list[str],
+        embeddings: npt.NDArray[np.float32],
+        levels: npt.NDArray[np.uint8],
+        parents: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.int64]: ...
+    def new_version(
+        self,
+        id: int,
+        op: int,
+        summary: str | None,
+        embedding: npt.NDArray[np.float32] | None,
+        turns_json: str | None,
+        meta_json: str | None,
+        child_summaries: list[str],
+        child_turns_json: list[str],
+        child_metas_json: list[str],
+        child_embeddings: npt.NDArray[np.float32],
+        replace_children: bool,
+    ) -> tuple[int, npt.NDArray[np.int64]]: ...
+    def invalidate(self, id: int, reason: str) -> None: ...
+    def delete(self, id: int) -> list[int]: ...
+    def contains(self, id: int) -> bool: ...
+    def get(self, id: int) -> dict[str, Any]: ...
+    def get_batch(self, ids: npt.NDArray[np.int64]) -> list[dict[str, Any]]: ...
+    def history(self, id: int) -> list[dict[str, Any]]: ...
+    def embeddings(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]: ...
+    def search(
+        self,
+        namespace: str,
+        queries: npt.NDArray[np.float32],
+        k: int,
+        ef: int,
+        include_invalidated: bool,
+        level: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+    def search_turn_topic(
+        self,
+        namespace: str,
+        queries: npt.NDArray[np.float32],
+        k: int,
+        ef: int,
+        include_invalidated: bool,
+        alpha: float,
+        candidates: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+    def namespaces(self) -> list[str]: ...
+    def count(self, namespace: str, include_invalidated: bool, level: int) -> int: ...
+    def flush(self) -> None: ...
+    def snapshot(self) -> None: ...
+    def compact(self) -> None: ...
+    def close(self) -> None: ...
+    def memory_bytes(self) -> int: ...
