@@ -26,10 +26,11 @@ setting (SGD lr 1e-3, fixed baseline 0.5, per-item softmax log-probs, nothing el
   embeddings [K, d], valid mask, selection, rewards)``; each update also revisits ``replay_size``
   rows drawn (seeded) from it. The buffer is part of ``state_dict``.
 * ``guard``: collapse guard. After each step the adapters must be finite with norm
-  ``<= guard_max_norm``; every ``guard_window`` updates the mean reward rate (fraction of selected
-  slots with reward > 0) of the window is compared with the best window so far: within
-  ``guard_tol`` of it -> the state is saved as the last good one; more than ``guard_drop`` below ->
-  the adapters and optimizer state roll back to the last good state (logged as a warning). After
+  ``<= guard_max_norm``; every ``guard_window`` updates the reward rate of the window (fraction
+  of its selected slots with reward > 0) is compared with the best window so far: at least
+  ``best * (1 - guard_tol)`` -> the state is saved as the last good one; below
+  ``best * (1 - guard_drop)`` and more than 3 standard errors below ``best`` -> the adapters and
+  optimizer state roll back to the last good state (logged as a warning). After
   ``guard_patience`` consecutive rollbacks the current level is accepted as the new reference (the
   task itself may have become harder).
 
@@ -65,7 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(tau=0.5, lr=1e-3, optimizer="sgd", baseline=0.5, logp="softmax",
                   normalize_advantages=False, clip_grad_norm=None, weight_decay=0.0,
                   replay_capacity=0, replay_size=0, guard=False),
-    "stable": dict(tau=0.5, lr=1e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
+    "stable": dict(tau=0.5, lr=5e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
                    normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
                    replay_capacity=256, replay_size=None, guard=True),
 }
@@ -159,7 +160,7 @@ class Reranker(nn.Module):
                  backend: str = "auto", *, seed: int = 0, normalize_advantages: bool = True,
                  clip_grad_norm: float | None = 1.0, weight_decay: float = PRESETS["stable"]["weight_decay"],
                  replay_capacity: int = 256, replay_size: int | None = None, baseline_momentum: float = 0.99,
-                 guard: bool = True, guard_window: int = 50, guard_tol: float = 0.02, guard_drop: float = 0.15,
+                 guard: bool = True, guard_window: int = 50, guard_tol: float = 0.05, guard_drop: float = 0.3,
                  guard_max_norm: float = 50.0, guard_patience: int = 3, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         super().__init__()
@@ -450,7 +451,7 @@ class Reranker(nn.Module):
             if self.weight_decay > 0:
                 with torch.no_grad():
                     for grp in self.optimizer.param_groups:
-                        f = 1.0 - grp.get("lr", self.lr) * self.weight_decay
+                        f = min(1.0, max(0.0, 1.0 - grp.get("lr", self.lr) * self.weight_decay))
                         for p in grp["params"]:
                             p.mul_(f)
         else:
@@ -460,7 +461,8 @@ class Reranker(nn.Module):
         if self.replay_capacity > 0:
             for row in new_rows:
                 self._replay.append(row)
-        rolled = self._guard_step(reward_rate if n_valid_new else None)
+        n_pos = int(((R_new > 0) & sel_valid_new).sum())
+        rolled = self._guard_step(n_pos, n_valid_new)
         return {"loss": loss, "reward_rate": reward_rate, "grad_norm": gnorm, "adapter_norm": self.adapter_norm(),
                 "n_rows": int(idx.shape[0]), "n_replay": len(replay_rows), "baseline": float(base.mean()),
                 "rolled_back": float(rolled), "step": self.steps}
@@ -494,7 +496,7 @@ class Reranker(nn.Module):
         log.warning("memkern.Reranker: collapse guard rolled back to the last good state after step %d (%s); "
                     "%d rollbacks so far", self.steps, why, self._rollbacks)
 
-    def _guard_step(self, rate: float | None) -> bool:
+    def _guard_step(self, n_pos: int, n_slots: int) -> bool:
         if not self.guard:
             return False
         norm = self.adapter_norm()
@@ -503,18 +505,24 @@ class Reranker(nn.Module):
             return True
         if self._good_state is None:
             self._good_state = self._snapshot()  # the zero adapters (or the loaded state)
-        if rate is not None:
-            self._window.append(rate)
+        self._window.append((n_pos, n_slots))
         if len(self._window) < self.guard_window:
             return False
-        mean_rate = sum(self._window) / len(self._window)
+        pos = sum(p for p, _ in self._window)
+        slots = sum(n for _, n in self._window)
         self._window = []
-        if self._best_rate is None or mean_rate >= self._best_rate - self.guard_tol:
-            self._best_rate = mean_rate if self._best_rate is None else max(self._best_rate, mean_rate)
+        if slots == 0:
+            return False
+        mean_rate = pos / slots
+        best = self._best_rate
+        if best is None or mean_rate >= best * (1.0 - self.guard_tol):
+            self._best_rate = mean_rate if best is None else max(best, mean_rate)
             self._good_state = self._snapshot()
             self._consecutive_rollbacks = 0
             return False
-        if mean_rate < self._best_rate - self.guard_drop:
+        # a relative fall of more than guard_drop that is also > 3 standard errors of the window mean
+        se = math.sqrt(max(best * (1.0 - best), 1e-12) / slots)
+        if mean_rate < best * (1.0 - self.guard_drop) and best - mean_rate > 3.0 * se:
             if self._consecutive_rollbacks >= self.guard_patience:
                 log.warning("memkern.Reranker: reward rate stays at %.3f after %d rollbacks; accepting it as the "
                             "new reference", mean_rate, self._consecutive_rollbacks)
@@ -522,7 +530,7 @@ class Reranker(nn.Module):
                 self._good_state = self._snapshot()
                 self._consecutive_rollbacks = 0
                 return False
-            self._rollback(f"window reward rate {mean_rate:.3f} < best {self._best_rate:.3f} - {self.guard_drop}")
+            self._rollback(f"window reward rate {mean_rate:.3f} fell below best {best:.3f} * (1 - {self.guard_drop})")
             return True
         return False
 

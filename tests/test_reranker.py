@@ -1,0 +1,328 @@
+"""memkern.Reranker: selection, closed-form updates, persistence, learning, stable-learning guards."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import pytest
+import torch
+
+import memkern
+from memkern import _reference as ref
+from memkern import ops
+from memkern.errors import MemkernTypeError, MemkernValueError
+from memkern.reranker import PRESETS, Reranker, Selection
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+F = torch.nn.functional
+
+try:
+    import triton  # noqa: F401
+
+    _TRITON = torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+except Exception:  # pragma: no cover
+    _TRITON = False
+
+
+# ------------------------------------------------------------------------------------------------
+# a synthetic retrieval task: queries are a hidden linear distortion of their gold memory plus noise,
+# the retriever ranks the table by cosine; citations are noisy (0.9 for the gold memory, 0.1 otherwise)
+# ------------------------------------------------------------------------------------------------
+class Task:
+    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0):
+        g = torch.Generator().manual_seed(seed)
+        self.d, self.N, self.K = d, N, K
+        self.table = F.normalize(torch.randn(N, d, generator=g), dim=-1)
+        self.A = torch.eye(d) + distort * torch.randn(d, d, generator=g) / math.sqrt(d)
+        self.noise = noise
+
+    def queries(self, n, gen):
+        gold = torch.randint(0, self.N, (n,), generator=gen)
+        z = torch.randn(n, self.d, generator=gen) / math.sqrt(self.d)
+        q = F.normalize(self.table[gold] @ self.A.T + self.noise * z, dim=-1)
+        ids = torch.topk(q @ self.table.T, self.K, dim=1).indices
+        return q, ids, gold
+
+    @staticmethod
+    def rewards(sel_ids, gold, gen, p_hit=0.9, p_miss=0.1):
+        p = torch.where(sel_ids == gold[:, None], p_hit, p_miss)
+        return torch.where(torch.rand(p.shape, generator=gen) < p, 1.0, -1.0)
+
+    def recall(self, rr, q, ids, gold, m=5):
+        sel = rr.select(q, (ids, self.table), greedy=True, m=m)
+        return float((sel.selected_ids == gold[:, None]).any(1).float().mean())
+
+
+def _train(task, rr, steps, B=4, seed=1, n_eval=400):
+    gen = torch.Generator().manual_seed(seed)
+    qe, ide, goe = task.queries(n_eval, torch.Generator().manual_seed(999))
+    r0 = task.recall(rr, qe, ide, goe)
+    stats = []
+    for _ in range(steps):
+        q, ids, gold = task.queries(B, gen)
+        sel = rr.select(q, (ids, task.table))
+        stats.append(rr.update(sel, task.rewards(sel.selected_ids, gold, gen)))
+    return r0, task.recall(rr, qe, ide, goe), stats
+
+
+def _finite(rr):
+    return bool(torch.isfinite(rr.Wq).all() and torch.isfinite(rr.Wm).all())
+
+
+# ------------------------------------------------------------------------------------------------
+# selection
+# ------------------------------------------------------------------------------------------------
+def test_lazy_export():
+    assert memkern.Reranker is Reranker and memkern.Selection is Selection
+
+
+def test_zero_adapters_reproduce_the_retriever_order_exactly():
+    g = torch.Generator().manual_seed(0)
+    B, K, d, N = 6, 12, 24, 50
+    q = torch.randn(B, d, generator=g)
+    table = torch.randn(N, d, generator=g)
+    retr = torch.topk(q @ table.T, K, dim=1)                  # the retriever's own top-K, in order
+    rr = Reranker(d, top_m=K)
+    sel = rr.select(q, (retr.indices, table), greedy=True)
+    assert torch.equal(sel.selected_ids, retr.indices)
+    sel = rr.select(q, (retr.indices, table), greedy=True, m=5)
+    assert torch.equal(sel.selected_ids, retr.indices[:, :5])
+    dense = table[retr.indices]
+    sel = rr.select(q, dense, greedy=True, m=5)
+    assert torch.equal(sel.indices, torch.arange(5).expand(B, 5))
+    torch.testing.assert_close(sel.scores, retr.values, rtol=1e-6, atol=1e-6)
+
+
+def test_select_shapes_padding_and_seeds():
+    g = torch.Generator().manual_seed(1)
+    d, K, N = 8, 6, 20
+    table = torch.randn(N, d, generator=g)
+    ids = torch.tensor([[3, 1, -1, 0, 2, -1], [5, -1, -1, -1, -1, 7]])
+    q = torch.randn(2, d, generator=g)
+    rr = Reranker(d, top_m=3, seed=5)
+    s1 = rr.select(q, (ids, table))
+    s2 = rr.select(q, (ids, table))          # the internal counter advanced: a fresh draw
+    assert (s1.offset, s2.offset) == (0, 12)
+    assert s1.indices.shape == (2, 3) and s1.scores.shape == (2, 6) and s1.logp.shape == (2, 3)
+    assert s1.indices[1, 2].item() == -1 and s1.selected_ids[1, 2].item() == -1   # only 2 valid
+    for sel in (s1, s2):
+        for row, idrow in zip(sel.indices.tolist(), ids.tolist()):
+            assert all(idrow[i] >= 0 for i in row if i >= 0)
+    again = rr.select(q, (ids, table), seed=s1.seed, offset=s1.offset)
+    assert torch.equal(again.indices, s1.indices)
+    one = rr.select(q[0], (ids[0], table))   # 1-D query
+    assert one.indices.shape == (3,) and one.squeezed
+    with pytest.raises(MemkernValueError, match="m: expected m <= K = 6"):
+        rr.select(q, (ids, table), m=7)
+    with pytest.raises(MemkernValueError, match="candidates"):
+        rr.select(q, (ids, table, 1))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
+    pytest.mark.interpret, pytest.mark.skipif(not _TRITON, reason="needs CUDA or TRITON_INTERPRET=1")])])
+@pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
+def test_paper_update_is_one_sgd_step_on_the_reference_gradient(backend, logp):
+    g = torch.Generator().manual_seed(2)
+    B, K, M, d = 3, 7, 3, 10
+    rr = Reranker.from_preset("paper", d, top_m=M, logp=logp, backend=backend)
+    with torch.no_grad():
+        rr.Wq.copy_(torch.randn(d, d, generator=g) * 0.1)
+        rr.Wm.copy_(torch.randn(d, d, generator=g) * 0.1)
+    Wq0, Wm0 = rr.Wq.detach().clone(), rr.Wm.detach().clone()
+    q = torch.randn(B, d, generator=g)
+    C = torch.randn(B, K, d, generator=g)
+    mask = torch.ones(B, K, dtype=torch.bool)
+    mask[2, 4:] = False
+    sel = rr.select(q, C, mask=mask, seed=3)
+    R = torch.tensor([[1.0, -1.0, -1.0], [-1.0, -1.0, 1.0], [1.0, 1.0, -1.0]])
+    st = rr.update(sel, R)
+    loss, dWq, dWm, _, lp = ref.reference_loss_and_grads(q, Wq0, Wm0, C, sel.indices, R, tau=0.5, baseline=0.5,
+                                                         logp=logp, valid=mask)
+    torch.testing.assert_close(sel.logp.double(), lp, rtol=1e-5, atol=1e-5)
+    assert abs(st["loss"] - float(loss)) < 1e-5
+    torch.testing.assert_close(rr.Wq.detach().double(), Wq0.double() - 1e-3 * dWq, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(rr.Wm.detach().double(), Wm0.double() - 1e-3 * dWm, rtol=1e-6, atol=1e-7)
+    assert st["baseline"] == 0.5 and st["n_replay"] == 0 and st["step"] == 1
+    assert abs(st["reward_rate"] - 4 / 9) < 1e-9
+
+
+def test_any_torch_optimizer_gets_the_closed_form_gradient():
+    g = torch.Generator().manual_seed(4)
+    d, K = 6, 5
+    q, C = torch.randn(2, d, generator=g), torch.randn(2, K, d, generator=g)
+    R = torch.tensor([[1.0, -1.0], [-1.0, 1.0]])
+    for spec in (torch.optim.Adam, lambda p: torch.optim.Adam(p, lr=1e-3), "adam"):
+        rr = Reranker.from_preset("paper", d, top_m=2, optimizer=spec)
+        sel = rr.select(q, C, seed=1)
+        rr.update(sel, R)
+        # a first Adam step moves every entry with a nonzero gradient by ~lr
+        _, dWq, _, _, _ = ref.reference_loss_and_grads(q, torch.zeros(d, d), torch.zeros(d, d), C, sel.indices, R)
+        moved = rr.Wq.detach().abs()
+        nz = dWq.abs() > 1e-6
+        torch.testing.assert_close(moved[nz], torch.full_like(moved[nz], 1e-3), rtol=1e-2, atol=1e-6)
+        assert torch.equal(torch.sign(rr.Wq.detach()[nz]).double(), -torch.sign(dWq[nz]))
+    with pytest.raises(MemkernTypeError, match="optimizer"):
+        Reranker(d, optimizer=3)
+
+
+def test_update_validates_rewards_and_accepts_bools():
+    rr = Reranker(4, top_m=2)
+    q, C = torch.randn(3, 4), torch.randn(3, 5, 4)
+    sel = rr.select(q, C)
+    with pytest.raises(MemkernValueError, match=r"rewards: expected the selection's shape \(3, 2\)"):
+        rr.update(sel, torch.ones(3, 3))
+    with pytest.raises(MemkernTypeError, match="selection"):
+        rr.update("x", torch.ones(3, 2))
+    st = rr.update(sel, torch.tensor([[True, False], [False, False], [True, True]]))
+    assert abs(st["reward_rate"] - 0.5) < 1e-9
+    with pytest.raises(MemkernValueError, match="dim"):
+        Reranker(0)
+    with pytest.raises(MemkernValueError, match="baseline"):
+        Reranker(4, baseline="median")
+
+
+def test_state_dict_round_trip_continues_identically(tmp_path):
+    task = Task(d=16, N=100, K=10)
+    rr = Reranker(16, optimizer="adam", lr=1e-3, replay_capacity=12, guard_window=3)
+    _train(task, rr, 7)
+    path = tmp_path / "ns" / "reranker.pt"
+    rr.save(path)
+    rr2 = Reranker.load(path)
+    assert rr2.optimizer_name == "adam" and rr2.replay_len == rr.replay_len == 12 and rr2.steps == 7
+    torch.testing.assert_close(rr2.Wq, rr.Wq, rtol=0, atol=0)
+    for a in (rr, rr2):   # the same future: draws, replay picks, optimizer moments, guard windows
+        _train(task, a, 5, seed=8)
+    torch.testing.assert_close(rr2.Wq, rr.Wq, rtol=0, atol=0)
+    torch.testing.assert_close(rr2.Wm, rr.Wm, rtol=0, atol=0)
+    fresh = Reranker(16, optimizer="adam", lr=1e-3, replay_capacity=12)
+    fresh.load_state_dict(rr.state_dict())
+    assert fresh.steps == rr.steps and fresh.replay_len == 12
+    with pytest.raises(MemkernValueError, match="dim"):
+        Reranker(8).load_state_dict(rr.state_dict())
+
+
+# ------------------------------------------------------------------------------------------------
+# learning
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw", [{}, {"logp": "plackett_luce", "baseline": "running_mean"}], ids=["default", "pl"])
+def test_learns_a_hidden_preferred_direction(kw):
+    # reward +1 iff the selected memory lies along a hidden query-dependent direction P q
+    d, K, B = 16, 20, 4
+    g = torch.Generator().manual_seed(5)
+    P = torch.randn(d, d, generator=g) / math.sqrt(d)
+    rr = Reranker(d, **kw)
+    rates = []
+    for _ in range(400):
+        q = F.normalize(torch.randn(B, d, generator=g), dim=-1)
+        C = F.normalize(torch.randn(B, K, d, generator=g) + 0.5 * q[:, None], dim=-1)
+        sel = rr.select(q, C)
+        m = C.gather(1, sel.indices.unsqueeze(-1).expand(-1, -1, d))
+        R = torch.where(torch.einsum("bmd,bd->bm", m, q @ P.T) > 0.2, 1.0, -1.0)
+        rates.append(rr.update(sel, R)["reward_rate"])
+    first, last = sum(rates[:100]) / 100, sum(rates[-100:]) / 100
+    assert last > first + 0.08, (first, last)
+
+
+def test_default_learns_from_noisy_citations_in_one_pass():
+    task = Task()
+    r0, r1, _ = _train(Reranker(task.d), task, 0) if False else _train(task, Reranker(task.d), 600)
+    assert r1 > r0 + 0.10, (r0, r1)
+
+
+# ------------------------------------------------------------------------------------------------
+# stable learning (issue 7)
+# ------------------------------------------------------------------------------------------------
+def test_presets():
+    p = Reranker.from_preset("paper", 8)
+    assert (p.lr, p.baseline, p.optimizer_name, p.clip_grad_norm, p.replay_capacity, p.guard,
+            p.normalize_advantages, p.weight_decay, p.logp) == (1e-3, 0.5, "sgd", None, 0, False, False, 0.0,
+                                                                "softmax")
+    s = Reranker(8)
+    for k, v in PRESETS["stable"].items():
+        got = s.optimizer_name if k == "optimizer" else getattr(s, k)
+        assert got == v, k
+    with pytest.raises(MemkernValueError, match="name"):
+        Reranker.from_preset("fast", 8)
+
+
+def test_baseline_modes():
+    q, C = torch.randn(2, 4), torch.randn(2, 5, 4)
+    R = torch.tensor([[1.0, -1.0], [-1.0, -1.0]])
+    for mode, want in ((0.5, 0.5), ("batch_mean", -0.5)):
+        rr = Reranker(4, top_m=2, baseline=mode, replay_capacity=0)
+        assert rr.update(rr.select(q, C), R)["baseline"] == want
+    rr = Reranker(4, top_m=2, baseline="running_mean", replay_capacity=0, baseline_momentum=0.5)
+    assert rr.update(rr.select(q, C), R)["baseline"] == -0.5           # first batch: its own mean
+    assert rr.update(rr.select(q, C), torch.ones(2, 2))["baseline"] == -0.5   # then the running mean
+    assert rr.update(rr.select(q, C), torch.ones(2, 2))["baseline"] == 0.25   # 0.5 * -0.5 + 0.5 * 1
+
+
+def test_replay_buffer_is_bounded_revisited_and_persisted(tmp_path):
+    task = Task(d=8, N=60, K=6)
+    rr = Reranker(8, top_m=2, replay_capacity=10, replay_size=3)
+    _, _, stats = _train(task, rr, 6, B=4)
+    assert rr.replay_len == 10
+    assert [s["n_replay"] for s in stats] == [0, 3, 3, 3, 3, 3]
+    assert [s["n_rows"] for s in stats] == [4, 7, 7, 7, 7, 7]
+    newest = rr._replay[-1]
+    rr.save(tmp_path / "r.pt")
+    rr2 = Reranker.load(tmp_path / "r.pt")
+    assert rr2.replay_len == 10
+    for a, b in zip(newest, rr2._replay[-1]):
+        assert torch.equal(a, b)
+    # replay_size=None replays as many rows as the new batch; capacity 0 disables it
+    rr3 = Reranker(8, top_m=2, replay_capacity=50)
+    _, _, stats = _train(task, rr3, 3, B=5)
+    assert [s["n_replay"] for s in stats] == [0, 5, 5] and rr3.replay_len == 15
+    rr4 = Reranker(8, top_m=2, replay_capacity=0)
+    _train(task, rr4, 3)
+    assert rr4.replay_len == 0 and "replay" not in (rr4.state_dict()["_extra_state"]["replay"] or {})
+
+
+def test_guard_rolls_back_an_exploding_adapter(caplog):
+    task = Task(d=8, N=60, K=6)
+    rr = Reranker(8, top_m=2, lr=100.0, clip_grad_norm=None, normalize_advantages=False, weight_decay=0.0,
+                  guard_max_norm=5.0)
+    with caplog.at_level(logging.WARNING, logger="memkern"):
+        _, _, stats = _train(task, rr, 10)
+    assert rr.rollbacks >= 1 and any(s["rolled_back"] for s in stats)
+    assert rr.adapter_norm() <= 5.0 and _finite(rr)
+    assert any("collapse guard rolled back" in r.getMessage() for r in caplog.records)
+
+
+def test_guard_rolls_back_when_the_reward_rate_falls():
+    task = Task()
+    rr = Reranker(task.d, guard_window=25)
+    r0, r1, _ = _train(task, rr, 300)
+    assert rr.rollbacks == 0 and r1 > r0 + 0.05
+    good_Wm = rr._good_state["Wm"].clone()
+    with torch.no_grad():                  # corrupt the adapters (norm within bounds): the ranking degrades
+        rr.Wm.mul_(-3.0)
+        rr.Wq.mul_(-1.0)
+    _, r2, _ = _train(task, rr, 60, seed=3)
+    assert rr.rollbacks >= 1
+    assert r2 > r0 and r2 >= r1 - 0.08, (r0, r1, r2)
+    assert not torch.equal(good_Wm, -3.0 * good_Wm)
+
+
+# collapse regression: the settings that destroyed the ranking in issue 7 must not do so under the
+# default guards; the control run shows the unguarded paper setting does collapse on the same task
+COLLAPSE = [("adam", 1e-3, 1500), ("sgd", 1e-2, 1500), ("sgd", 1e-1, 1500)]
+
+
+@pytest.mark.parametrize("opt,lr,steps", COLLAPSE, ids=[f"{o}-{lr}" for o, lr, _ in COLLAPSE])
+def test_no_collapse_under_default_guards(opt, lr, steps):
+    task = Task()
+    rr = Reranker(task.d, optimizer=opt, lr=lr)
+    r0, r1, stats = _train(task, rr, steps)
+    assert _finite(rr) and all(math.isfinite(s["loss"]) for s in stats)
+    assert r1 >= r0 - 0.02, (r0, r1)
+    assert rr.adapter_norm() <= rr.guard_max_norm
+
+
+def test_unguarded_paper_setting_collapses_on_the_same_task():
+    task = Task()
+    rr = Reranker.from_preset("paper", task.d, lr=1e-1)
+    r0, r1, _ = _train(task, rr, 800)
+    assert (not _finite(rr)) or r1 < r0 - 0.1, (r0, r1)
