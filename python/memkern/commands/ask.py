@@ -30,6 +30,15 @@ def run(args: argparse.Namespace) -> int:
 
     path = C.store_path(args)
     store = C.open_store(path, create=False)
+    try:
+        return _run(args, store)
+    finally:
+        store.close()
+
+
+def _run(args: argparse.Namespace, store) -> int:
+    from ..rmm import RMM
+
     chat, emb = C.build_models(args)
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,
               batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens)
@@ -44,5 +53,4 @@ def run(args: argparse.Namespace) -> int:
         C.print_response(resp, rmm)
         if rmm.pending:
             print(f"  ({rmm.pending} response(s) of rewards buffered; the reranker updates every {args.batch_size})")
-    store.close()
     return 0

@@ -50,6 +50,15 @@ def run(args: argparse.Namespace) -> int:
     chat, emb = C.build_models(args)
     path = C.store_path(args)
     store = C.open_store(path, dim=emb.dim)
+    try:
+        return _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start)
+    finally:
+        store.close()
+
+
+def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start) -> int:
+    from ..rmm import RMM
+
     removed = C.reset_namespace(store, args.namespace)
     print(f"Store: {path}  namespace {args.namespace!r} (reset: {removed} old records removed)")
 
@@ -109,5 +118,4 @@ def run(args: argparse.Namespace) -> int:
           f"(state saved under {path / 'rerankers'})")
     print(f"Done in {time.perf_counter() - t_start:.0f} s. Try: memkern ask --store {path} -n {args.namespace} "
           f"\"What is my job now?\"   |   memkern inspect --store {path} -n {args.namespace}")
-    store.close()
     return 0

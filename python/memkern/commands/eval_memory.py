@@ -41,6 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", default="eval-results", help="folder for JSON results and plots (default eval-results)")
     o.add_argument("--tag", default="", help="suffix for result file names")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
+    o.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: on shared 2-core machines more threads thrash)")
     o.add_argument("--cache-dir", default="default",
                    help="embedding cache folder ('none' to disable; default: $MEMKERN_CACHE or ~/.cache/memkern)")
     g = p.add_argument_group("granularity / turn-in-topic")
@@ -101,7 +103,8 @@ def run(args) -> int:
     from ..errors import MemkernError
     from ..eval import memory as M
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(max(1, int(args.threads)))
+    log.info("eval memory: torch threads = %d", torch.get_num_threads())
     progress = not args.quiet
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     path = C.store_path(args)
     store = C.open_store(path, create=False)
+    try:
+        return _run(args, store, path)
+    finally:
+        store.close()
+
+
+def _run(args: argparse.Namespace, store, path) -> int:
     if args.id is not None:
         rec = store.get(args.id)
         store.delete(args.id)
@@ -30,5 +37,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         n = C.reset_namespace(store, args.namespace)
         print(f"deleted namespace {args.namespace!r}: {n} records and its reranker state, from {path}")
-    store.close()
     return 0

@@ -34,6 +34,15 @@ def run(args: argparse.Namespace) -> int:
     chat, emb = C.build_models(args, need_chat=need_chat)
     path = C.store_path(args)
     store = C.open_store(path, dim=emb.dim)
+    try:
+        return _run(args, store, path, sessions, chat, emb)
+    finally:
+        store.close()
+
+
+def _run(args, store, path, sessions, chat, emb) -> int:
+    from ..rmm import RMM
+
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=args.extractor, seed=args.seed)
     bar = C.progress_bar(len(sessions), "ingest", not args.no_progress)
     actions: Counter = Counter()
@@ -48,5 +57,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"ingested {len(sessions)} sessions into {path} namespace {args.namespace!r}: "
           + ", ".join(f"{a} {actions[a]}" for a in ("ADD", "MERGE", "UPDATE", "INVALIDATE", "NOOP")))
     print(f"namespace now holds {store.count(args.namespace)} active memories")
-    store.close()
     return 0

@@ -27,6 +27,13 @@ class _Bank:
 def run(args: argparse.Namespace) -> int:
     path = C.store_path(args)
     store = C.open_store(path, create=False)
+    try:
+        return _run(args, store, path)
+    finally:
+        store.close()
+
+
+def _run(args: argparse.Namespace, store, path) -> int:
     if args.id is not None:
         rec = store.get(args.id)
         versions = store.history(args.id) if hasattr(store, "history") else [rec]
