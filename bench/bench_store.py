@@ -41,17 +41,24 @@ SUMMARY_LEN = 120  # characters per topic summary
 RESULTS: dict = {}
 
 
-def clustered(n: int, d: int, n_clusters: int, seed: int, noise: float = 0.35) -> np.ndarray:
+def clustered(n: int, d: int, n_clusters: int, seed: int, rank: int = 64, noise: float = 0.5,
+              sample_seed: int | None = None) -> np.ndarray:
+    """Unit vectors from a mixture of low-rank Gaussians (a stand-in for sentence embeddings,
+    which have a low intrinsic dimension): cluster centre + a point of the cluster's random
+    ``rank``-dim subspace + isotropic noise. ``seed`` fixes the clusters, ``sample_seed`` the draws
+    (queries are fresh draws from the same clusters)."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, d)).astype(np.float32)
-    x = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, d)).astype(np.float32)
+    bases = (rng.standard_normal((n_clusters, rank, d)) / np.sqrt(rank)).astype(np.float32)
+    rs = rng if sample_seed is None else np.random.default_rng(sample_seed)
+    x = np.empty((n, d), dtype=np.float32)
+    for s in range(0, n, 8192):
+        m = min(8192, n - s)
+        lab = rs.integers(0, n_clusters, m)
+        z = rs.standard_normal((m, rank)).astype(np.float32)
+        eps = noise * rs.standard_normal((m, d)).astype(np.float32)
+        x[s:s + m] = centres[lab] + np.einsum("nr,nrd->nd", z, bases[lab]) + eps
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def make_queries(x: np.ndarray, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    q = x[rng.choice(len(x), n, replace=False)] + 0.2 * rng.standard_normal((n, x.shape[1])).astype(np.float32)
-    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
 def summaries(n: int) -> list[str]:
@@ -80,7 +87,7 @@ def dir_bytes(p: Path) -> int:
 def world():
     tmp = Path(tempfile.mkdtemp(prefix="memkern-bench-"))
     x = clustered(N, D, max(20, N // 1000), seed=0)
-    q = make_queries(x, N_QUERIES, seed=1)
+    q = clustered(N_QUERIES, D, max(20, N // 1000), seed=0, sample_seed=1)
     texts = summaries(N)
     w = {"tmp": tmp, "x": x, "q": q, "texts": texts}
     yield w

@@ -7,18 +7,24 @@ import pytest
 from memkern.store import DEFAULT_EF_SEARCH, MemoryStore
 
 
-def clustered(n: int, d: int, n_clusters: int, seed: int, noise: float = 0.35) -> np.ndarray:
-    """Unit vectors around `n_clusters` random centres (a stand-in for sentence embeddings)."""
+def clustered(n: int, d: int, n_clusters: int, seed: int, rank: int = 64, noise: float = 0.5,
+              sample_seed: int | None = None) -> np.ndarray:
+    """Unit vectors from a mixture of low-rank Gaussians (a stand-in for sentence embeddings,
+    which have a low intrinsic dimension): cluster centre + a point of the cluster's random
+    ``rank``-dim subspace + isotropic noise. ``seed`` fixes the clusters, ``sample_seed`` the draws
+    (queries are fresh draws from the same clusters)."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, d)).astype(np.float32)
-    x = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, d)).astype(np.float32)
+    bases = (rng.standard_normal((n_clusters, rank, d)) / np.sqrt(rank)).astype(np.float32)
+    rs = rng if sample_seed is None else np.random.default_rng(sample_seed)
+    x = np.empty((n, d), dtype=np.float32)
+    for s in range(0, n, 8192):
+        m = min(8192, n - s)
+        lab = rs.integers(0, n_clusters, m)
+        z = rs.standard_normal((m, rank)).astype(np.float32)
+        eps = noise * rs.standard_normal((m, d)).astype(np.float32)
+        x[s:s + m] = centres[lab] + np.einsum("nr,nrd->nd", z, bases[lab]) + eps
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def queries_near(x: np.ndarray, n: int, seed: int, noise: float = 0.2) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    q = x[rng.choice(len(x), n, replace=False)] + noise * rng.standard_normal((n, x.shape[1])).astype(np.float32)
-    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
 def recall_at(got: np.ndarray, exact: np.ndarray, k: int) -> float:
@@ -28,11 +34,11 @@ def recall_at(got: np.ndarray, exact: np.ndarray, k: int) -> float:
 @pytest.mark.parametrize("metric", ["ip", "cos", "l2"])
 def test_recall_at_10_default_ef(tmp_path, metric):
     n, d = 8000, 384
-    x = clustered(n, d, 80, seed=0)
-    q = queries_near(x, 300, seed=1)
+    x = clustered(n, d, 40, seed=0)
+    q = clustered(300, d, 40, seed=0, sample_seed=1)
     with MemoryStore(tmp_path / metric, dim=d, metric=metric, fsync="never") as s:
         ids = s.add_batch("u", [""] * n, x)
-        s.add_batch("other", [""] * 500, clustered(500, d, 80, seed=0)[:500])  # must never leak in
+        s.add_batch("other", [""] * 500, clustered(500, d, 40, seed=0, sample_seed=2))  # must never leak in
         got, scores = s.search("u", q, k=20)
         assert s.ef_search == DEFAULT_EF_SEARCH
     if metric == "l2":
@@ -48,8 +54,8 @@ def test_recall_at_10_default_ef(tmp_path, metric):
 
 def test_recall_grows_with_ef(tmp_path):
     n, d = 4000, 64
-    x = clustered(n, d, 40, seed=3, noise=0.6)
-    q = queries_near(x, 200, seed=4, noise=0.4)
+    x = clustered(n, d, 40, seed=3, rank=32, noise=0.6)
+    q = clustered(200, d, 40, seed=3, rank=32, noise=0.6, sample_seed=4)
     exact = np.argsort(-(q @ x.T), axis=1)[:, :10]
     with MemoryStore(tmp_path / "s", dim=d, fsync="never") as s:
         ids = s.add_batch("u", [""] * n, x)

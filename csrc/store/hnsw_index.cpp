@@ -28,6 +28,11 @@ void HnswIndex::put(int64_t label, const float* v) {
   g_->addPoint(v, static_cast<hnswlib::labeltype>(label));
 }
 
+void HnswIndex::reserve_more(size_t n) {
+  size_t need = g_->cur_element_count + n;
+  if (need > g_->max_elements_) g_->resizeIndex(std::max(need, g_->max_elements_ + g_->max_elements_ / 2));
+}
+
 void HnswIndex::remove(int64_t label) { g_->markDelete(static_cast<hnswlib::labeltype>(label)); }
 
 bool HnswIndex::contains(int64_t label) const {

@@ -536,6 +536,11 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   w.u32(static_cast<uint32_t>(items.size()));
   int64_t first = next_id_;
   encode_add(w, ns, items, first, now_s());
+  size_t per_level[kNumLevels] = {0, 0};
+  for (const auto& it : items) per_level[it.level]++;
+  Namespace& nsr = *ns_[ns_index(ns)];  // an empty namespace is invisible until it holds records
+  for (uint8_t l = 0; l < kNumLevels; ++l)
+    if (per_level[l] > 1) index_for(nsr, l).reserve_more(per_level[l]);
   commit(w.buf, items.size());
   std::vector<int64_t> ids(items.size());
   for (size_t i = 0; i < items.size(); ++i) ids[i] = first + static_cast<int64_t>(i);

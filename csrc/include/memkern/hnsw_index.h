@@ -33,6 +33,8 @@ class HnswIndex {
   // Adds or replaces the vector of `label` (grows the capacity as needed; writer only).
   void put(int64_t label, const float* v);
   void remove(int64_t label);  // marks deleted
+  // Grows the capacity once to hold `n` more points (avoids repeated doubling in batch adds).
+  void reserve_more(size_t n);
   bool contains(int64_t label) const;
   // Copies the stored vector of `label` into out[dim].
   void vector(int64_t label, float* out) const;
