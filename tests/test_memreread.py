@@ -234,7 +234,11 @@ def test_answer_batch_shares_batches_and_matches_single():
           "What is the Zorblat code?"]
     single = [mr(FakeChat(decompose=dec), max_rereads=2).answer(d, q) for d, q in zip(docs, qs)]
     fake = FakeChat(decompose=dec)
-    batched = mr(fake, max_rereads=2).answer_batch(docs, qs, progress=False)
+    done = []
+    batched = mr(fake, max_rereads=2).answer_batch(docs, qs, progress=False, callback=lambda i, r: done.append((i, r)))
+    assert sorted(i for i, _ in done) == [0, 1, 2, 3] and all(batched[i] is r for i, r in done)
+    last_step = [r.trace[-1].step for r in batched]
+    assert [last_step[i] for i, _ in done] == sorted(last_step)  # reported as soon as finished
     for a, b in zip(single, batched):
         assert (a.answer, a.memory, a.sub_questions, a.calls, a.rereads) == (b.answer, b.memory, b.sub_questions,
                                                                              b.calls, b.rereads)

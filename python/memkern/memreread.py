@@ -33,7 +33,7 @@ import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .prompts import memreread as P
@@ -373,7 +373,8 @@ class MemReread:
         """Answer one question over one document (see :meth:`answer_batch`)."""
         return self.answer_batch([document], [question])[0]
 
-    def answer_batch(self, documents: Sequence[str], questions: Sequence[str], progress: bool = False) -> list[Result]:
+    def answer_batch(self, documents: Sequence[str], questions: Sequence[str], progress: bool = False,
+                     callback: Callable[[int, Result], None] | None = None) -> list[Result]:
         """Answer many (document, question) items, batching their model calls.
 
         Parameters
@@ -381,6 +382,7 @@ class MemReread:
         documents : list of str, length ``n``.
         questions : list of str, length ``n`` (non-empty).
         progress : show a progress bar over finished items.
+        callback : called as ``callback(index, result)`` as soon as item ``index`` is finished.
 
         Returns
         -------
@@ -442,6 +444,8 @@ class MemReread:
                         results[i].calls = dict(Counter(t.role for t in results[i].trace))
                         if bar is not None:
                             bar.update(1)
+                        if callback is not None:
+                            callback(i, results[i])
                 active = still
                 step += 1
         finally:

@@ -98,7 +98,8 @@ def evaluate_reread(items: Sequence[Any], chat_model: Any, max_rereads: int = 3,
             for s in range(0, len(items), batch_size):
                 part = list(items[s:s + batch_size])
                 t0 = time.perf_counter()
-                results = reader.answer_batch([it.context for it in part], [it.question for it in part])
+                results = reader.answer_batch([it.context for it in part], [it.question for it in part],
+                                              callback=(lambda i, r: bar.update(1)) if bar is not None else None)
                 wall = time.perf_counter() - t0
                 for it, r in zip(part, results):
                     rows.append({
@@ -110,8 +111,6 @@ def evaluate_reread(items: Sequence[Any], chat_model: Any, max_rereads: int = 3,
                         "sub_questions": r.sub_questions, "stop_reason": r.stop_reason, "calls": r.calls,
                         "seconds": r.seconds, "batch_wall_seconds": wall / len(part),
                         "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens})
-                if bar is not None:
-                    bar.update(len(part))
     finally:
         if bar is not None:
             bar.close()
