@@ -11,6 +11,7 @@ Run (default: the target point B=64, K=20, M=5, d=768 plus two small ones)::
     OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q
     MEMKERN_BENCH_FULL=1 OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q   # full grid
     OMP_NUM_THREADS=1 python bench/bench_reranker.py [--full]                              # table only
+    OMP_NUM_THREADS=1 python bench/bench_reranker.py --stability    # learning stability (issue 7)
 
 Grid (full): B in {1, 4, 64, 256}, K in {20, 50}, M in {5, 10}, d in {384, 768, 1024}.
 CPU target: >= 5x over naive at B=64, K=20, M=5, d=768.
@@ -116,7 +117,44 @@ def test_target_speedup():
     assert sp >= TARGET_SPEEDUP, f"speedup {sp:.2f}x < {TARGET_SPEEDUP}x"
 
 
+STABILITY = [("paper", "sgd", 1e-3), ("paper", "sgd", 1e-2), ("paper", "sgd", 1e-1), ("paper", "adam", 1e-3),
+             ("paper", "adam", 1e-2), ("default", "sgd", 5e-2), ("default", "sgd", 1e-4), ("default", "sgd", 1e-3),
+             ("default", "sgd", 1e-2), ("default", "sgd", 1e-1), ("default", "adam", 1e-4),
+             ("default", "adam", 1e-3), ("default", "adam", 1e-2)]
+
+
+def stability(steps=10_000, B=4, checkpoints=(1000, 10_000)):
+    """Held-back Recall@5 on ``SyntheticCitationTask`` (noisy citations 0.9/0.1) along one online pass
+    of ``steps`` updates, for the paper preset and the default (stable) setting at several optimizers
+    and learning rates. Prints a markdown table."""
+    from memkern.reranker import Reranker
+
+    task = ref.SyntheticCitationTask()
+    print(f"SyntheticCitationTask(d={task.d}, N={task.N}, K={task.K}), B={B}, {steps} updates, Recall@5 on 400 "
+          "held-back queries")
+    cps = [c for c in checkpoints if c <= steps]
+    print("| setting | optimizer | lr | R@5 before | " + " | ".join(f"R@5 after {c}" for c in cps)
+          + " | adapter norm | rollbacks | NaN |")
+    print("|---|---|---|---|" + "---|" * len(cps) + "---|---|---|")
+    for preset, opt, lr in STABILITY:
+        rr = (Reranker.from_preset("paper", task.d, optimizer=opt, lr=lr) if preset == "paper"
+              else Reranker(task.d, optimizer=opt, lr=lr))
+        done, rec, r0 = 0, [], None
+        for c in cps:
+            # continue the same online pass: fresh query stream per chunk, seeded by the chunk start
+            a, b, _ = task.train(rr, c - done, B=B, seed=1 + done)
+            r0 = a if r0 is None else r0
+            rec.append(b)
+            done = c
+        nan = not bool(torch.isfinite(rr.Wq).all() and torch.isfinite(rr.Wm).all())
+        print(f"| {preset} | {opt} | {lr:g} | {r0:.3f} | " + " | ".join(f"{x:.3f}" for x in rec)
+              + f" | {rr.adapter_norm():.3g} | {rr.rollbacks} | {nan} |", flush=True)
+
+
 def main(argv):
+    if "--stability" in argv:
+        stability()
+        return 0
     grid = (list(itertools.product([1, 4, 64, 256], [20, 50], [5, 10], [384, 768, 1024]))
             if "--full" in argv else GRID)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")

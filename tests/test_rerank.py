@@ -132,6 +132,16 @@ def test_torch_philox_reproduces_triton_rand_bit_for_bit():
     assert abs(float(u.mean()) - 0.5) < 0.01
 
 
+def test_numpy_and_torch_philox_agree(monkeypatch):
+    offs = torch.cat([torch.arange(500), torch.arange(2**32 - 300, 2**32 + 300), torch.tensor([2**40 + 3])])
+    for seed in (0, 77, 2**31 + 5, 2**45 + 9):
+        a = ops.philox_uniform(seed, offs)
+        monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", True)
+        b = ops.philox_uniform(seed, offs)
+        monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", False)
+        assert torch.equal(a, b) and a.dtype == torch.float32
+
+
 def test_zero_adapters_give_retriever_scores_and_greedy_order():
     x = _inputs(4, 10, 16, seed=3)
     Z = torch.zeros(16, 16)
@@ -284,3 +294,11 @@ def test_one_dimensional_query():
     assert s.shape == (6,)
     st = ops.rerank_step(x["q"][0], x["Wq"], x["Wm"], x["C"][0], torch.ones(2), 2, backend="torch")
     assert st.indices.shape == (2,) and st.dWq.shape == (5, 5)
+
+
+def test_device_mismatch_names_the_argument():
+    x = _inputs(2, 4, 8)
+    with pytest.raises(MemkernValueError, match="Wm: expected a tensor on q's device"):
+        ops.rerank_scores(x["q"], x["Wq"], x["Wm"].to("meta"), x["C"])
+    with pytest.raises(MemkernValueError, match="candidates: expected a tensor on q's device"):
+        ops.rerank_scores(x["q"], x["Wq"], x["Wm"], x["C"].to("meta"))

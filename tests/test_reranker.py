@@ -25,45 +25,13 @@ except Exception:  # pragma: no cover
     _TRITON = False
 
 
-# ------------------------------------------------------------------------------------------------
 # a synthetic retrieval task: queries are a hidden linear distortion of their gold memory plus noise,
 # the retriever ranks the table by cosine; citations are noisy (0.9 for the gold memory, 0.1 otherwise)
-# ------------------------------------------------------------------------------------------------
-class Task:
-    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0):
-        g = torch.Generator().manual_seed(seed)
-        self.d, self.N, self.K = d, N, K
-        self.table = F.normalize(torch.randn(N, d, generator=g), dim=-1)
-        self.A = torch.eye(d) + distort * torch.randn(d, d, generator=g) / math.sqrt(d)
-        self.noise = noise
-
-    def queries(self, n, gen):
-        gold = torch.randint(0, self.N, (n,), generator=gen)
-        z = torch.randn(n, self.d, generator=gen) / math.sqrt(self.d)
-        q = F.normalize(self.table[gold] @ self.A.T + self.noise * z, dim=-1)
-        ids = torch.topk(q @ self.table.T, self.K, dim=1).indices
-        return q, ids, gold
-
-    @staticmethod
-    def rewards(sel_ids, gold, gen, p_hit=0.9, p_miss=0.1):
-        p = torch.where(sel_ids == gold[:, None], p_hit, p_miss)
-        return torch.where(torch.rand(p.shape, generator=gen) < p, 1.0, -1.0)
-
-    def recall(self, rr, q, ids, gold, m=5):
-        sel = rr.select(q, (ids, self.table), greedy=True, m=m)
-        return float((sel.selected_ids == gold[:, None]).any(1).float().mean())
+Task = ref.SyntheticCitationTask
 
 
 def _train(task, rr, steps, B=4, seed=1, n_eval=400):
-    gen = torch.Generator().manual_seed(seed)
-    qe, ide, goe = task.queries(n_eval, torch.Generator().manual_seed(999))
-    r0 = task.recall(rr, qe, ide, goe)
-    stats = []
-    for _ in range(steps):
-        q, ids, gold = task.queries(B, gen)
-        sel = rr.select(q, (ids, task.table))
-        stats.append(rr.update(sel, task.rewards(sel.selected_ids, gold, gen)))
-    return r0, task.recall(rr, qe, ide, goe), stats
+    return task.train(rr, steps, B=B, seed=seed, n_eval=n_eval)
 
 
 def _finite(rr):

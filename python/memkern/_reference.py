@@ -132,3 +132,51 @@ def naive_step(q, Wq, Wm, cands, rewards, *, m, tau=0.5, baseline=0.5, uniforms=
     loss = -((r - baseline) * lp).sum() / q.shape[0]
     loss.backward()
     return idx, s.detach(), lp.detach(), loss.detach(), Wq.grad, Wm.grad
+
+
+class SyntheticCitationTask:
+    """A small retrieval task with noisy citations, for reranker tests and stability benchmarks.
+
+    ``N`` unit memories in ``table [N, d]``; a query about gold memory ``g`` is
+    ``normalize(A m_g + noise * z / sqrt(d))`` with a hidden distortion ``A = I + distort * G / sqrt(d)``,
+    so the retriever (cosine top-``K`` over the table) is imperfect and a linear adapter can correct it.
+    A selected memory is cited with probability ``p_hit`` if it is the gold one, ``p_miss`` otherwise
+    (reward +1 cited, -1 not). Recall@m: the gold memory is among the greedy top-``m`` of the reranker.
+    """
+
+    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0):
+        g = torch.Generator().manual_seed(seed)
+        self.d, self.N, self.K = d, N, K
+        self.table = torch.nn.functional.normalize(torch.randn(N, d, generator=g), dim=-1)
+        self.A = torch.eye(d) + distort * torch.randn(d, d, generator=g) / math.sqrt(d)
+        self.noise = noise
+
+    def queries(self, n, gen):
+        """``(q [n, d], ids [n, K] retriever top-K, gold [n])``."""
+        gold = torch.randint(0, self.N, (n,), generator=gen)
+        z = torch.randn(n, self.d, generator=gen) / math.sqrt(self.d)
+        q = torch.nn.functional.normalize(self.table[gold] @ self.A.T + self.noise * z, dim=-1)
+        ids = torch.topk(q @ self.table.T, self.K, dim=1).indices
+        return q, ids, gold
+
+    @staticmethod
+    def rewards(sel_ids, gold, gen, p_hit=0.9, p_miss=0.1):
+        p = torch.where(sel_ids == gold[:, None], p_hit, p_miss)
+        return torch.where(torch.rand(p.shape, generator=gen) < p, 1.0, -1.0)
+
+    def recall(self, rr, q, ids, gold, m=5):
+        sel = rr.select(q, (ids, self.table), greedy=True, m=m)
+        return float((sel.selected_ids == gold[:, None]).any(1).float().mean())
+
+    def train(self, rr, steps, B=4, seed=1, n_eval=400, eval_seed=999):
+        """One online pass of ``steps`` batches; returns ``(recall_before, recall_after, stats)``
+        on ``n_eval`` held-back queries."""
+        gen = torch.Generator().manual_seed(seed)
+        qe, ide, goe = self.queries(n_eval, torch.Generator().manual_seed(eval_seed))
+        r0 = self.recall(rr, qe, ide, goe)
+        stats = []
+        for _ in range(steps):
+            q, ids, gold = self.queries(B, gen)
+            sel = rr.select(q, (ids, self.table))
+            stats.append(rr.update(sel, self.rewards(sel.selected_ids, gold, gen)))
+        return r0, self.recall(rr, qe, ide, goe), stats
