@@ -34,6 +34,20 @@ setting (SGD lr 1e-3, fixed baseline 0.5, per-item softmax log-probs, nothing el
   ``guard_patience`` consecutive rollbacks the current level is accepted as the new reference (the
   task itself may have become harder).
 
+Example (one online step; ``store.search`` gives ``ids [B, K]`` with ``-1`` padding)::
+
+    rr = memkern.Reranker(384)                                  # stable default; or Reranker.load(path)
+    ids, _ = store.search("user-1", q, k=20)                    # q [B, 384]
+    sel = rr.select(q, (ids, table))                            # table [N, 384] rows addressed by ids
+    # or dense: sel = rr.select(q, cands [B, K, d], mask=ids >= 0)
+    chosen = sel.selected_ids                                   # [B, 5] ids (-1 = none)
+    stats = rr.update(sel, cited)                               # cited: bool [B, 5] (or +1/-1 floats)
+    rr.save(path)                                               # one file per namespace
+
+``select(..., greedy=True)`` ranks without sampling (use it for evaluation). ``update`` returns
+``loss``, ``reward_rate``, ``grad_norm``, ``adapter_norm``, ``n_rows``, ``n_replay``, ``baseline``,
+``rolled_back`` and ``step``.
+
 Persistence: ``state_dict()`` holds ``Wq``, ``Wm`` and an extra state (settings, counters,
 optimizer state, running baseline, replay buffer, guard state); ``save(path)`` /
 ``Reranker.load(path)`` write/read it atomically, so each namespace can keep its own file.
@@ -444,8 +458,13 @@ class Reranker(nn.Module):
             scale = 1.0
             if self.clip_grad_norm is not None and gnorm > self.clip_grad_norm:
                 scale = self.clip_grad_norm / (gnorm + 1e-12)
-            self.Wq.grad = (out.dWq * scale).to(self.Wq.dtype)
-            self.Wm.grad = (out.dWm * scale).to(self.Wm.dtype)
+            gq = out.dWq.to(self.Wq.dtype)
+            gm = out.dWm.to(self.Wm.dtype)
+            if scale != 1.0:
+                gq.mul_(scale)
+                gm.mul_(scale)
+            self.Wq.grad = gq
+            self.Wm.grad = gm
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             if self.weight_decay > 0:
