@@ -468,3 +468,15 @@ def test_snapshot_every_truncates_log(tmp_path):
         assert os.path.getsize(p / "wal.log") < 5 * (D * 4 + 200)
     with MemoryStore(p) as s:
         assert s.count("u") == 25 and s.get(24).summary == "t24"
+
+
+def test_ids_listing(store):
+    ids = store.add_batch("u", list("abcd"), vecs(4))
+    store.add("v", "x", vecs(1, 5)[0])
+    store.invalidate(int(ids[1]), "r")
+    store.delete(int(ids[2]))
+    assert store.ids("u").tolist() == [int(ids[0]), int(ids[3])]
+    assert store.ids("u", include_invalidated=True).tolist() == [int(ids[0]), int(ids[1]), int(ids[3])]
+    assert store.ids("u", level="turn").tolist() == [] and store.ids("nobody").dtype == np.int64
+    with pytest.raises(MemkernValueError, match="level"):
+        store.ids("u", level="x")

@@ -335,3 +335,27 @@ def test_crc_matches_zlib(tmp_path):
     assert struct.unpack_from("<I", cur, 20)[0] == zlib.crc32(cur[:20])
     rec = next(p.glob("snap-*/records.bin")).read_bytes()
     assert struct.unpack_from("<I", rec, len(rec) - 4)[0] == zlib.crc32(rec[:-4])
+
+
+def test_torn_tail_is_logged(corrupt_src, tmp_path, caplog):
+    import logging
+    import shutil
+
+    work = tmp_path / "cut"
+    shutil.copytree(corrupt_src, work)
+    wal = work / "wal.log"
+    data = wal.read_bytes()
+    wal.write_bytes(data[:-7])
+    with caplog.at_level(logging.INFO, logger="memkern"):
+        s = MemoryStore(work)
+    try:
+        assert s._native.recovered_torn_tail and s._native.replayed_entries == 9
+        assert s.count("u") == 39
+        assert any("was torn" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    finally:
+        s.close()
+    with caplog.at_level(logging.INFO, logger="memkern"):
+        caplog.clear()
+        with MemoryStore(work) as s:
+            assert not s._native.recovered_torn_tail and s.count("u") == 39
+        assert not any("was torn" in r.getMessage() for r in caplog.records)

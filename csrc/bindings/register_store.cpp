@@ -105,6 +105,8 @@ void register_store(py::module_& m) {
       .def_property_readonly("path", &Store::path)
       .def_property_readonly("closed", &Store::closed)
       .def_property_readonly("generation", &Store::generation)
+      .def_property_readonly("replayed_entries", &Store::replayed_entries)
+      .def_property_readonly("recovered_torn_tail", &Store::recovered_torn_tail)
       .def("add",
            [](Store& s, const std::string& ns, const std::vector<std::string>& summaries,
               const std::vector<std::string>& turns, const std::vector<std::string>& metas, const F32& emb,
@@ -233,6 +235,15 @@ void register_store(py::module_& m) {
              return py::make_tuple(ids, sc);
            })
       .def("namespaces", &Store::namespaces)
+      .def("ids",
+           [](const Store& s, const std::string& ns, bool include_invalidated, uint8_t level) {
+             std::vector<int64_t> v;
+             {
+               py::gil_scoped_release nogil;
+               v = s.ids(ns, include_invalidated, level);
+             }
+             return py::array_t<int64_t>(v.size(), v.data());
+           })
       .def("count", &Store::count)
       .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
       .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())

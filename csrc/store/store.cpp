@@ -128,9 +128,7 @@ void Store::open_or_create(const StoreOptions& opt) {
   bool torn = false;
   WalHeader wh;
   if (have_wal) wh = Wal::read(wal_file, &entries, &torn);
-  if (torn) {
-    // Logged, not fatal: the last write was interrupted and never acknowledged.
-  }
+  torn_tail_ = torn;  // not fatal: the last write was interrupted and never acknowledged
 
   if (have_snapshot) {
     load_snapshot(gen);
@@ -165,6 +163,7 @@ void Store::open_or_create(const StoreOptions& opt) {
                          " is newer than snapshot generation " + std::to_string(generation_));
   if (replay_log) {
     for (const auto& e : entries) apply(e);
+    replayed_ = entries.size();
   } else {
     // No log yet, or a log whose content the snapshot already holds (a crash came between
     // switching CURRENT and truncating the log).
@@ -902,6 +901,22 @@ size_t Store::count(const std::string& name, bool include_invalidated, uint8_t l
   const Namespace* ns = find_ns(name);
   if (!ns) return 0;
   return include_invalidated ? ns->n[level] : ns->n[level] - ns->invalidated[level].size();
+}
+
+std::vector<int64_t> Store::ids(const std::string& name, bool include_invalidated, uint8_t level) const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  check_open();
+  if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  std::vector<int64_t> out;
+  auto it = ns_by_name_.find(name);
+  if (it == ns_by_name_.end()) return out;
+  for (const auto& kv : records_) {
+    const Record& r = kv.second;
+    if (r.ns == it->second && r.level == level && (include_invalidated || r.status == Status::Active))
+      out.push_back(kv.first);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 size_t Store::memory_bytes() const {

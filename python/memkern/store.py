@@ -324,7 +324,8 @@ class MemoryStore:
         Similarity; ``None`` means ``"ip"`` for a new store and the stored metric otherwise.
     fsync : {"always", "batch", "never"}
         When the log is forced to disk: after every write call (default, safe against power loss),
-        at most every ``fsync_interval`` seconds, or only on ``flush``/snapshot/``close``. Every
+        on the first write at least ``fsync_interval`` seconds after the previous fsync ("batch"),
+        or only on ``flush``/snapshot/``close`` ("never"). Every
         acknowledged write survives a *process* kill in every mode (the bytes are in the OS when the
         call returns); the modes differ only for an OS crash or power loss.
     M, ef_construction : int
@@ -386,10 +387,14 @@ class MemoryStore:
         self._path = p
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
         logger.info(
-            "memkern store %s opened: dim=%d metric=%s fsync=%s, %d namespace(s), distance kernel %s",
+            "memkern store %s opened: dim=%d metric=%s fsync=%s, %d namespace(s), %d log entries replayed, "
+            "distance kernel %s",
             p, self._native.dim, self._native.metric, fsync, len(self._native.namespaces()),
-            _native().Store.simd_kernel,
+            getattr(self._native, "replayed_entries", 0), _native().Store.simd_kernel,
         )
+        if getattr(self._native, "recovered_torn_tail", False):
+            logger.warning("memkern store %s: the last log entry was torn (an interrupted, unacknowledged write) "
+                           "and was discarded; everything before it was recovered", p)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -742,6 +747,14 @@ class MemoryStore:
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one record (sorted)."""
         return list(self._n().namespaces())
+
+    def ids(self, namespace: str, include_invalidated: bool = False, *, level: str = "topic") -> np.ndarray:
+        """All record ids of ``namespace`` at ``level`` ("topic" or "turn"), ascending, int64 ``[n]``
+        (invalidated ones only with ``include_invalidated``)."""
+        ns = _check_namespace(namespace)
+        if level not in _LEVELS:
+            raise bad_arg("level", '"topic" or "turn"', level)
+        return self._n().ids(ns, bool(include_invalidated), _LEVELS[level])
 
     def count(self, namespace: str, include_invalidated: bool = False, *, level: str = "topic") -> int:
         """Number of records of ``namespace`` at ``level`` ("topic" or "turn"). Invalidated

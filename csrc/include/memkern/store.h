@@ -87,6 +87,8 @@ class Store {
   std::vector<std::string> namespaces() const;
   size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
   bool contains(int64_t id) const;
+  // Ids of a namespace's records at `level`, ascending.
+  std::vector<int64_t> ids(const std::string& ns, bool include_invalidated, uint8_t level) const;
 
   void flush();     // fsync the log
   void snapshot();  // write a snapshot now and truncate the log
@@ -95,6 +97,9 @@ class Store {
   bool closed() const { return closed_; }
   size_t memory_bytes() const;  // approximate heap bytes (records + graphs)
   uint64_t generation() const { return generation_; }
+  // What opening found: log entries replayed, and whether a torn last entry was cut off.
+  uint64_t replayed_entries() const { return replayed_; }
+  bool recovered_torn_tail() const { return torn_tail_; }
 
  private:
   struct Namespace {
@@ -135,6 +140,8 @@ class Store {
   int64_t next_id_ = 0;
   int lock_fd_ = -1;
   bool closed_ = false;
+  uint64_t replayed_ = 0;
+  bool torn_tail_ = false;
 
   std::unique_ptr<Space> space_;
   std::vector<std::unique_ptr<Namespace>> ns_;
