@@ -291,7 +291,7 @@ def test_rewards_buffered_and_update_cadence(tmp_path):
     rmm.respond("topic4?")
     assert len(spy.updates) == 2
     # the ids shown are the store ids of the chosen candidates, in prompt order
-    prompt = chat.calls[0]["prompts"][0][1]["content"]
+    prompt = chat.calls[0]["prompts"][0][-1]["content"]
     for i, mid in enumerate(r1.memory_ids):
         assert f"[{i}] {rmm.store.get(mid).summary}" in prompt
     assert set(r1.timings) >= {"embed", "retrieve", "rerank", "generate", "update", "total"}
@@ -334,7 +334,7 @@ def test_few_memories_skip_reranker(tmp_path):
     rmm_empty = RMM(store, chat_model=chat, embedder=emb, namespace="nobody", reranker=NoReranker())
     r = rmm_empty.respond("Anything?")
     assert r.memory_ids == [] and r.citations == [] and r.rewards == []
-    assert "(no memories)" in chat.calls[-1]["prompts"][0][1]["content"]
+    assert "(no memories)" in chat.calls[-1]["prompts"][0][-1]["content"]
 
 
 def test_inspect_and_stats():
@@ -451,3 +451,15 @@ def test_embedding_decider_per_sentence_supersede():
     d = dec.decide_batch([("User said: I no longer play tennis on sundays.", [Candidate(1, "User said: I play tennis on sundays.", 0.6)])])[0]
     assert d.action == "INVALIDATE"
     assert merge_summaries("User said: A. B.", "User said: B. C.") == "User said: A. B. C."
+
+
+def test_citation_fallback_by_similarity(tmp_path):
+    chat = ScriptedChat(['{"answer": "The user fact number 1 about topic1 and hobby1."}',
+                         '{"answer": "The user fact number 1 about topic1 and hobby1.", "citations": []}'])
+    rmm = _filled_rmm(tmp_path, chat=chat, batch_size=10, seed=3, cite_fallback=0.99)
+    r = rmm.respond("topic1 hobby1 fact number 1?")
+    assert r.citation_source == "similarity"
+    target = [i for i, m in enumerate(r.memory_ids) if "topic1 " in rmm.store.get(m).summary]
+    assert r.citations == target
+    r2 = rmm.respond("topic1 hobby1 fact number 1?")  # an explicit empty list is the model's choice
+    assert r2.citation_source == "model" and r2.citations == [] and set(r2.rewards) == {-1.0}

@@ -64,6 +64,9 @@ class Response:
         The model's raw output.
     parsed : bool
         Whether the output parsed as the requested JSON (else citations came from ``[i]`` markers).
+    citation_source : str
+        ``"model"`` (the model's citations / markers) or ``"similarity"`` (the model cited
+        nothing at all; memories with cosine ``>= cite_fallback`` to the answer were credited).
     """
 
     answer: str
@@ -73,6 +76,7 @@ class Response:
     timings: dict[str, float] = field(default_factory=dict)
     raw: str = ""
     parsed: bool = True
+    citation_source: str = "model"
 
 
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
@@ -106,15 +110,35 @@ def parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool]:
     (answer, citations, parsed) : tuple[str, list[int], bool]
         ``citations`` sorted and unique; ``parsed`` False when the JSON could not be recovered.
     """
+    answer, cites, parsed, _ = _parse_answer(text, n_memories)
+    return answer, cites, parsed
+
+
+def _parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool, bool]:
+    """:func:`parse_answer` plus whether the output cited at all (a citations field or markers).
+
+    Parameters
+    ----------
+    text : str
+        Raw model output.
+    n_memories : int
+        Number of memories shown (valid citations are ``0..n_memories-1``; others dropped).
+
+    Returns
+    -------
+    (answer, citations, parsed, cited_at_all) : tuple[str, list[int], bool, bool]
+    """
     answer: str | None = None
     cites: list[int] = []
     parsed = False
+    has_field = False
     try:
         value = parse_json(text, dict)
         a = value.get("answer", value.get("response"))
         if a is not None:
             answer = a if isinstance(a, str) else str(a)
             parsed = True
+            has_field = any(k in value for k in ("citations", "citation", "sources"))
             raw = value.get("citations", value.get("citation", value.get("sources", [])))
             if not isinstance(raw, list):
                 raw = [raw]
@@ -131,10 +155,11 @@ def parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool]:
         # No usable JSON: the text before any JSON-looking debris is the answer.
         answer = text.split("{")[0].strip() or text.strip()
     for m in _MARKER.finditer(answer):
+        has_field = True
         cites += [int(p) for p in m.group(1).split(",")]
     answer = " ".join(_MARKER.sub("", answer).split())
     cites = sorted({c for c in cites if 0 <= c < n_memories})
-    return answer, cites, parsed
+    return answer, cites, parsed, has_field
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -221,6 +246,10 @@ class RMM:
         below this become extra topics (:func:`memkern.extract.complete_coverage`); None: off.
     decider_kwargs : dict, optional
         Passed to :class:`~memkern.update.LLMDecider` / :class:`~memkern.update.EmbeddingDecider`.
+    cite_fallback : float or None
+        When the model's answer has no citation field and no ``[i]`` marker at all, credit the
+        shown memories whose cosine similarity to the answer is ``>= cite_fallback`` (0.5;
+        ``Response.citation_source == "similarity"``). ``None``: no citation, all rewards -1.
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
     """
@@ -246,6 +275,7 @@ class RMM:
         embedding_threshold: float = 0.25,
         coverage_threshold: float | None = 0.45,
         decider_kwargs: dict | None = None,
+        cite_fallback: float | None = 0.5,
     ):
         if not isinstance(namespace, str) or not namespace or "/" in namespace or namespace.startswith("."):
             raise bad_arg("namespace", "a non-empty str without '/' or leading '.'", namespace)
@@ -273,6 +303,7 @@ class RMM:
         self.embedding_threshold = float(embedding_threshold)
         self.coverage_threshold = None if coverage_threshold is None else float(coverage_threshold)
         self._decider_kwargs = dict(decider_kwargs or {})
+        self.cite_fallback = None if cite_fallback is None else float(cite_fallback)
         self._chat_model = chat_model
         self._embedder = embedder
         self._reranker = reranker
@@ -525,6 +556,7 @@ class RMM:
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
         ids, cand, m_sel, sel = self._retrieve_and_rerank(q, timings)
+        cand_sel = np.asarray(self.store.embeddings(m_sel), np.float32) if len(m_sel) else None
         t0 = time.perf_counter()
         records = [self.store.get(int(i)) for i in m_sel]
         memories = [{"summary": r.summary, "turns": r.turns} for r in records]
@@ -532,7 +564,15 @@ class RMM:
         raw = self.chat_model.generate([msgs], max_new_tokens=self.answer_max_new_tokens, json=True, seed=self.seed)[0]
         timings["generate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        answer, cites, parsed = parse_answer(raw, len(m_sel))
+        answer, cites, parsed, cited_at_all = _parse_answer(raw, len(m_sel))
+        citation_source = "model"
+        if not cited_at_all and self.cite_fallback is not None and len(m_sel) and answer:
+            # The model gave no citation field at all: attribute the answer to the memories it
+            # is similar to (cosine >= cite_fallback), so the reranker still gets a signal.
+            a = _normalize(self._embed([answer]))[0]
+            sims = _normalize(cand_sel) @ a
+            cites = [i for i, x in enumerate(sims) if float(x) >= self.cite_fallback]
+            citation_source = "similarity"
         rewards = [1.0 if i in cites else -1.0 for i in range(len(m_sel))]
         self.n_responses += 1
         if sel is not None:
@@ -542,7 +582,7 @@ class RMM:
         timings["update"] = time.perf_counter() - t0
         timings["total"] = sum(timings[k] for k in ("embed", "retrieve", "rerank", "generate", "update"))
         log.debug("rmm.respond: %d memories, cited %s; timings %s", len(m_sel), cites, {k: round(v * 1000, 2) for k, v in timings.items()})
-        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed)
+        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source)
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float]):
         """Top-K search then top-M selection. Returns (candidate ids, candidates, selected ids, selection)."""

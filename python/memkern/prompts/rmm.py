@@ -69,6 +69,14 @@ ANSWER_SYSTEM = (
     'Answer with JSON only: {"answer": "...", "citations": [0]}'
 )
 
+# One worked example (small models copy the shape of an example far more reliably than they
+# follow a description of it).
+ANSWER_EXAMPLE_IN = (
+    "Memories:\n[0] The user plays the violin.\n[1] The user lives in Oslo with a cat called Miso.\n\n"
+    "Question: What is my cat's name?"
+)
+ANSWER_EXAMPLE_OUT = '{"answer": "Your cat is called Miso.", "citations": [1]}'
+
 
 def _fmt_turn(turn: dict, index: int | None = None, max_chars: int = 300) -> str:
     role = str(turn.get("role", "user"))
@@ -118,8 +126,8 @@ def answer_messages(
     question: str,
     memories: Sequence[dict[str, Any]],
     session_turns: Sequence[dict] | None = None,
-    max_turns_per_memory: int = 2,
-    max_turn_chars: int = 200,
+    max_turns_per_memory: int = 1,
+    max_turn_chars: int = 160,
 ) -> list[dict[str, str]]:
     """Chat messages asking for a cited answer.
 
@@ -147,5 +155,7 @@ def answer_messages(
     parts.append(f"Question: {question}")
     return [
         {"role": "system", "content": ANSWER_SYSTEM},
+        {"role": "user", "content": ANSWER_EXAMPLE_IN},
+        {"role": "assistant", "content": ANSWER_EXAMPLE_OUT},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
