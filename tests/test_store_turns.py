@@ -146,6 +146,11 @@ def test_merge_and_update_turn_records(two_level, tmp_path):
     added = s.get(rec.turn_ids[-1])
     assert added.turn == new_turns[1] and added.meta == {"turn_position": len(old.turns)}
     np.testing.assert_allclose(added.embedding, unit(2, 51)[1], rtol=1e-6, atol=1e-7)
+    with pytest.raises(MemkernValueError, match="turn_embeddings"):  # would leave a turn without a record
+        s.merge(t, "m2", unit(1, 52)[0], [{"role": "user", "content": "another"}])
+    assert s.get(t).version == rec.version
+    s.merge(t, "m3", unit(1, 52)[0], [new_turns[1]])  # nothing new: no turn embeddings needed
+    assert s.get(t).turn_ids == rec.turn_ids
     # update of turns: needs embeddings for the new turns when turn records exist
     with pytest.raises(MemkernValueError, match="turn_embeddings"):
         s.update(t, turns=conv(2, "z"))

@@ -556,7 +556,7 @@ class MemoryStore:
         and the *union* of the old and new turns (old turns first, duplicates dropped, none ever
         lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
-        that are new."""
+        that are new; it is required when the record already has turn records and new turns come."""
         n = self._n()
         rid = _check_id(id)
         summary = _check_summary(summary)
@@ -575,6 +575,8 @@ class MemoryStore:
                 seen.add(k)
                 merged.append(t)
                 new_rows.append((len(merged) - 1, t, j))
+        if cur["children"] and new_rows and te is None:
+            raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         cs, ct, cm, ce = self._child_args(n, te, new_rows)
         version, _ = n.new_version(rid, 1, summary, vec[None, :], _json_text(merged, "turns"),
                                    _json_text(meta_d, "meta") if meta_d is not None else None, cs, ct, cm, ce,
