@@ -382,7 +382,8 @@ class Reranker(nn.Module):
 
     def adapter_norm(self) -> float:
         """``sqrt(||Wq||_F^2 + ||Wm||_F^2)``."""
-        return float(torch.sqrt(self.Wq.detach().float().pow(2).sum() + self.Wm.detach().float().pow(2).sum()))
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(self.Wq.detach().float()),
+                                                           torch.linalg.vector_norm(self.Wm.detach().float())])))
 
     def update(self, selection: Selection, rewards) -> dict[str, float]:
         """One REINFORCE step from the rewards of ``selection``'s slots.
@@ -452,7 +453,8 @@ class Reranker(nn.Module):
         out = ops.reinforce_grad(q, self.Wq.detach(), self.Wm.detach(), cands, idx, adv, ids=ids, mask=mask,
                                  tau=self.tau, baseline=0.0, logp=self.logp, backend=self.backend)
         loss = float(out.loss)
-        gnorm = float(torch.sqrt(out.dWq.pow(2).sum() + out.dWm.pow(2).sum()))
+        gnorm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(out.dWq),
+                                                            torch.linalg.vector_norm(out.dWm)])))
         stepped = math.isfinite(gnorm) and math.isfinite(loss)
         if stepped:
             scale = 1.0
