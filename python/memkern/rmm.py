@@ -250,6 +250,14 @@ class RMM:
         When the model's answer has no citation field and no ``[i]`` marker at all, credit the
         shown memories whose cosine similarity to the answer is ``>= cite_fallback`` (0.5;
         ``Response.citation_source == "similarity"``). ``None``: no citation, all rewards -1.
+    explore : bool
+        ``True`` (the paper's way): the reranker *samples* the top-M (Gumbel-top-M at its ``tau``),
+        which explores but may show weaker memories; ``False``: the reranker's top-M by score
+        (no noise; rewards still train it).
+    save_every : int
+        Save the reranker every this many updates (default 1: after each update). Saving writes
+        the whole reranker state, replay buffer included (~10 MB at the default capacity), so
+        larger values cut the amortised per-response cost; :meth:`close` always saves.
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
     """
@@ -276,6 +284,8 @@ class RMM:
         coverage_threshold: float | None = 0.45,
         decider_kwargs: dict | None = None,
         cite_fallback: float | None = 0.5,
+        save_every: int = 1,
+        explore: bool = True,
     ):
         if not isinstance(namespace, str) or not namespace or "/" in namespace or namespace.startswith("."):
             raise bad_arg("namespace", "a non-empty str without '/' or leading '.'", namespace)
@@ -304,6 +314,10 @@ class RMM:
         self.coverage_threshold = None if coverage_threshold is None else float(coverage_threshold)
         self._decider_kwargs = dict(decider_kwargs or {})
         self.cite_fallback = None if cite_fallback is None else float(cite_fallback)
+        if isinstance(save_every, bool) or not isinstance(save_every, int) or save_every < 1:
+            raise bad_arg("save_every", "a positive int", save_every)
+        self.save_every = save_every
+        self.explore = bool(explore)
         self._chat_model = chat_model
         self._embedder = embedder
         self._reranker = reranker
@@ -608,7 +622,8 @@ class RMM:
         cand[0, :n] = torch.from_numpy(emb)
         mask = torch.zeros(1, self.top_k, dtype=torch.bool)
         mask[0, :n] = True
-        sel = self.reranker.select(torch.from_numpy(q), cand, mask=mask, seed=self.seed + self.n_responses)
+        sel = self.reranker.select(torch.from_numpy(q), cand, mask=mask, seed=self.seed + self.n_responses,
+                                   greedy=not self.explore)
         picks = [int(i) for i in sel.indices[0].tolist()]
         bad = [i for i in picks if not 0 <= i < n]
         if bad:
@@ -635,7 +650,8 @@ class RMM:
         self._buffer.clear()
         self.n_updates += 1
         self.last_update_stats = dict(stats or {})
-        self.save()
+        if self.n_updates % self.save_every == 0:
+            self.save()
         log.debug("rmm: reranker update %d on %d responses: %s", self.n_updates, rewards.shape[0], self.last_update_stats)
         return self.last_update_stats
 

@@ -21,6 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-m", type=int, default=5, help="memories shown to the model (default 5)")
     p.add_argument("--batch-size", type=int, default=4, help="responses per reranker update (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget (default 64)")
+    p.add_argument("--explore", action="store_true", help="the reranker samples the memories shown (paper's exploration)")
     p.add_argument("--json", action="store_true", help="print the response as JSON")
 
 
@@ -41,7 +42,7 @@ def _run(args: argparse.Namespace, store) -> int:
 
     chat, emb = C.build_models(args)
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,
-              batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens)
+              batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens, explore=args.explore)
     resp = rmm.respond(args.question)
     rmm.close()
     store.flush()

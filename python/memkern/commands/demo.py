@@ -23,12 +23,17 @@ log = logging.getLogger("memkern")
 def configure(p: argparse.ArgumentParser) -> None:
     C.add_store_args(p, namespace="demo")
     C.add_model_args(p)
-    p.add_argument("--extractor", choices=("llm", "embedding"), default="llm",
-                   help="topic extraction and update decisions: by the chat model (the paper's way, "
-                        "default) or LLM-free by embedding similarity (faster)")
+    p.add_argument("--extractor", choices=("llm", "embedding"), default="embedding",
+                   help="how memories are built: 'embedding' (default: LLM-free topic segmentation and "
+                        "update decisions by similarity; fast and deterministic) or 'llm' (the paper's way: "
+                        "the chat model extracts topics and decides updates; slow on CPU, and the 135M "
+                        "default model writes poor summaries: use it with --chat-model BIGGER_MODEL)")
     p.add_argument("--sessions", type=int, default=None, metavar="N", help="ingest only the first N sessions")
     p.add_argument("--questions", type=int, default=None, metavar="N", help="ask only the first N questions")
-    p.add_argument("--quick", action="store_true", help="shorter run: --extractor embedding and 3 questions")
+    p.add_argument("--quick", action="store_true", help="shorter run: 4 sessions and 2 questions")
+    p.add_argument("--explore", action="store_true",
+                   help="let the reranker sample the memories it shows (the paper's exploration) instead of "
+                        "showing its top-5 by score")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--file", default=None, metavar="JSON", help="another conversation file instead of the bundled one")
 
@@ -39,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from ..rmm import RMM
 
     progress = not args.no_progress
-    extractor = "embedding" if args.quick else args.extractor
-    n_questions = args.questions if args.questions is not None else (3 if args.quick else None)
+    extractor = args.extractor
+    n_questions = args.questions if args.questions is not None else (2 if args.quick else None)
+    if args.quick and args.sessions is None:
+        args.sessions = 4
     t_start = time.perf_counter()
 
     print("== memkern demo: Reflective Memory Management on a multi-session conversation ==")
@@ -75,7 +82,8 @@ def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start
     print(f"Conversation: {len(sessions)} sessions with {user}, {sum(len(s['turns']) for s in sessions)} turns; "
           f"extractor {extractor!r}")
 
-    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=extractor, seed=args.seed)
+    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=extractor, seed=args.seed,
+              explore=args.explore)
 
     # ---------------------------------------------------------------- prospective reflection
     print("\n-- Prospective reflection: each finished session becomes topic memories --")

@@ -128,6 +128,7 @@ def answer_messages(
     session_turns: Sequence[dict] | None = None,
     max_turns_per_memory: int = 1,
     max_turn_chars: int = 160,
+    max_summary_chars: int = 300,
 ) -> list[dict[str, str]]:
     """Chat messages asking for a cited answer.
 
@@ -138,13 +139,19 @@ def answer_messages(
         Each with ``summary`` and optionally ``turns`` (raw turns); numbered 0..M-1 in order.
     session_turns : sequence of dict, optional
         The current session so far (most recent last); the last 6 are shown.
-    max_turns_per_memory, max_turn_chars : int
-        Budget of raw turns shown under each memory (small models have small contexts).
+    max_turns_per_memory, max_turn_chars, max_summary_chars : int
+        Budget of raw turns shown under each memory, and of each summary (small models are slow
+        on long prompts). Raw turns the summary already quotes are not repeated.
     """
     lines = []
     for i, m in enumerate(memories):
-        lines.append(f"[{i}] {m['summary']}")
+        summary = " ".join(str(m["summary"]).split())
+        if len(summary) > max_summary_chars:
+            summary = summary[: max_summary_chars - 3] + "..."
+        lines.append(f"[{i}] {summary}")
         user_turns = [t for t in (m.get("turns") or []) if str(t.get("role", "user")) == "user"]
+        # Raw turns the summary already quotes (embedding-extractor summaries) would only cost tokens.
+        user_turns = [t for t in user_turns if " ".join(str(t.get("content", "")).split())[:40] not in summary]
         for t in user_turns[:max_turns_per_memory]:
             lines.append("    " + _fmt_turn(t, None, max_turn_chars))
     mem_block = "\n".join(lines) if lines else "(no memories)"
