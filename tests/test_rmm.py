@@ -463,3 +463,26 @@ def test_citation_fallback_by_similarity(tmp_path):
     assert r.citations == target
     r2 = rmm.respond("topic1 hobby1 fact number 1?")  # an explicit empty list is the model's choice
     assert r2.citation_source == "model" and r2.citations == [] and set(r2.rewards) == {-1.0}
+
+
+def test_greedy_selection_is_retriever_order_for_fresh_reranker(tmp_path):
+    chat = ScriptedChat(lambda m: '{"answer": "x", "citations": [0]}')
+    rmm = _filled_rmm(tmp_path, chat=chat, explore=False)
+    q = rmm.embedder.encode(["topic5 hobby2?"], kind="query")
+    ids, _ = rmm.store.search("u", q, k=8)
+    r = rmm.respond("topic5 hobby2?")
+    assert r.memory_ids == [int(i) for i in ids[0][:3]]
+
+
+def test_unreadable_reward_buffer_is_ignored(tmp_path, caplog):
+    chat = ScriptedChat(lambda m: '{"answer": "x", "citations": [0]}')
+    rmm = _filled_rmm(tmp_path, chat=chat, batch_size=4)
+    rmm.respond("topic1?")
+    rmm.close()
+    bpath = os.path.join(rmm.store.path, "rerankers", "u.buffer.pt")
+    with open(bpath, "wb") as f:
+        f.write(b"not a torch file")
+    with caplog.at_level(logging.WARNING, logger="memkern"):
+        rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", top_k=8, top_m=3)
+    assert rmm2.pending == 0 and "ignoring unreadable reward buffer" in caplog.text
+    assert rmm2.respond("topic2?").memory_ids  # memory still works

@@ -673,7 +673,7 @@ class RMM:
             os.replace(tmp, path)
         bpath = self._buffer_path()
         if self._buffer:
-            data = [(_selection_to_dict(s), r) for s, r in self._buffer]
+            data = [(_selection_to_dict(s), torch.as_tensor(np.asarray(r, np.float32))) for s, r in self._buffer]
             torch.save(data, bpath + ".tmp")
             os.replace(bpath + ".tmp", bpath)
         elif os.path.exists(bpath):
@@ -688,7 +688,7 @@ class RMM:
         from .reranker import Selection
 
         try:
-            data = torch.load(bpath, weights_only=False)
+            data = torch.load(bpath, weights_only=True)
             self._buffer = [(Selection(**d), np.asarray(r, np.float32)) for d, r in data]
         except Exception as exc:  # a stale buffer must never block the memory
             log.warning("rmm: ignoring unreadable reward buffer %s (%s)", bpath, exc)
