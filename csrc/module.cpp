@@ -2,11 +2,28 @@
 // translation of native exceptions to memkern.errors classes.
 #include <pybind11/pybind11.h>
 
+#include <cstring>
+
 #include "memkern/errors.h"
 
 namespace py = pybind11;
 
 void register_store(py::module_& m);
+
+namespace {
+// Messages may quote stored text (namespace names): decode leniently so a damaged name can never
+// turn the error into a UnicodeDecodeError.
+void set_error(PyObject* type, const char* msg) {
+  PyObject* text = PyUnicode_DecodeUTF8(msg, static_cast<Py_ssize_t>(std::strlen(msg)), "replace");
+  if (!text) {
+    PyErr_Clear();
+    PyErr_SetString(type, "memkern store error (message not decodable)");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+}  // namespace
 
 PYBIND11_MODULE(_store, m) {
   m.doc() = "memkern native memory store (HNSW indexes + topic records)";
@@ -22,13 +39,13 @@ PYBIND11_MODULE(_store, m) {
     try {
       std::rethrow_exception(p);
     } catch (const memkern::CorruptedError& e) {
-      PyErr_SetString(mod.attr("_StoreCorruptedError").ptr(), e.what());
+      set_error(mod.attr("_StoreCorruptedError").ptr(), e.what());
     } catch (const memkern::KeyError& e) {
-      PyErr_SetString(mod.attr("_MemkernKeyError").ptr(), e.what());
+      set_error(mod.attr("_MemkernKeyError").ptr(), e.what());
     } catch (const memkern::ValueError& e) {
-      PyErr_SetString(mod.attr("_MemkernValueError").ptr(), e.what());
+      set_error(mod.attr("_MemkernValueError").ptr(), e.what());
     } catch (const memkern::IOError& e) {
-      PyErr_SetString(mod.attr("_MemkernError").ptr(), e.what());
+      set_error(mod.attr("_MemkernError").ptr(), e.what());
     }
   });
   register_store(m);

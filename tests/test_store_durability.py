@@ -359,3 +359,103 @@ def test_torn_tail_is_logged(corrupt_src, tmp_path, caplog):
         with MemoryStore(work) as s:
             assert not s._native.recovered_torn_tail and s.count("u") == 39
         assert not any("was torn" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------- fuzzing with valid checksums
+
+FUZZ_MAKE = r"""
+import os, sys, numpy as np
+from memkern.store import MemoryStore
+D = %d
+rng = np.random.default_rng(0)
+e = lambda n: rng.standard_normal((n, D)).astype(np.float32)
+conv = lambda n, t: [{"role": "user", "content": f"{t}{i}"} for i in range(n)]
+s = MemoryStore(sys.argv[1], dim=D, snapshot_every=0)
+s.add_batch("u", [f"t{i}" for i in range(10)], e(10), turns=[conv(2, i) for i in range(10)],
+            turn_embeddings=[e(2) for _ in range(10)])
+s.add_batch("v", [f"v{i}" for i in range(5)], e(5))
+s.invalidate(3, "x")
+s.snapshot()
+s.add("u", "w", e(1)[0], conv(3, "w"), turn_embeddings=e(3))
+s.merge(0, "m", e(1)[0], conv(1, "new"), turn_embeddings=e(1))
+s.invalidate(6, "y")
+s.delete(9)
+s.add_batch("v", ["a", "b"], e(2))
+os._exit(0)
+""" % D
+
+FUZZ_RUNNER = r"""
+import json, os, shutil, struct, sys, zlib
+import numpy as np
+from memkern import StoreCorruptedError
+from memkern.store import MemoryStore
+src, work, target, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+rng = np.random.default_rng(seed)
+D = %d
+out = {"corrupted": 0, "opened": 0, "corrupted_on_use": 0, "other": []}
+for it in range(n):
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work)
+    if target == "records":
+        f = next(os.path.join(work, d, "records.bin") for d in os.listdir(work) if d.startswith("snap-"))
+        data = bytearray(open(f, "rb").read())
+        for _ in range(int(rng.integers(1, 4))):
+            data[int(rng.integers(20, len(data) - 4))] = int(rng.integers(256))
+        struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])))
+    else:
+        f = os.path.join(work, "wal.log")
+        data = bytearray(open(f, "rb").read())
+        offs, off = [], 44
+        while off < len(data):
+            offs.append(off)
+            off += 12 + struct.unpack_from("<I", data, off)[0]
+        o = offs[int(rng.integers(len(offs)))]
+        ln = struct.unpack_from("<I", data, o)[0]
+        for _ in range(int(rng.integers(1, 4))):
+            data[o + 12 + int(rng.integers(ln))] = int(rng.integers(256))
+        struct.pack_into("<I", data, o + 4, zlib.crc32(bytes(data[o + 12:o + 12 + ln])))
+        struct.pack_into("<I", data, o + 8, zlib.crc32(bytes(data[o:o + 8])))
+    open(f, "wb").write(bytes(data))
+    try:
+        s = MemoryStore(work)
+    except StoreCorruptedError:
+        out["corrupted"] += 1
+        continue
+    except Exception as ex:
+        out["other"].append(f"open: {type(ex).__name__}: {ex}")
+        continue
+    try:
+        q = np.random.default_rng(1).standard_normal((2, s.dim)).astype(np.float32)
+        for ns in s.namespaces():
+            for level in ("topic", "turn", "turn+topic"):
+                ids, sc = s.search(ns, q, k=50, level=level, include_invalidated=True)
+                got = [int(i) for i in ids.ravel() if i >= 0]
+                s.get_batch(got)
+                s.embeddings(got)
+            for i in s.ids(ns, include_invalidated=True):
+                s.history(int(i))
+        s.compact()
+        s.close()
+        out["opened"] += 1
+    except StoreCorruptedError:  # damaged text found when it is read
+        out["corrupted_on_use"] += 1
+    except Exception as ex:
+        out["other"].append(f"use: {type(ex).__name__}: {ex}")
+print(json.dumps(out))
+""" % D
+
+
+@pytest.mark.parametrize("target", ["records", "wal"])
+def test_fuzz_with_valid_checksums(tmp_path, target):
+    """Random byte changes whose checksums are recomputed (so only the parser's own bounds and
+    consistency checks stand between the bytes and memory): the process never crashes, and
+    opening either fails with StoreCorruptedError or gives a store that works."""
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, "-c", FUZZ_MAKE, str(src)], check=True)
+    proc = subprocess.run([sys.executable, "-c", FUZZ_RUNNER, str(src), str(tmp_path / "w"), target, "120", "7"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"crashed (rc {proc.returncode}): {proc.stderr[-3000:]}"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(target, out)
+    assert not out["other"], out["other"][:5]
+    assert out["corrupted"] > 0

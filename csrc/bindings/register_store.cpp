@@ -38,21 +38,31 @@ void check_matrix(const F32& a, size_t rows, size_t dim, const char* name) {
                               "]");
 }
 
+// Text read back from disk is decoded strictly; invalid UTF-8 means a damaged store.
+py::str utf8(const std::string& s, const char* what) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+  if (!o) {
+    PyErr_Clear();
+    throw memkern::CorruptedError(std::string("stored ") + what + " is not valid UTF-8");
+  }
+  return py::reinterpret_steal<py::str>(o);
+}
+
 py::dict record_dict(const memkern::RecordView& v) {
   const memkern::Record& r = v.rec;
   py::dict d;
   d["id"] = r.id;
-  d["namespace"] = v.ns_name;
+  d["namespace"] = utf8(v.ns_name, "namespace");
   d["level"] = r.level == memkern::kTopic ? "topic" : "turn";
   d["parent"] = r.parent;
   d["status"] = r.status == memkern::Status::Active ? "active" : "invalidated";
   d["version"] = r.version;
   d["created_at"] = r.created_at;
   d["updated_at"] = r.updated_at;
-  d["summary"] = r.summary;
-  d["turns_json"] = r.turns_json;
-  d["meta_json"] = r.meta_json;
-  d["reason"] = r.reason;
+  d["summary"] = utf8(r.summary, "summary");
+  d["turns_json"] = utf8(r.turns_json, "turns_json");
+  d["meta_json"] = utf8(r.meta_json, "meta_json");
+  d["reason"] = utf8(r.reason, "reason");
   d["children"] = r.children;
   return d;
 }
@@ -178,9 +188,9 @@ void register_store(py::module_& m) {
              for (const auto& v : vs) {
                py::dict d;
                d["version"] = v.version;
-               d["summary"] = v.summary;
-               d["turns_json"] = v.turns_json;
-               d["meta_json"] = v.meta_json;
+               d["summary"] = utf8(v.summary, "summary");
+               d["turns_json"] = utf8(v.turns_json, "turns_json");
+               d["meta_json"] = utf8(v.meta_json, "meta_json");
                d["updated_at"] = v.updated_at;
                d["op"] = v.op == 0 ? "add" : (v.op == 1 ? "merge" : "update");
                d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
@@ -234,7 +244,12 @@ void register_store(py::module_& m) {
              std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
              return py::make_tuple(ids, sc);
            })
-      .def("namespaces", &Store::namespaces)
+      .def("namespaces",
+           [](const Store& s) {
+             py::list out;
+             for (const auto& n : s.namespaces()) out.append(utf8(n, "namespace"));
+             return out;
+           })
       .def("ids",
            [](const Store& s, const std::string& ns, bool include_invalidated, uint8_t level) {
              std::vector<int64_t> v;

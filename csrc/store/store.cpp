@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -26,6 +27,8 @@ enum Op : uint8_t { kOpAdd = 1, kOpVersion = 2, kOpInvalidate = 3, kOpDelete = 4
 enum VersionFlags : uint8_t { kHasSummary = 1, kHasEmbedding = 2, kHasTurns = 4, kHasMeta = 8 };
 constexpr char kSnapMagic[8] = {'M', 'K', 'S', 'N', 'A', 'P', 0, 0};
 constexpr uint32_t kMaxDim = 1u << 16;
+constexpr uint32_t kMaxM = 4096;
+constexpr uint32_t kMaxEfConstruction = 1u << 20;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -114,6 +117,10 @@ void Store::open_or_create(const StoreOptions& opt) {
   snapshot_every_ = opt.snapshot_every;
   if (opt.dim > kMaxDim) throw ValueError("dim: expected 1.." + std::to_string(kMaxDim) + ", got " + std::to_string(opt.dim));
   if (opt.metric < -1 || opt.metric > 2) throw ValueError("metric: expected ip, l2 or cos");
+  if (opt.M < 2 || opt.M > kMaxM) throw ValueError("M: expected 2.." + std::to_string(kMaxM) + ", got " + std::to_string(opt.M));
+  if (opt.ef_construction < 1 || opt.ef_construction > kMaxEfConstruction)
+    throw ValueError("ef_construction: expected 1.." + std::to_string(kMaxEfConstruction) + ", got " +
+                     std::to_string(opt.ef_construction));
 
   const std::string wal_file = path_ + "/wal.log";
   uint64_t gen = read_current(path_);
@@ -209,6 +216,8 @@ void Store::load_snapshot(uint64_t gen) {
   M_ = rd.u32();
   efc_ = rd.u32();
   next_id_ = rd.i64();
+  if (M_ < 2 || M_ > kMaxM || efc_ < 1 || efc_ > kMaxEfConstruction) rd.fail("bad graph parameters");
+  if (next_id_ < 0 || next_id_ == INT64_MAX) rd.fail("bad next id");
   space_.reset(new Space(dim_, metric_));
   uint64_t n_ns = rd.count(8);
   for (uint64_t i = 0; i < n_ns; ++i) {
@@ -262,6 +271,22 @@ void Store::load_snapshot(uint64_t gen) {
     ns.n[r.level]++;
     per_level[r.level]++;
     if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
+  }
+  for (auto& kv : records_) {  // topic <-> turn links
+    const Record& r = kv.second;
+    if (r.level == kTurn) {
+      auto p = records_.find(r.parent);
+      if (p == records_.end() || p->second.level != kTopic || p->second.ns != r.ns ||
+          std::find(p->second.children.begin(), p->second.children.end(), r.id) == p->second.children.end())
+        throw CorruptedError("snapshot " + file + ": turn record " + std::to_string(r.id) + " is not linked to its topic");
+    } else {
+      if (r.parent != -1) throw CorruptedError("snapshot " + file + ": topic record with a parent");
+      for (int64_t c : r.children) {
+        auto ch = records_.find(c);
+        if (ch == records_.end() || ch->second.parent != r.id || ch->second.level != kTurn)
+          throw CorruptedError("snapshot " + file + ": topic " + std::to_string(r.id) + " links a bad turn record");
+      }
+    }
   }
   for (auto& ns : ns_)
     for (int l = 0; l < kNumLevels; ++l)
@@ -429,7 +454,14 @@ void Store::apply(const std::string& payload) {
       std::string ns_name = rd.str();
       Record r = read_record_fields(rd);
       std::vector<float> v = rd.floats(dim_);
-      if (records_.count(r.id) || r.id < 0) rd.fail("add of an existing id " + std::to_string(r.id));
+      if (records_.count(r.id) || r.id < 0 || r.id == INT64_MAX) rd.fail("add of a bad or existing id " + std::to_string(r.id));
+      if (r.level == kTurn) {
+        auto p = records_.find(r.parent);
+        if (r.parent < 0 || p == records_.end() || p->second.level != kTopic || ns_[p->second.ns]->name != ns_name)
+          rd.fail("turn record without its topic");
+      } else if (r.parent != -1) {
+        rd.fail("topic record with a parent");
+      }
       uint32_t nsi = ns_index(ns_name);
       r.ns = nsi;
       Namespace& ns = *ns_[nsi];

@@ -43,7 +43,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 
 logger = logging.getLogger("memkern")
 
@@ -143,13 +143,20 @@ class Record:
         return self.turns[0] if self.level == "turn" and self.turns else None
 
 
+def _loads(text: str, rid: Any, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise StoreCorruptedError(f"record {rid}: stored {what} is not valid JSON") from None
+
+
 def _record_from(d: dict, store: "MemoryStore") -> Record:
     return Record(
         id=int(d["id"]),
         namespace=d["namespace"],
         summary=d["summary"],
-        turns=json.loads(d["turns_json"]),
-        meta=json.loads(d["meta_json"]),
+        turns=_loads(d["turns_json"], d["id"], "turns"),
+        meta=_loads(d["meta_json"], d["id"], "meta"),
         version=int(d["version"]),
         status=d["status"],
         created_at=float(d["created_at"]),
@@ -565,7 +572,7 @@ class MemoryStore:
         meta_d = _check_meta(meta) if meta is not None else None
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
         cur = self._get_raw(rid)
-        old_turns = json.loads(cur["turns_json"])
+        old_turns = _loads(cur["turns_json"], rid, "turns")
         seen = {_turn_key(t) for t in old_turns}
         merged = list(old_turns)
         new_rows = []
