@@ -235,3 +235,18 @@ def test_cli_writes_json(tmp_path, capsys):
     assert res["config"]["aggregated_over"] == 2 and len(res["per_seed"]) == 2
     assert res["dataset"][0]["hash"] != res["dataset"][1]["hash"]
     assert 0 <= res["metrics_mean"]["turn"]["recall@5"] <= 1
+
+
+def test_rmm_slice_with_real_tiny_model():
+    """The full RMM loop (real store, real reranker, a real random-weight transformer answering)."""
+    from memkern.models import tiny_chat_model
+
+    ds = generate_history(1, 6, seed=0)
+    r = M.run_rmm(ds, conversations=1, sessions=6, questions=3, chat_model=tiny_chat_model(max_new_tokens=16),
+                  embedder=BowEmbedder(), extractor="embedding",
+                  rmm_kwargs=dict(answer_max_new_tokens=12, top_k=10, top_m=3, batch_size=2))
+    m = r["metrics"]
+    assert m["questions"] == 3 and len(m["rows"]) == 3
+    assert 0.0 <= m["evidence_recall"] <= 1.0 and m["evidence_recall"] > 0  # memories carry their turn ids
+    assert r["timings"]["end_session"] > 0 and r["config"]["experiment"] == "rmm"
+    assert "evidence recall" in M.format_table(r)
