@@ -59,7 +59,9 @@ class Response:
     rewards : list[float]
         ``+1`` for each cited memory, ``-1`` for each uncited one, aligned with ``memory_ids``.
     timings : dict[str, float]
-        Seconds: ``embed``, ``retrieve``, ``rerank``, ``generate``, ``update``, ``total``.
+        Seconds: ``embed`` (query, and the answer when citations are inferred), ``retrieve``
+        (search + embeddings fetch), ``rerank``, ``generate`` (prompt + model call), ``update``
+        (rewards, buffering, the reranker step and save when due), ``total``.
     raw : str
         The model's raw output.
     parsed : bool
@@ -577,16 +579,18 @@ class RMM:
         msgs = prompts.answer_messages(query, memories, session_turns)
         raw = self.chat_model.generate([msgs], max_new_tokens=self.answer_max_new_tokens, json=True, seed=self.seed)[0]
         timings["generate"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
         answer, cites, parsed, cited_at_all = _parse_answer(raw, len(m_sel))
         citation_source = "model"
         if not cited_at_all and self.cite_fallback is not None and len(m_sel) and answer:
             # The model gave no citation field at all: attribute the answer to the memories it
             # is similar to (cosine >= cite_fallback), so the reranker still gets a signal.
+            t0 = time.perf_counter()
             a = _normalize(self._embed([answer]))[0]
+            timings["embed"] += time.perf_counter() - t0
             sims = _normalize(cand_sel) @ a
             cites = [i for i, x in enumerate(sims) if float(x) >= self.cite_fallback]
             citation_source = "similarity"
+        t0 = time.perf_counter()
         rewards = [1.0 if i in cites else -1.0 for i in range(len(m_sel))]
         self.n_responses += 1
         if sel is not None:

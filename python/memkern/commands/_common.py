@@ -41,6 +41,9 @@ def add_model_args(p) -> None:
     p.add_argument("--embedder", default=None, metavar="ID_OR_PATH",
                    help="embedding model folder or id (default: the offline all-MiniLM-L6-v2)")
     p.add_argument("--seed", type=int, default=0, help="seed of reranker sampling and generation")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: half the cores, 1 to 4; small models on busy "
+                        "machines run much faster with few threads)")
 
 
 def store_path(args) -> Path:
@@ -84,10 +87,20 @@ def reset_namespace(store, namespace: str, compact: bool = True) -> int:
     return len(ids)
 
 
+def set_threads(args) -> int:
+    """Pin torch's CPU threads (``--threads``, default ``clamp(cores // 2, 1, 4)``)."""
+    import torch
+
+    n = getattr(args, "threads", None) or max(1, min(4, (os.cpu_count() or 1) // 2))
+    torch.set_num_threads(int(n))
+    return int(n)
+
+
 def build_models(args, need_chat: bool = True):
     """(chat_model, embedder) from the CLI options (None = offline default, built lazily)."""
     from ..models import ChatModel, Embedder
 
+    set_threads(args)
     emb = Embedder(args.embedder) if getattr(args, "embedder", None) else Embedder()
     chat = None
     if need_chat:
