@@ -441,7 +441,7 @@ os._exit(0)  # no close, no snapshot
     subprocess.run([sys.executable, "-c", code], check=True)
     assert not (p / "CURRENT").exists()
     e = np.random.default_rng(0).standard_normal((20, D)).astype(np.float32)
-    with MemoryStore(p) as s:
+    with MemoryStore(p, num_threads=2) as s:  # the replay inserts with 2 threads
         assert s.count("u") == 18 and s.count("u", include_invalidated=True) == 19
         assert s.get(0).summary == "m" and s.get(0).version == 2 and s.get(3).status == "invalidated"
         np.testing.assert_array_equal(s.embeddings([0, 1, 2]), e[[1, 1, 2]])
@@ -480,3 +480,22 @@ def test_ids_listing(store):
     assert store.ids("u", level="turn").tolist() == [] and store.ids("nobody").dtype == np.int64
     with pytest.raises(MemkernValueError, match="level"):
         store.ids("u", level="x")
+
+
+def test_parallel_insert(tmp_path):
+    """num_threads=2 inserts a batch's vectors concurrently: same records, same search quality."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3000, D)).astype(np.float32)
+    q = rng.standard_normal((50, D)).astype(np.float32)
+    exact = np.argsort(-(q @ x.T), axis=1)[:, :10]
+    with MemoryStore(tmp_path / "p", dim=D, num_threads=2, snapshot_every=0) as s:
+        ids = s.add_batch("u", [f"s{i}" for i in range(3000)], x, turns=[turns("t")] * 3000,
+                          turn_embeddings=[x[i:i + 1] for i in range(3000)])
+        assert s.count("u") == 3000 and s.count("u", level="turn") == 3000
+        got, _ = s.search("u", q, k=10, ef=400)
+        hit = np.mean([len(set(got[b].tolist()) & set(ids[exact[b]].tolist())) / 10 for b in range(50)])
+        assert hit >= 0.99
+        np.testing.assert_array_equal(s.embeddings(ids), x)
+        assert [r.summary for r in s.get_batch(ids[[0, 2999]])] == ["s0", "s2999"]
+    with pytest.raises(MemkernValueError, match="num_threads"):
+        MemoryStore(tmp_path / "q", dim=D, num_threads=0)

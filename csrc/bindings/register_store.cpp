@@ -94,7 +94,7 @@ void register_store(py::module_& m) {
   py::class_<Store>(m, "Store", "Native memory store; use memkern.MemoryStore instead.")
       .def(py::init([](const std::string& path, uint32_t dim, const std::string& metric, uint32_t M,
                        uint32_t ef_construction, const std::string& fsync, double fsync_interval_s,
-                       uint64_t snapshot_every) {
+                       uint64_t snapshot_every, int num_threads) {
              memkern::StoreOptions o;
              o.dim = dim;
              o.metric = parse_metric(metric);
@@ -103,11 +103,12 @@ void register_store(py::module_& m) {
              o.fsync = parse_fsync(fsync);
              o.fsync_interval_s = fsync_interval_s;
              o.snapshot_every = snapshot_every;
+             o.num_threads = num_threads;
              py::gil_scoped_release nogil;
              return new Store(path, o);
            }),
            py::arg("path"), py::arg("dim"), py::arg("metric"), py::arg("M"), py::arg("ef_construction"),
-           py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"))
+           py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"), py::arg("num_threads") = 1)
       .def_property_readonly("dim", &Store::dim)
       .def_property_readonly("metric", [](const Store& s) { return std::string(memkern::metric_name(s.metric())); })
       .def_property_readonly("M", &Store::M)

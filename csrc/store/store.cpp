@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 #include <climits>
 #include <chrono>
 #include <cmath>
@@ -115,6 +118,7 @@ void Store::open_or_create(const StoreOptions& opt) {
   fsync_ = opt.fsync;
   fsync_interval_s_ = opt.fsync_interval_s;
   snapshot_every_ = opt.snapshot_every;
+  threads_ = std::max(1, opt.num_threads);
   if (opt.dim > kMaxDim) throw ValueError("dim: expected 1.." + std::to_string(kMaxDim) + ", got " + std::to_string(opt.dim));
   if (opt.metric < -1 || opt.metric > 2) throw ValueError("metric: expected ip, l2 or cos");
   if (opt.M < 2 || opt.M > kMaxM) throw ValueError("M: expected 2.." + std::to_string(kMaxM) + ", got " + std::to_string(opt.M));
@@ -445,11 +449,46 @@ void Store::maybe_sync() {
 
 // ------------------------------------------------------------------------------- apply (log replay)
 
+void Store::put_vectors(std::vector<PendingPut>& pending) {
+  if (pending.empty()) return;
+  if (threads_ <= 1 || pending.size() < 4 * static_cast<size_t>(threads_)) {
+    for (auto& p : pending) p.index->put(p.id, p.vec.data());
+    pending.clear();
+    return;
+  }
+  // hnswlib supports concurrent addPoint of distinct labels once the capacity is there
+  // (resizing is not thread-safe): grow every target graph first, then insert in parallel.
+  std::unordered_map<HnswIndex*, size_t> per_index;
+  for (auto& p : pending) per_index[p.index]++;
+  for (auto& kv : per_index) kv.first->reserve_more(kv.second);
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto work = [&]() {
+    for (size_t i = next++; i < pending.size(); i = next++) {
+      try {
+        pending[i].index->put(pending[i].id, pending[i].vec.data());
+      } catch (...) {
+        std::lock_guard<std::mutex> g(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads_; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  pending.clear();
+  if (error) std::rethrow_exception(error);
+}
+
 void Store::apply(const std::string& payload) {
   Reader rd(payload.data(), payload.size(), "log entry");
   uint32_t n_ops = rd.u32();
+  std::vector<PendingPut> pending;  // vectors of new records, inserted together (maybe in parallel)
   for (uint32_t k = 0; k < n_ops; ++k) {
     uint8_t op = rd.u8();
+    if (op != kOpAdd) put_vectors(pending);  // later operations may read those vectors
     if (op == kOpAdd) {
       std::string ns_name = rd.str();
       Record r = read_record_fields(rd);
@@ -474,7 +513,7 @@ void Store::apply(const std::string& payload) {
           r.reason = p->second.reason;
         }
       }
-      index_for(ns, r.level).put(r.id, v.data());
+      pending.push_back({&index_for(ns, r.level), r.id, std::move(v)});
       ns.n[r.level]++;
       if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
       next_id_ = std::max(next_id_, r.id + 1);
@@ -552,6 +591,7 @@ void Store::apply(const std::string& payload) {
       rd.fail("unknown operation " + std::to_string(op));
     }
   }
+  put_vectors(pending);
   if (rd.left() != 0) rd.fail("trailing bytes");
 }
 

@@ -20,6 +20,7 @@ class Store:
         fsync: str,
         fsync_interval_s: float,
         snapshot_every: int,
+        num_threads: int = 1,
     ) -> None: ...
     @property
     def dim(self) -> int: ...

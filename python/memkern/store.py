@@ -341,9 +341,14 @@ class MemoryStore:
         Default search beam width (``max(ef, k)`` is used); ``None``: :data:`DEFAULT_EF_SEARCH`.
     snapshot_every : int
         Write a snapshot (and truncate the log) after this many logged record operations;
-        ``0`` disables automatic snapshots (``close`` still writes one).
+        ``0`` disables automatic snapshots (``close`` still writes one). After a crash, opening
+        replays up to this many operations (re-inserting their vectors), so it bounds recovery time.
     fsync_interval : float
         Seconds between fsyncs in ``fsync="batch"`` mode.
+    num_threads : int
+        Threads that insert the vectors of one batch (``add_batch``, log replay) into the HNSW
+        graphs. 1 (default) builds the same graph on every run; more threads are faster on several
+        cores but make the graph (and so rare near-ties in results) vary between runs.
 
     Notes
     -----
@@ -365,6 +370,7 @@ class MemoryStore:
         ef_search: int | None = None,
         snapshot_every: int = 50_000,
         fsync_interval: float = 1.0,
+        num_threads: int = 1,
     ) -> None:
         self._native = None
         p = Path(path) if path is not None else default_store_path()
@@ -380,6 +386,8 @@ class MemoryStore:
                 raise bad_arg(name, f"an int >= {lo}", v)
         if ef_search is not None and (isinstance(ef_search, bool) or not isinstance(ef_search, (int, np.integer)) or ef_search < 1):
             raise bad_arg("ef_search", "an int >= 1 or None", ef_search)
+        if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or not 1 <= num_threads <= 256:
+            raise bad_arg("num_threads", "an int in 1..256", num_threads)
         if not isinstance(fsync_interval, (int, float)) or not fsync_interval >= 0:
             raise bad_arg("fsync_interval", "seconds >= 0", fsync_interval)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -389,7 +397,7 @@ class MemoryStore:
         native_metric = metric if metric is not None else ("" if exists else "ip")
         self._native = _native().Store(
             str(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync, float(fsync_interval),
-            int(snapshot_every),
+            int(snapshot_every), int(num_threads),
         )
         self._path = p
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH

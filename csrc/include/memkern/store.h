@@ -27,6 +27,7 @@ struct StoreOptions {
   FsyncMode fsync = FsyncMode::Always;
   double fsync_interval_s = 1.0;    // Batch mode: at most this long between fsyncs
   uint64_t snapshot_every = 50000;  // logged record operations between automatic snapshots (0: never)
+  int num_threads = 1;              // threads inserting the vectors of one batch into the graphs
 };
 
 // One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
@@ -119,6 +120,12 @@ class Store {
   const Record& rec_or_throw(int64_t id, const char* what) const;
   void commit(const std::string& payload, uint64_t ops);  // log, apply, maybe snapshot
   void apply(const std::string& payload);
+  struct PendingPut {
+    HnswIndex* index;
+    int64_t id;
+    std::vector<float> vec;
+  };
+  void put_vectors(std::vector<PendingPut>& pending);
   void maybe_sync();
   void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
@@ -135,6 +142,7 @@ class Store {
   double last_sync_ = 0;
   bool dirty_ = false;
   uint64_t snapshot_every_ = 0;
+  int threads_ = 1;
   uint64_t ops_since_snapshot_ = 0;
   uint64_t generation_ = 0;
   int64_t next_id_ = 0;
