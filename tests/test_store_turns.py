@@ -101,6 +101,19 @@ def test_turn_plus_topic_scores_exact(two_level, alpha):
                                    atol=1e-5)
 
 
+def test_turns_with_topics(two_level):
+    s, ids, sizes, te, other = two_level
+    got, _ = s.search("u", unit(2, 31), k=sum(sizes) + 2, level="turn+topic")
+    pairs = s.turns_with_topics(got[0])
+    assert len(pairs) == sum(sizes)  # padding skipped
+    for (turn, topic), c in zip(pairs, got[0]):
+        assert turn.id == c and topic.id == turn.topic_id and turn.id in topic.turn_ids
+        assert topic.summary.startswith("topic ") and turn.turn in topic.turns
+    with pytest.raises(MemkernValueError, match="turn record ids"):
+        s.turns_with_topics([int(ids[0])])
+    assert s.turns_with_topics(np.array([-1, -1])) == []
+
+
 def test_delete_topic_deletes_its_turns(two_level):
     s, ids, sizes, te, other = two_level
     victim = int(ids[3])

@@ -676,6 +676,21 @@ class MemoryStore:
         arr = _check_ids(list(ids) if not hasattr(ids, "__array__") and not _is_torch(ids) else ids)
         return [_record_from(d, self) for d in self._n().get_batch(arr)]
 
+    def turns_with_topics(self, ids: Iterable[int]) -> list[tuple[Record, Record]]:
+        """For turn record ids (e.g. from ``search(..., level="turn+topic")``, ``-1`` padding
+        skipped): ``(turn record, its topic record)`` pairs in order, so a prompt can show the best
+        turns with their topic summary. A topic id raises :class:`MemkernValueError`."""
+        if _is_torch(ids):
+            ids = ids.detach().cpu().numpy()
+        flat = np.asarray(ids if hasattr(ids, "__len__") else list(ids)).ravel()
+        arr = _check_ids(flat[flat >= 0] if flat.size else np.zeros(0, dtype=np.int64))
+        turns_ = self.get_batch(arr)
+        for t in turns_:
+            if t.level != "turn":
+                raise bad_arg("ids", "turn record ids", f"topic id {t.id}")
+        topics = {r.id: r for r in self.get_batch(sorted({t.topic_id for t in turns_}))}
+        return [(t, topics[t.topic_id]) for t in turns_]
+
     def history(self, id: int) -> list[Record]:
         """All versions of ``id``, oldest first (the last one is the current version)."""
         n = self._n()
