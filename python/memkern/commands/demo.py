@@ -11,7 +11,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from collections import Counter
 
