@@ -486,3 +486,19 @@ def test_unreadable_reward_buffer_is_ignored(tmp_path, caplog):
         rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", top_k=8, top_m=3)
     assert rmm2.pending == 0 and "ignoring unreadable reward buffer" in caplog.text
     assert rmm2.respond("topic2?").memory_ids  # memory still works
+
+
+def test_invented_model_summary_is_rejected(caplog):
+    store = FakeStore(DIM)
+    chat, _ = scripted(
+        extract=[topics_json(("The user has a beagle called Pepper.", [0])),
+                 topics_json(("The beagle Pepper learned to sit.", [0]))],
+        decide=['{"action": "MERGE", "index": 0, "summary": "The user is very smart, and has a lot of skills."}'],
+    )
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None,
+              decider_kwargs={"min_similarity": -1.0})
+    rid = rmm.end_session(SESSION[:1])[0].id
+    with caplog.at_level(logging.WARNING, logger="memkern"):
+        r = rmm.end_session(SESSION[:1])[0]
+    assert r.action == "MERGE" and "unrelated" in r.note
+    assert store.get(rid).summary == "The user has a beagle called Pepper. The beagle Pepper learned to sit."

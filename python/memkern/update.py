@@ -172,6 +172,13 @@ def supersede_summary(old: str, new: str, embed: Callable[[list[str]], np.ndarra
     return (prefix or (_PREFIX if new.startswith(_PREFIX) else "")) + " ".join(kept + [body_new]), len(kept)
 
 
+def _unrelated(a: np.ndarray, b: np.ndarray, threshold: float) -> bool:
+    a = np.asarray(a, np.float32).reshape(-1)
+    b = np.asarray(b, np.float32).reshape(-1)
+    cos = float(a @ b) / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12)
+    return cos < threshold
+
+
 def _is_active(record: Any) -> bool:
     status = getattr(record, "status", "active")
     return status is None or str(status).lower() in ("active", "0", "ok", "valid")
@@ -341,6 +348,7 @@ def apply_decision(
     embed: Callable[[list[str]], np.ndarray],
     meta: dict | None = None,
     topic_source: str = "",
+    min_summary_similarity: float = 0.3,
 ) -> UpdateResult:
     """Apply one decision to ``store`` (see the module table for the exact effects).
 
@@ -352,6 +360,10 @@ def apply_decision(
         The topic's raw turns (with ``session_id`` / ``turn_index``).
     embed : callable
         ``embed([text]) -> float32 [1, d]``, used to re-embed merged / updated summaries.
+    min_summary_similarity : float
+        A summary written by the model (MERGE / UPDATE) whose cosine similarity to the new
+        memory is below this is treated as invented: the merge falls back to concatenating the
+        old and new summaries, the update to the new memory's own summary (logged; ``note``).
     """
     sim = candidates[0].similarity if candidates else 0.0
     base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
@@ -380,13 +392,22 @@ def apply_decision(
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
         emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
+        if decision.reason == "model" and _unrelated(emb, embedding, min_summary_similarity):
+            note = f"model's merged summary {new_summary[:80]!r} is unrelated to the new memory; concatenated instead"
+            log.warning("update: %s", note)
+            new_summary = merge_summaries(target.summary, summary)
+            emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
         store.merge(target_id, new_summary, emb, turns)
-        return UpdateResult("MERGE", target_id, target_id, new_summary, **base)
+        return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
     if action == "UPDATE":
         new_summary = decision.summary or summary
         emb = embedding if new_summary == summary else np.asarray(embed([new_summary]), dtype=np.float32)[0]
+        if decision.reason == "model" and new_summary != summary and _unrelated(emb, embedding, min_summary_similarity):
+            note = f"model's updated summary {new_summary[:80]!r} is unrelated to the new memory; new memory kept"
+            log.warning("update: %s", note)
+            new_summary, emb = summary, embedding
         store.update(target_id, summary=new_summary, embedding=emb, turns=union_turns(target.turns, turns))
-        return UpdateResult("UPDATE", target_id, target_id, new_summary, **base)
+        return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":
         store.invalidate(target_id, summary)
         m = dict(meta or {})
