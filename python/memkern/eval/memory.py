@@ -634,7 +634,7 @@ def run_reflection(ds: Dataset, *, emb: CachedEmbedder | None = None, k: int = 2
             out = train_online(rr, cands, train, test, batch_size=batch_size, passes=passes, p_useful=p_useful,
                                p_useless=p_useless, seed=sd, eval_every=eval_every, progress=progress)
             out |= dict(seed=sd, frozen=frozen, before=out["curve"][0][1], delta=out["final"] - frozen,
-                        n_train=int(len(train)), n_test=int(len(test)))
+                        n_train=int(len(train)), n_test=int(len(test)), reranker=_instance_config(rr))
             per_seed.append(out)
         m_f, s_f = mean_std([p["frozen"] for p in per_seed])
         m_a, s_a = mean_std([p["final"] for p in per_seed])
@@ -650,6 +650,13 @@ def run_reflection(ds: Dataset, *, emb: CachedEmbedder | None = None, k: int = 2
                   oracle_recall_at_m_within_top_k=upper, plot=str(plot) if plot else None)
     return dict(config=config, dataset=_dataset_info(ds), metrics=res,
                 timings={"candidates": t_cands, "total": time.perf_counter() - t_start}, environment=_env())
+
+
+def _instance_config(rr) -> dict[str, Any]:
+    """The settings the reranker actually ran with (its own ``_config()`` where it has one)."""
+    cfg = getattr(rr, "_config", None)
+    d = cfg() if callable(cfg) else {}
+    return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in d.items()}
 
 
 def _rr_config(preset: str, top_m: int, overrides) -> dict[str, Any]:
@@ -696,7 +703,8 @@ def run_collapse(ds: Dataset, *, emb: CachedEmbedder | None = None, optimizers: 
                     runs.append(dict(preset=preset, optimizer=opt, lr=float(lr), seed=sd, frozen=frozen,
                                      final=out["final"], worst=worst, delta_final=out["final"] - frozen,
                                      max_norm=max(c[2] for c in out["curve"]), collapsed=bool(collapsed),
-                                     rollbacks=out["rollbacks"], curve=out["curve"], seconds=out["train_seconds"]))
+                                     rollbacks=out["rollbacks"], curve=out["curve"], seconds=out["train_seconds"],
+                                     reranker=_instance_config(rr)))
                     log.info("collapse run %s %s lr=%g seed=%d: final %.3f (frozen %.3f) worst %.3f norm %.2f",
                              preset, opt, lr, sd, out["final"], frozen, worst, runs[-1]["max_norm"])
     if plot:
