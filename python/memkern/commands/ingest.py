@@ -17,8 +17,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="JSON file of sessions")
     C.add_store_args(p)
     C.add_model_args(p)
-    p.add_argument("--extractor", choices=("llm", "embedding"), default="llm",
-                   help="topic extraction / update decisions by the chat model (default) or by embeddings")
+    p.add_argument("--extractor", choices=("llm", "embedding"), default="embedding",
+                   help="how memories are built: 'embedding' (default: LLM-free topic segmentation and "
+                        "similarity-based updates; fast) or 'llm' (the paper's way: the chat model extracts "
+                        "topics and decides updates; slow on CPU, best with --chat-model BIGGER_MODEL)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="ingest only the first N sessions")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
