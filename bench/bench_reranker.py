@@ -11,7 +11,7 @@ Run (default: the target point B=64, K=20, M=5, d=768 plus two small ones)::
     OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q
     MEMKERN_BENCH_FULL=1 OMP_NUM_THREADS=1 python -m pytest bench/bench_reranker.py -q   # full grid
     OMP_NUM_THREADS=1 python bench/bench_reranker.py [--full]                              # table only
-    OMP_NUM_THREADS=1 python bench/bench_reranker.py --stability    # learning stability (issue 7)
+    OMP_NUM_THREADS=1 python bench/bench_reranker.py --stability [paper|default]   # learning stability (issue 7)
 
 Grid (full): B in {1, 4, 64, 256}, K in {20, 50}, M in {5, 10}, d in {384, 768, 1024}.
 CPU target: >= 5x over naive at B=64, K=20, M=5, d=768.
@@ -123,7 +123,7 @@ STABILITY = [("paper", "sgd", 1e-3), ("paper", "sgd", 1e-2), ("paper", "sgd", 1e
              ("default", "adam", 1e-3), ("default", "adam", 1e-2)]
 
 
-def stability(steps=10_000, B=4, checkpoints=(1000, 10_000)):
+def stability(steps=10_000, B=4, checkpoints=(1000, 10_000), only=None):
     """Held-back Recall@5 on ``SyntheticCitationTask`` (noisy citations 0.9/0.1) along one online pass
     of ``steps`` updates, for the paper preset and the default (stable) setting at several optimizers
     and learning rates. Prints a markdown table."""
@@ -134,9 +134,11 @@ def stability(steps=10_000, B=4, checkpoints=(1000, 10_000)):
           "held-back queries")
     cps = [c for c in checkpoints if c <= steps]
     print("| setting | optimizer | lr | R@5 before | " + " | ".join(f"R@5 after {c}" for c in cps)
-          + " | adapter norm | rollbacks | NaN |")
+          + " | adapter norm | rollbacks | non-finite W |")
     print("|---|---|---|---|" + "---|" * len(cps) + "---|---|---|")
     for preset, opt, lr in STABILITY:
+        if only and preset != only:
+            continue
         rr = (Reranker.from_preset("paper", task.d, optimizer=opt, lr=lr) if preset == "paper"
               else Reranker(task.d, optimizer=opt, lr=lr))
         done, rec, r0 = 0, [], None
@@ -153,7 +155,9 @@ def stability(steps=10_000, B=4, checkpoints=(1000, 10_000)):
 
 def main(argv):
     if "--stability" in argv:
-        stability()
+        i = argv.index("--stability")
+        only = argv[i + 1] if len(argv) > i + 1 and argv[i + 1] in ("paper", "default") else None
+        stability(only=only)
         return 0
     grid = (list(itertools.product([1, 4, 64, 256], [20, 50], [5, 10], [384, 768, 1024]))
             if "--full" in argv else GRID)

@@ -251,7 +251,7 @@ def test_replay_buffer_is_bounded_revisited_and_persisted(tmp_path):
 def test_guard_rolls_back_an_exploding_adapter(caplog):
     task = Task(d=8, N=60, K=6)
     rr = Reranker(8, top_m=2, lr=100.0, clip_grad_norm=None, normalize_advantages=False, weight_decay=0.0,
-                  guard_max_norm=5.0)
+                  max_norm=None, guard_max_norm=5.0)
     with caplog.at_level(logging.WARNING, logger="memkern"):
         _, _, stats = _train(task, rr, 10)
     assert rr.rollbacks >= 1 and any(s["rolled_back"] for s in stats)
@@ -260,7 +260,7 @@ def test_guard_rolls_back_an_exploding_adapter(caplog):
 
 
 def test_guard_rolls_back_when_the_reward_rate_falls():
-    task = Task()
+    task = Task(p_miss=0.0)   # with 0.1 false citations the rate can only fall ~35%: too little to see
     rr = Reranker(task.d, guard_window=25)
     r0, r1, _ = _train(task, rr, 300)
     assert rr.rollbacks == 0 and r1 > r0 + 0.05
@@ -286,7 +286,8 @@ def test_no_collapse_under_default_guards(opt, lr, steps):
     r0, r1, stats = _train(task, rr, steps)
     assert _finite(rr) and all(math.isfinite(s["loss"]) for s in stats)
     assert r1 >= r0 - 0.02, (r0, r1)
-    assert rr.adapter_norm() <= rr.guard_max_norm
+    assert rr.adapter_norm() <= rr.max_norm + 1e-4
+    assert rr.rollbacks <= 2, rr.rollbacks   # the guard is a last resort, not the regulator
 
 
 def test_unguarded_paper_setting_collapses_on_the_same_task():

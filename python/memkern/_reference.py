@@ -144,8 +144,9 @@ class SyntheticCitationTask:
     (reward +1 cited, -1 not). Recall@m: the gold memory is among the greedy top-``m`` of the reranker.
     """
 
-    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0):
+    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0, p_hit=0.9, p_miss=0.1):
         g = torch.Generator().manual_seed(seed)
+        self.p_hit, self.p_miss = p_hit, p_miss
         self.d, self.N, self.K = d, N, K
         self.table = torch.nn.functional.normalize(torch.randn(N, d, generator=g), dim=-1)
         self.A = torch.eye(d) + distort * torch.randn(d, d, generator=g) / math.sqrt(d)
@@ -178,5 +179,5 @@ class SyntheticCitationTask:
         for _ in range(steps):
             q, ids, gold = self.queries(B, gen)
             sel = rr.select(q, (ids, self.table))
-            stats.append(rr.update(sel, self.rewards(sel.selected_ids, gold, gen)))
+            stats.append(rr.update(sel, self.rewards(sel.selected_ids, gold, gen, self.p_hit, self.p_miss)))
         return r0, self.recall(rr, qe, ide, goe), stats

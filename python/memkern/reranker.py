@@ -22,14 +22,17 @@ setting (SGD lr 1e-3, fixed baseline 0.5, per-item softmax log-probs, nothing el
 * ``clip_grad_norm``: clip the joint gradient norm of ``(Wq, Wm)``.
 * ``weight_decay``: decoupled decay of the adapters toward zero (the retriever's order):
   ``W <- W (1 - lr * weight_decay)`` after each step.
+* ``max_norm``: after each step the adapters are projected onto ``||(Wq, Wm)||_F <= max_norm``
+  (Adam-like optimizers move ~lr per entry whatever the gradient, so decay alone does not bound them).
 * ``replay_capacity`` / ``replay_size``: a bounded FIFO buffer of past rows ``(q, candidate
   embeddings [K, d], valid mask, selection, rewards)``; each update also revisits ``replay_size``
   rows drawn (seeded) from it. The buffer is part of ``state_dict``.
 * ``guard``: collapse guard. After each step the adapters must be finite with norm
   ``<= guard_max_norm``; every ``guard_window`` updates the reward rate of the window (fraction
-  of its selected slots with reward > 0) is compared with the best window so far: at least
-  ``best * (1 - guard_tol)`` -> the state is saved as the last good one; below
-  ``best * (1 - guard_drop)`` and more than 3 standard errors below ``best`` -> the adapters and
+  of its selected slots with reward > 0) is compared with ``best``, the highest value so far of an
+  exponential mean of the good windows' rates: at least ``best * (1 - guard_tol)`` -> the state is
+  saved as the last good one; below ``best * (1 - guard_drop)`` and more than 4 standard errors
+  (of a window's rate) below ``best`` -> the adapters and
   optimizer state roll back to the last good state (logged as a warning). After
   ``guard_patience`` consecutive rollbacks the current level is accepted as the new reference (the
   task itself may have become harder).
@@ -79,10 +82,10 @@ _FORMAT_VERSION = 1
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(tau=0.5, lr=1e-3, optimizer="sgd", baseline=0.5, logp="softmax",
                   normalize_advantages=False, clip_grad_norm=None, weight_decay=0.0,
-                  replay_capacity=0, replay_size=0, guard=False),
+                  replay_capacity=0, replay_size=0, guard=False, max_norm=None),
     "stable": dict(tau=0.5, lr=5e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
                    normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
-                   replay_capacity=256, replay_size=None, guard=True),
+                   replay_capacity=256, replay_size=None, guard=True, max_norm=20.0),
 }
 
 
@@ -165,7 +168,7 @@ class Reranker(nn.Module):
         internal counter by ``B*K`` so successive draws differ and the sequence is reproducible
     normalize_advantages, clip_grad_norm, weight_decay, replay_capacity, replay_size,
     baseline_momentum, guard, guard_window, guard_tol, guard_drop, guard_max_norm,
-    guard_patience : stable-learning settings (module docstring). ``replay_size=None`` replays as
+    guard_patience, max_norm : stable-learning settings (module docstring). ``replay_size=None`` replays as
         many rows as the new batch has.
     """
 
@@ -174,8 +177,9 @@ class Reranker(nn.Module):
                  backend: str = "auto", *, seed: int = 0, normalize_advantages: bool = True,
                  clip_grad_norm: float | None = 1.0, weight_decay: float = PRESETS["stable"]["weight_decay"],
                  replay_capacity: int = 256, replay_size: int | None = None, baseline_momentum: float = 0.99,
-                 guard: bool = True, guard_window: int = 50, guard_tol: float = 0.05, guard_drop: float = 0.3,
-                 guard_max_norm: float = 50.0, guard_patience: int = 3, dtype: torch.dtype = torch.float32,
+                 guard: bool = True, guard_window: int = 50, guard_tol: float = 0.05, guard_drop: float = 0.25,
+                 guard_max_norm: float = 50.0, guard_patience: int = 3, max_norm: float | None = 20.0,
+                 dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -201,6 +205,8 @@ class Reranker(nn.Module):
             raise bad_arg("replay_capacity", "an int >= 0", replay_capacity)
         if replay_size is not None and (not isinstance(replay_size, int) or replay_size < 0):
             raise bad_arg("replay_size", "None or an int >= 0", replay_size)
+        if max_norm is not None and not max_norm > 0:
+            raise bad_arg("max_norm", "None or a positive float", max_norm)
         if not 0.0 <= baseline_momentum < 1.0:
             raise bad_arg("baseline_momentum", "a float in [0, 1)", baseline_momentum)
         ops._seed_int(seed)
@@ -224,6 +230,7 @@ class Reranker(nn.Module):
         self.guard_drop = float(guard_drop)
         self.guard_max_norm = float(guard_max_norm)
         self.guard_patience = int(guard_patience)
+        self.max_norm = None if max_norm is None else float(max_norm)
         self.Wq = nn.Parameter(torch.zeros(dim, dim, dtype=dtype, device=device))
         self.Wm = nn.Parameter(torch.zeros(dim, dim, dtype=dtype, device=device))
         self.optimizer, self.optimizer_name = _resolve_optimizer(optimizer, [self.Wq, self.Wm], self.lr)
@@ -235,6 +242,7 @@ class Reranker(nn.Module):
         self._replay_draws = 0
         self._window: list[float] = []
         self._best_rate: float | None = None
+        self._rate_ema: float | None = None
         self._good_state: dict | None = None
         self._rollbacks = 0
         self._consecutive_rollbacks = 0
@@ -475,6 +483,14 @@ class Reranker(nn.Module):
                         f = min(1.0, max(0.0, 1.0 - grp.get("lr", self.lr) * self.weight_decay))
                         for p in grp["params"]:
                             p.mul_(f)
+            if self.max_norm is not None:
+                # max-norm constraint: project (Wq, Wm) back onto the ball of radius max_norm. Adam-like
+                # optimizers take ~lr-sized steps whatever the gradient scale; this bounds where they go.
+                n = self.adapter_norm()
+                if math.isfinite(n) and n > self.max_norm:
+                    with torch.no_grad():
+                        self.Wq.mul_(self.max_norm / n)
+                        self.Wm.mul_(self.max_norm / n)
         else:
             log.warning("memkern.Reranker.update: non-finite loss/gradient (loss=%s, grad_norm=%s); step skipped",
                         loss, gnorm)
@@ -535,19 +551,23 @@ class Reranker(nn.Module):
         if slots == 0:
             return False
         mean_rate = pos / slots
+        # reference = the best value so far of an exponential mean (weight 0.3) of the good windows'
+        # rates: smoothing keeps the max from chasing single lucky windows (false rollbacks)
         best = self._best_rate
         if best is None or mean_rate >= best * (1.0 - self.guard_tol):
-            self._best_rate = mean_rate if best is None else max(best, mean_rate)
+            ema = mean_rate if self._rate_ema is None else 0.7 * self._rate_ema + 0.3 * mean_rate
+            self._rate_ema = ema
+            self._best_rate = ema if best is None else max(best, ema)
             self._good_state = self._snapshot()
             self._consecutive_rollbacks = 0
             return False
-        # a relative fall of more than guard_drop that is also > 3 standard errors of the window mean
+        # a relative fall of more than guard_drop that is also > 4 standard errors of a window mean
         se = math.sqrt(max(best * (1.0 - best), 1e-12) / slots)
-        if mean_rate < best * (1.0 - self.guard_drop) and best - mean_rate > 3.0 * se:
+        if mean_rate < best * (1.0 - self.guard_drop) and best - mean_rate > 4.0 * se:
             if self._consecutive_rollbacks >= self.guard_patience:
                 log.warning("memkern.Reranker: reward rate stays at %.3f after %d rollbacks; accepting it as the "
                             "new reference", mean_rate, self._consecutive_rollbacks)
-                self._best_rate = mean_rate
+                self._best_rate = self._rate_ema = mean_rate
                 self._good_state = self._snapshot()
                 self._consecutive_rollbacks = 0
                 return False
@@ -573,7 +593,8 @@ class Reranker(nn.Module):
                     weight_decay=self.weight_decay, replay_capacity=self.replay_capacity,
                     replay_size=self.replay_size, baseline_momentum=self.baseline_momentum, guard=self.guard,
                     guard_window=self.guard_window, guard_tol=self.guard_tol, guard_drop=self.guard_drop,
-                    guard_max_norm=self.guard_max_norm, guard_patience=self.guard_patience)
+                    guard_max_norm=self.guard_max_norm, guard_patience=self.guard_patience,
+                    max_norm=self.max_norm)
 
     def get_extra_state(self) -> dict:
         rows = list(self._replay) if self.replay_capacity > 0 else []
@@ -585,6 +606,7 @@ class Reranker(nn.Module):
         return {"format_version": _FORMAT_VERSION, "config": self._config(), "steps": self.steps,
                 "offset": self._offset, "running_baseline": self._running_baseline, "replay": replay,
                 "replay_draws": self._replay_draws, "window": list(self._window), "best_rate": self._best_rate,
+                "rate_ema": self._rate_ema,
                 "good_state": self._good_state, "rollbacks": self._rollbacks,
                 "consecutive_rollbacks": self._consecutive_rollbacks,
                 "optimizer": self.optimizer.state_dict()}
@@ -608,6 +630,7 @@ class Reranker(nn.Module):
         self._replay_draws = int(state["replay_draws"])
         self._window = list(state["window"])
         self._best_rate = state["best_rate"]
+        self._rate_ema = state["rate_ema"]
         self._good_state = state["good_state"]
         self._rollbacks = int(state["rollbacks"])
         self._consecutive_rollbacks = int(state["consecutive_rollbacks"])
