@@ -48,11 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # First pass: find which command is asked for, without its options.
     probe = build_parser()
-    known, _ = probe.parse_known_args(argv)
+    known, _ = probe.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     module = getattr(known, "_module", None)
     if module is None:
+        probe.parse_args(argv)  # prints help / usage errors for groups such as `memkern eval`
         probe.print_help()
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+        return 0 if not argv else 2
     args = build_parser(load=module).parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

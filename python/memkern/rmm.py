@@ -170,44 +170,8 @@ def _normalize(x: np.ndarray) -> np.ndarray:
 
 
 def _namespace_ids(store: Any, namespace: str, include_invalidated: bool = True) -> list[int]:
-    """All topic-record ids of ``namespace`` (sorted).
-
-    Uses ``store.ids(namespace)`` when the store has it. Otherwise: an exhaustive search
-    (``k = ef = count``, invalidated included), checked against ``store.count``; if the index
-    returned fewer records than the namespace holds, ids are scanned upward from 0 (store ids are
-    never reused) until all of them are found.
-    """
-    for name in ("ids", "list_ids"):
-        fn = getattr(store, name, None)
-        if callable(fn):
-            try:
-                out = fn(namespace, include_invalidated=include_invalidated)
-            except TypeError:
-                out = fn(namespace)
-            return sorted(int(i) for i in np.asarray(out).reshape(-1))
-    try:
-        total = int(store.count(namespace, include_invalidated=True))
-    except TypeError:
-        total = int(store.count(namespace))
-    if total == 0:
-        return []
-    q = np.random.default_rng(0).standard_normal((1, store.dim)).astype(np.float32)
-    ids, _ = store.search(namespace, q, k=total, ef=max(total, 64), include_invalidated=True)
-    found = {int(i) for i in np.asarray(ids).reshape(-1) if i >= 0}
-    if len(found) < total:
-        log.info("rmm: index returned %d of %d records of %r; scanning ids", len(found), total, namespace)
-        i, last_hit = 0, max(found, default=-1)
-        while len(found) < total and i <= last_hit + 100_000:
-            if i not in found and i in store:
-                r = store.get(i)
-                if r.namespace == namespace and getattr(r, "level", "topic") == "topic":
-                    found.add(i)
-                    last_hit = max(last_hit, i)
-            i += 1
-    out = sorted(found)
-    if not include_invalidated:
-        out = [i for i in out if str(store.get(i).status).lower() == "active"]
-    return out
+    """All topic-record ids of ``namespace``, sorted (``store.ids``; turn records excluded)."""
+    return sorted(int(i) for i in np.asarray(store.ids(namespace, include_invalidated=include_invalidated)).reshape(-1))
 
 
 class RMM:
