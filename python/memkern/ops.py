@@ -623,8 +623,9 @@ def reinforce_grad(q, Wq, Wm, candidates, indices, rewards, ids=None, mask=None,
 
     ``loss = -(1/B) sum_b sum_j (R_bj - baseline) logp_bj`` with ``logp`` recomputed from the
     scores at the *current* adapters (so a stored selection can be replayed). Gradients are
-    rank-1 per query (see the module docstring): ``dWm = sum_b q'_b u_b^T / ...``,
-    ``dWq = sum_b ((I + Wm) u_b) q_b^T``, ``u_b = sum_i g_bi m_bi``, averaged over the batch.
+    rank-1 per query (see the module docstring): ``dWm = sum_b q'_b u_b^T``,
+    ``dWq = sum_b ((I + Wm) u_b) q_b^T`` with ``u_b = sum_i g_bi m_bi`` and ``g = dloss/ds``, which
+    already carries the batch mean's ``1/B``.
 
     Parameters
     ----------
