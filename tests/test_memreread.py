@@ -2,7 +2,7 @@
 the real tokenizer, and one integration run with the real SmolLM2."""
 from __future__ import annotations
 
-import json
+import json as _json
 import re
 
 import pytest
@@ -49,8 +49,7 @@ class FakeChat:
         q = _field(user, "Question")
         notes = _block(user, "Notes so far:\n", "\n\nPiece ")
         notes = "" if notes == P.EMPTY_MEMORY else notes
-        chunk = _block(user, ":\n", "\n\nWrite the updated notes.") if False else \
-            user.split("\n", 1)[1].split("Piece ", 1)[1].split(":\n", 1)[1].rsplit("\n\nWrite the updated notes.", 1)[0]
+        chunk = user.split("Piece ", 1)[1].split(":\n", 1)[1].rsplit("\n\nWrite the updated notes.", 1)[0]
         keys = {w.strip("?.,").lower() for w in q.split() if w[:1].isupper()}
         found = [s.strip() + "." for s in chunk.split(".")
                  if s.strip() and keys & {w.strip(",").lower() for w in s.split()}]
@@ -75,7 +74,7 @@ class FakeChat:
                 notes = _block(user, "Notes:\n", "\nAlready asked: ")
                 asked = user.split("Already asked: ", 1)[1]
                 r = self.decompose(q, notes, asked, self.n_decompose)
-                outs.append(r if isinstance(r, str) else globals()["json"].dumps(r))
+                outs.append(r if isinstance(r, str) else _json.dumps(r))
             else:
                 q = _field(user, "Question")
                 notes = _block(user, "Notes:\n", "\n\nSub-question: ")

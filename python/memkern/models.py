@@ -27,11 +27,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
-from .errors import BackendUnavailableError, MemkernTypeError, MemkernValueError, bad_arg
+from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
 
 log = logging.getLogger("memkern")
 
