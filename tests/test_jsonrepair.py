@@ -74,3 +74,10 @@ def test_extract_span():
     assert extract_json_span('xx {"a": "}"} yy') == ('{"a": "}"}', True)
     assert extract_json_span('{"a": [1, 2') == ('{"a": [1, 2', False)
     assert extract_json_span("none") == ("", False)
+
+
+def test_coerce_int_reads_what_models_write_and_keeps_signs():
+    from memkern.jsonrepair import coerce_int
+
+    assert [coerce_int(x) for x in (3, 3.0, "3", "[3]", "turn 12", "-1")] == [3, 3, 3, 3, 12, -1]
+    assert coerce_int(True) is None and coerce_int(2.5) is None and coerce_int("none") is None

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .jsonrepair import JSONRepairError, parse_json
+from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
 
 log = logging.getLogger("memkern")
@@ -121,19 +121,6 @@ _EXAMPLE_SUMMARIES = {
 }
 
 
-def _coerce_index(x: Any) -> int | None:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    if isinstance(x, str):
-        m = re.search(r"-?\d+", x)
-        return int(m.group(0)) if m else None
-    return None
-
-
 def parse_topics(value: Any, n_turns: int) -> list[Topic]:
     """Validate a parsed extraction answer into topics (bad entries dropped, indices repaired).
 
@@ -164,7 +151,7 @@ def parse_topics(value: Any, n_turns: int) -> list[Topic]:
         raw = next((item[k] for k in _TURN_KEYS if k in item), [])
         if not isinstance(raw, list):
             raw = [raw]
-        idx = sorted({i for i in (_coerce_index(x) for x in raw) if i is not None and 0 <= i < n_turns})
+        idx = sorted({i for i in (coerce_int(x) for x in raw) if i is not None and 0 <= i < n_turns})
         topics.append(Topic(summary=summary, turns=idx or list(range(n_turns)), source="llm"))
     if not topics:
         raise MemkernValueError(f"extraction answer: expected at least one topic with a summary, got {value!r}")

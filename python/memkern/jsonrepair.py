@@ -206,3 +206,19 @@ def parse_json(text: str, expect: type | tuple[type, ...] | None = None) -> Any:
     snippet = text if len(text) <= 200 else text[:200] + "..."
     detail = "; ".join(errors) if errors else "no '{' or '[' found"
     raise JSONRepairError(f"model output: expected a JSON value ({detail}), got {snippet!r}", text)
+
+
+def coerce_int(x: Any) -> int | None:
+    """An integer a model wrote as ``3``, ``3.0``, ``"3"`` or ``"[3]"`` (``None`` if there is
+    none; bools are not integers here). Callers range-check the result."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if isinstance(x, str):
+        m = re.search(r"-?\d+", x)
+        return int(m.group(0)) if m else None
+    return None
+

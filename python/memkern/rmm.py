@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .extract import EmbeddingExtractor, LLMExtractor, Topic, validate_turns
-from .jsonrepair import JSONRepairError, parse_json
+from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
 from .update import (
     Candidate,
@@ -84,19 +84,6 @@ class Response:
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
 
 
-def _coerce_citation(x: Any) -> int | None:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    if isinstance(x, str):
-        m = re.search(r"\d+", x)
-        return int(m.group(0)) if m else None
-    return None
-
-
 def parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool]:
     """Parse a cited answer: JSON ``{"answer", "citations"}`` (repaired) or ``[i]`` markers.
 
@@ -146,9 +133,9 @@ def _parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool, boo
                 raw = [raw]
             for x in raw:
                 if isinstance(x, str) and "," in x:
-                    cites += [c for c in (_coerce_citation(p) for p in x.split(",")) if c is not None]
+                    cites += [c for c in (coerce_int(p) for p in x.split(",")) if c is not None]
                 else:
-                    c = _coerce_citation(x)
+                    c = coerce_int(x)
                     if c is not None:
                         cites.append(c)
     except JSONRepairError:
