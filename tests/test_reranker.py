@@ -10,7 +10,6 @@ import torch
 
 import memkern
 from memkern import _reference as ref
-from memkern import ops
 from memkern.errors import MemkernTypeError, MemkernValueError
 from memkern.reranker import PRESETS, Reranker, Selection
 
@@ -295,3 +294,18 @@ def test_unguarded_paper_setting_collapses_on_the_same_task():
     rr = Reranker.from_preset("paper", task.d, lr=1e-1)
     r0, r1, _ = _train(task, rr, 800)
     assert (not _finite(rr)) or r1 < r0 - 0.1, (r0, r1)
+
+
+@pytest.mark.skipif(not _TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
+@pytest.mark.interpret
+def test_triton_and_torch_rerankers_follow_the_same_trajectory():
+    task = Task(d=8, N=40, K=5)
+    a = Reranker(8, top_m=2, backend="torch", replay_capacity=4)
+    b = Reranker(8, top_m=2, backend="triton", replay_capacity=4)
+    _, ra, sa = _train(task, a, 3, B=2, n_eval=8)
+    _, rb, sb = _train(task, b, 3, B=2, n_eval=8)
+    assert [s["n_replay"] for s in sb] == [0, 2, 2] and ra == rb
+    for x, y in zip(sa, sb):
+        assert abs(x["loss"] - y["loss"]) < 1e-4 and x["reward_rate"] == y["reward_rate"]
+    torch.testing.assert_close(a.Wq, b.Wq, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(a.Wm, b.Wm, rtol=1e-4, atol=1e-6)

@@ -55,7 +55,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .errors import BackendUnavailableError, MemkernTypeError, MemkernValueError, bad_arg
+from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
 
 __all__ = [
     "RerankForward",

@@ -64,13 +64,13 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from . import ops
-from .errors import MemkernTypeError, MemkernValueError, bad_arg
+from .errors import MemkernTypeError, bad_arg
 
 __all__ = ["Reranker", "Selection", "PRESETS"]
 
