@@ -302,3 +302,19 @@ def test_device_mismatch_names_the_argument():
         ops.rerank_scores(x["q"], x["Wq"], x["Wm"].to("meta"), x["C"])
     with pytest.raises(MemkernValueError, match="candidates: expected a tensor on q's device"):
         ops.rerank_scores(x["q"], x["Wq"], x["Wm"], x["C"].to("meta"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+                    reason="the dry run is the CPU/interpreter form of bench/gpu_check.py")
+@pytest.mark.interpret
+def test_gpu_check_script_dry_run(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("memkern_gpu_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "all checks passed" in out and out.count("| True |") == 2
