@@ -11,6 +11,15 @@ are buffered and fed to ``reranker.update`` every ``batch_size`` (default 4) res
 reranker's state (and the not-yet-used reward buffer) is persisted per namespace under
 ``<store.path>/rerankers/``.
 
+Two-level memory (``retrieval="turn+topic"``, opt-in): every write also stores each turn of a
+topic as its own turn record (embedded once per session, ``kind="passage"``); :meth:`RMM.respond`
+searches turns scored as ``sim(q, turn) + alpha * sim(q, its topic)``, groups the best
+``4 * top_k`` turns by topic (rank order) into up to ``top_k`` candidate topics, lets the reranker
+choose ``top_m`` of them (candidate vector: best turn + ``alpha`` * topic, so a fresh reranker keeps
+the turn+topic order), and shows the model each chosen topic's summary with
+only its best retrieved turns (at most ``turns_per_memory``). The default ``retrieval="topic"``
+retrieves topic records and shows their raw turns as before.
+
 Every call records a ``timings`` dict (seconds, ``time.perf_counter``) and logs it at debug level.
 """
 from __future__ import annotations
@@ -69,6 +78,9 @@ class Response:
     citation_source : str
         ``"model"`` (the model's citations / markers) or ``"similarity"`` (the model cited
         nothing at all; memories with cosine ``>= cite_fallback`` to the answer were credited).
+    turn_ids : list[list[int]]
+        Aligned with ``memory_ids``: the turn record ids shown under each memory, in the order
+        shown (conversation order). ``retrieval="turn+topic"`` only; empty lists in topic mode.
     """
 
     answer: str
@@ -79,6 +91,7 @@ class Response:
     raw: str = ""
     parsed: bool = True
     citation_source: str = "model"
+    turn_ids: list[list[int]] = field(default_factory=list)
 
 
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
@@ -213,6 +226,15 @@ class RMM:
         larger values cut the amortised per-response cost; :meth:`close` always saves.
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
+    retrieval : {"topic", "turn+topic"}
+        ``"topic"`` (default): search topic records, show their raw turns. ``"turn+topic"``:
+        two-level memory (see the module docstring); needs a :class:`memkern.MemoryStore`.
+        Topics written in topic mode have no turn records and are not found by turn search until
+        :meth:`index_turns` gives them some.
+    alpha : float
+        ``retrieval="turn+topic"``: weight of the topic similarity in a turn's score.
+    turns_per_memory : int
+        ``retrieval="turn+topic"``: best retrieved turns shown under each memory.
     """
 
     def __init__(
@@ -239,6 +261,9 @@ class RMM:
         cite_fallback: float | None = 0.5,
         save_every: int = 1,
         explore: bool = True,
+        retrieval: str = "topic",
+        alpha: float = 1.0,
+        turns_per_memory: int = 3,
     ):
         if not isinstance(namespace, str) or not namespace or "/" in namespace or namespace.startswith("."):
             raise bad_arg("namespace", "a non-empty str without '/' or leading '.'", namespace)
@@ -252,6 +277,18 @@ class RMM:
                 raise bad_arg(name, "a positive int", v)
         if top_m > top_k:
             raise bad_arg("top_m", f"<= top_k ({top_k})", top_m)
+        if retrieval not in ("topic", "turn+topic"):
+            raise bad_arg("retrieval", "'topic' or 'turn+topic'", retrieval)
+        if retrieval == "turn+topic" and not callable(getattr(store, "turns_with_topics", None)):
+            raise bad_arg("store", "a store with two-level memory (memkern.MemoryStore) for retrieval='turn+topic'",
+                          type(store).__name__, MemkernTypeError)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not np.isfinite(alpha):
+            raise bad_arg("alpha", "a finite float", alpha)
+        if isinstance(turns_per_memory, bool) or not isinstance(turns_per_memory, int) or turns_per_memory < 1:
+            raise bad_arg("turns_per_memory", "a positive int", turns_per_memory)
+        self.retrieval = retrieval
+        self.alpha = float(alpha)
+        self.turns_per_memory = turns_per_memory
         self.store = store
         self.namespace = namespace
         self.extractor_kind = extractor
@@ -457,6 +494,8 @@ class RMM:
             return []
         t0 = time.perf_counter()
         embs = self._embed([tp.summary for tp in topics])
+        # Two-level memory: every turn of the session embedded once, in one batch.
+        turn_embs = self._embed([str(t["content"]) for t in turns]) if self.two_level and turns else None
         timings["embed"] = time.perf_counter() - t0
         # Topics of one session that repeat each other are folded together first.
         keep: list[int] = []
@@ -485,9 +524,12 @@ class RMM:
             meta = {"session_id": sid, "source": tp.source}
             if ts is not None:
                 meta["timestamp"] = ts
+            te = None
+            if self.two_level:
+                te = turn_embs[list(tp.turns)] if tp.turns else np.zeros((0, self.store.dim), np.float32)
             r = apply_decision(
                 self.store, self.namespace, tp.summary, e, [turns[i] for i in tp.turns], d, c,
-                embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source,
+                embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source, turn_embeddings=te,
             )
             results.append(r)
         timings["update"] = time.perf_counter() - t0 + t_search
@@ -522,12 +564,23 @@ class RMM:
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        ids, cand, m_sel, sel = self._retrieve_and_rerank(q, timings)
+        ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings)
         cand_sel = np.asarray(self.store.embeddings(m_sel), np.float32) if len(m_sel) else None
         t0 = time.perf_counter()
-        records = [self.store.get(int(i)) for i in m_sel]
-        memories = [{"summary": r.summary, "turns": r.turns} for r in records]
-        msgs = prompts.answer_messages(query, memories, session_turns)
+        if self.two_level:
+            # Each chosen topic's summary with only its best retrieved turns, in conversation order.
+            memories, shown = [], []
+            for i in m_sel:
+                trs = sorted(best_turns[int(i)][1], key=_turn_order)
+                memories.append({"summary": best_turns[int(i)][0].summary, "turns": [t.turn for t in trs]})
+                shown.append([int(t.id) for t in trs])
+            msgs = prompts.answer_messages(query, memories, session_turns, max_turns_per_memory=self.turns_per_memory,
+                                           selected_turns=True)
+        else:
+            records = [self.store.get(int(i)) for i in m_sel]
+            memories = [{"summary": r.summary, "turns": r.turns} for r in records]
+            shown = [[] for _ in m_sel]
+            msgs = prompts.answer_messages(query, memories, session_turns)
         raw = self.chat_model.generate([msgs], max_new_tokens=self.answer_max_new_tokens, json=True, seed=self.seed)[0]
         timings["generate"] = time.perf_counter() - t0
         answer, cites, parsed, cited_at_all = _parse_answer(raw, len(m_sel))
@@ -551,28 +604,77 @@ class RMM:
         timings["update"] = time.perf_counter() - t0
         timings["total"] = sum(timings[k] for k in ("embed", "retrieve", "rerank", "generate", "update"))
         log.debug("rmm.respond: %d memories, cited %s; timings %s", len(m_sel), cites, {k: round(v * 1000, 2) for k, v in timings.items()})
-        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source)
+        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source, shown)
+
+    @property
+    def two_level(self) -> bool:
+        """Whether this RMM runs two-level memory (``retrieval="turn+topic"``)."""
+        return self.retrieval == "turn+topic"
+
+    def _retrieve_turn_topic(self, q: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
+        """Turn+topic search, grouped by topic.
+
+        Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
+        them best first: the first ``top_k`` distinct topics become the candidates (in order of
+        their best turn), each keeping its best ``turns_per_memory`` retrieved turns.
+
+        Returns
+        -------
+        ids : int64 [n]
+            Candidate topic ids, ``n <= top_k``.
+        groups : dict
+            ``topic id -> (topic record, [turn records, best first], best turn+topic score)``.
+        """
+        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        if self.store.count(self.namespace, level="turn") == 0:
+            return np.zeros(0, np.int64), groups
+        tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
+        tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
+        keep = tids >= 0
+        pairs = self.store.turns_with_topics(tids[keep])
+        for (turn, topic), s in zip(pairs, scores[keep]):
+            g = groups.get(int(topic.id))
+            if g is None:
+                if len(groups) >= self.top_k:
+                    continue
+                groups[int(topic.id)] = g = (topic, [], float(s))
+            if len(g[1]) < self.turns_per_memory:
+                g[1].append(turn)
+        return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float]):
-        """Top-K search then top-M selection. Returns (candidate ids, candidates, selected ids, selection)."""
+        """Top-K search then top-M selection.
+
+        Returns (candidate ids, candidates, selected ids, selection, groups); ``groups`` is the
+        turn+topic grouping of :meth:`_retrieve_turn_topic` (empty in topic mode).
+        """
         import torch
 
         t0 = time.perf_counter()
+        groups: dict[int, tuple[Any, list[Any], float]] = {}
         if self.store.count(self.namespace) == 0:
             timings["retrieve"] = time.perf_counter() - t0
             timings["rerank"] = 0.0
-            return np.zeros(0, np.int64), None, np.zeros(0, np.int64), None
-        ids, _ = self.store.search(self.namespace, q, k=self.top_k)
-        ids = np.asarray(ids).reshape(-1)
-        ids = ids[ids >= 0].astype(np.int64)
+            return np.zeros(0, np.int64), None, np.zeros(0, np.int64), None, groups
+        if self.two_level:
+            ids, groups = self._retrieve_turn_topic(q)
+        else:
+            ids, _ = self.store.search(self.namespace, q, k=self.top_k)
+            ids = np.asarray(ids).reshape(-1)
+            ids = ids[ids >= 0].astype(np.int64)
         emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
+        if self.two_level and len(ids):
+            # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
+            # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
+            best = np.asarray(self.store.embeddings([int(groups[int(i)][1][0].id) for i in ids]), dtype=np.float32)
+            emb = best + np.float32(self.alpha) * emb
         timings["retrieve"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         n = len(ids)
         if n <= self.top_m:
             # Nothing to choose: every candidate is shown, the reranker neither samples nor learns.
             timings["rerank"] = time.perf_counter() - t0
-            return ids, emb, ids, None
+            return ids, emb, ids, None, groups
         cand = torch.zeros(1, self.top_k, self.store.dim, dtype=torch.float32)
         cand[0, :n] = torch.from_numpy(emb)
         mask = torch.zeros(1, self.top_k, dtype=torch.bool)
@@ -584,7 +686,7 @@ class RMM:
         if bad:
             raise MemkernValueError(f"reranker.select: expected indices of unmasked candidates in [0, {n}), got {picks}")
         timings["rerank"] = time.perf_counter() - t0
-        return ids, emb, ids[picks], sel
+        return ids, emb, ids[picks], sel, groups
 
     # ------------------------------------------------------------------ reranker learning
     @property
@@ -654,12 +756,41 @@ class RMM:
         if self._buffer or self._reranker is not None:
             self.save()
 
+    def index_turns(self) -> int:
+        """Give every active topic of the namespace that lacks turn records one per turn.
+
+        For a bank written in topic mode and then used with ``retrieval="turn+topic"``: the
+        missing turns are embedded (``kind="passage"``) and the topic gets a new version with the
+        same summary, embedding and turns (``store.update``). Needs a two-level store.
+
+        Returns
+        -------
+        int
+            Number of topics given turn records.
+        """
+        if not callable(getattr(self.store, "turns_with_topics", None)):
+            raise bad_arg("store", "a store with two-level memory (memkern.MemoryStore)", type(self.store).__name__,
+                          MemkernTypeError)
+        from .update import _full_turn_matrix, _has_all_turn_records
+
+        done = 0
+        for i in _namespace_ids(self.store, self.namespace, include_invalidated=False):
+            r = self.store.get(i)
+            if not r.turns or _has_all_turn_records(r):
+                continue
+            te = _full_turn_matrix(self.store, r, r.turns, [], np.zeros((0, self.store.dim), np.float32), self._embed)
+            self.store.update(i, turns=r.turns, turn_embeddings=te)
+            done += 1
+        log.info("rmm.index_turns: %d topic(s) of namespace %r given turn records", done, self.namespace)
+        return done
+
     # ------------------------------------------------------------------ inspection
     def inspect(self, include_invalidated: bool = True) -> list[dict[str, Any]]:
         """The namespace's memory bank: one dict per record, ordered by id.
 
-        Keys: ``id``, ``summary``, ``version``, ``status``, ``turns`` (count), ``sessions``
-        (session ids of its turns), ``meta``.
+        Keys: ``id``, ``summary``, ``version``, ``status``, ``turns`` (count), ``turn_records``
+        (count of its turn records, two-level memory), ``sessions`` (session ids of its turns),
+        ``meta``.
         """
         out = []
         for i in sorted(_namespace_ids(self.store, self.namespace, include_invalidated)):
@@ -674,7 +805,7 @@ class RMM:
             out.append({
                 "id": int(r.id), "summary": r.summary, "version": int(getattr(r, "version", 1)),
                 "status": str(getattr(r, "status", "active")), "turns": len(r.turns or []),
-                "sessions": sessions, "meta": dict(r.meta or {}),
+                "turn_records": len(getattr(r, "turn_ids", ()) or ()), "sessions": sessions, "meta": dict(r.meta or {}),
             })
         return out
 
@@ -688,6 +819,12 @@ class RMM:
             "namespace": self.namespace, "records": len(bank), "by_status": by_status,
             "responses": self.n_responses, "reranker_updates": self.n_updates, "pending_rewards": self.pending,
         }
+
+
+def _turn_order(turn_record: Any) -> int:
+    """A turn record's position in its topic's turn list (old sessions first: conversation order)."""
+    pos = (turn_record.meta or {}).get("turn_position", 0)
+    return int(pos) if isinstance(pos, int) else 0
 
 
 def _selection_to_dict(sel: Any) -> dict:

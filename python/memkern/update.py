@@ -15,6 +15,9 @@ NOOP       duplicate: summary and embedding unchanged; new raw turns (if any) ar
            target so that no turn is lost.
 ========== =====================================================================================
 
+Two-level memory (``apply_decision(..., turn_embeddings=...)``): every action above also keeps the
+topic's turn records complete, one per turn of its turn list (see :func:`apply_decision`).
+
 Deciders: :class:`LLMDecider` asks the chat model (validated JSON; an invalid answer falls back to
 ADD, logged) and :class:`EmbeddingDecider` uses cosine-similarity thresholds plus English cue
 words (documented on the class).
@@ -184,6 +187,37 @@ def _is_active(record: Any) -> bool:
     return status is None or str(status).lower() in ("active", "0", "ok", "valid")
 
 
+def _has_all_turn_records(target: Any) -> bool:
+    """Whether every turn of a topic record has its turn record (two-level memory)."""
+    return len(getattr(target, "turn_ids", ()) or ()) >= len(target.turns or [])
+
+
+def _full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
+                      new_embs: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray | None:
+    """Turn embeddings float32 ``[len(all_turns), d]`` for ``all_turns`` (the target's turns
+    unioned with ``new_turns``): rows of ``new_embs`` for the new turns, the stored vectors of the
+    target's turn records for old turns, ``embed(contents)`` for turns that have neither.
+    ``None`` when ``all_turns`` is empty."""
+    if not all_turns:
+        return None
+    by_key: dict[tuple, np.ndarray] = {}
+    for t, e in zip(new_turns, new_embs):
+        by_key.setdefault(_turn_key(t), np.asarray(e, np.float32))
+    tids = [int(i) for i in (getattr(target, "turn_ids", ()) or ())]
+    if tids:
+        recs = store.get_batch(tids)
+        vecs = np.asarray(store.embeddings(tids), np.float32)
+        for r, e in zip(recs, vecs):
+            if r.turn is not None:
+                by_key.setdefault(_turn_key(r.turn), e)
+    missing = [i for i, t in enumerate(all_turns) if _turn_key(t) not in by_key]
+    if missing:
+        em = np.asarray(embed([str(all_turns[i].get("content", "")) for i in missing]), np.float32)
+        for i, e in zip(missing, em):
+            by_key[_turn_key(all_turns[i])] = e
+    return np.stack([by_key[_turn_key(t)] for t in all_turns]).astype(np.float32)
+
+
 # --------------------------------------------------------------------------------------------- deciders
 
 
@@ -349,6 +383,7 @@ def apply_decision(
     meta: dict | None = None,
     topic_source: str = "",
     min_summary_similarity: float = 0.3,
+    turn_embeddings: np.ndarray | None = None,
 ) -> UpdateResult:
     """Apply one decision to ``store`` (see the module table for the exact effects).
 
@@ -364,6 +399,13 @@ def apply_decision(
         A summary written by the model (MERGE / UPDATE) whose cosine similarity to the new
         memory is below this is treated as invented: the merge falls back to concatenating the
         old and new summaries, the update to the new memory's own summary (logged; ``note``).
+    turn_embeddings : float32 [len(turns), d], optional
+        Two-level memory: embeddings of ``turns`` (row ``i`` for ``turns[i]``). When given, every
+        write also keeps the topic's turn records complete (``store`` must be a
+        :class:`memkern.MemoryStore`): ADD / INVALIDATE store them with the new record, MERGE adds
+        records for the new turns, NOOP / UPDATE replace the target's turn records with one per
+        turn of the unioned list (old turns reuse their stored turn vectors; turns of a target
+        that had no turn records are embedded with ``embed``).
     """
     sim = candidates[0].similarity if candidates else 0.0
     base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
@@ -381,13 +423,24 @@ def apply_decision(
             note = f"{action} target {target_id} no longer active; added instead"
             log.info("update: %s", note)
             action, target = "ADD", None
+    two_level = turn_embeddings is not None
+    te_kw: dict[str, Any] = {}
+    if two_level:
+        te = np.asarray(turn_embeddings, dtype=np.float32)
+        if te.ndim != 2 or te.shape[0] != len(turns):
+            raise bad_arg("turn_embeddings", f"float32 [{len(turns)}, d] (one row per turn)", tuple(te.shape))
+        te_kw = {"turn_embeddings": te if len(turns) else None}
     if action == "ADD":
-        rid = store.add(namespace, summary, embedding, turns=turns, meta=meta)
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=meta, **te_kw)
         return UpdateResult("ADD", int(rid), None, summary, note=note, **base)
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
-            store.update(target_id, turns=merged_turns)
+            kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+            store.update(target_id, turns=merged_turns, **kw)
+        elif two_level and not _has_all_turn_records(target):
+            store.update(target_id, turns=merged_turns,
+                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
         return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
@@ -397,7 +450,13 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary = merge_summaries(target.summary, summary)
             emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
-        store.merge(target_id, new_summary, emb, turns)
+        if two_level and not _has_all_turn_records(target):
+            # The target predates two-level memory: one version with every turn given a record.
+            merged_turns = union_turns(target.turns, turns)
+            store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
+                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
+        else:
+            store.merge(target_id, new_summary, emb, turns, **te_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
     if action == "UPDATE":
         new_summary = decision.summary or summary
@@ -406,12 +465,14 @@ def apply_decision(
             note = f"model's updated summary {new_summary[:80]!r} is unrelated to the new memory; new memory kept"
             log.warning("update: %s", note)
             new_summary, emb = summary, embedding
-        store.update(target_id, summary=new_summary, embedding=emb, turns=union_turns(target.turns, turns))
+        merged_turns = union_turns(target.turns, turns)
+        kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+        store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":
         store.invalidate(target_id, summary)
         m = dict(meta or {})
         m["invalidates"] = target_id
-        rid = store.add(namespace, summary, embedding, turns=turns, meta=m)
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=m, **te_kw)
         return UpdateResult("INVALIDATE", int(rid), target_id, summary, **base)
     raise bad_arg("decision.action", f"one of {ACTIONS}", action)

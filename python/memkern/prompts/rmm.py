@@ -63,6 +63,10 @@ UPDATE_EXAMPLE_OUT = '{"action": "UPDATE", "index": 0, "summary": "The user live
 # ANSWER: must answer the user's question from numbered memories (summary + raw turns) and the
 # current session, and cite by number the memories actually used. Output:
 # {"answer": str, "citations": [int, ...]}; citations [] when no memory helped.
+# Two-level memory (selected_turns=True): under each summary come only the turns retrieval found
+# best for this question (any role: an assistant turn may hold the fact), so the model sees the
+# exact wording where it matters and no unrelated turns of a long topic; the memory number, not
+# the turn, is what gets cited.
 ANSWER_SYSTEM = (
     "You are a helpful assistant with a memory of past conversations with the user. Answer the "
     "question briefly using the numbered memories, and cite the numbers of the memories you used. "
@@ -129,6 +133,7 @@ def answer_messages(
     max_turns_per_memory: int = 1,
     max_turn_chars: int = 160,
     max_summary_chars: int = 300,
+    selected_turns: bool = False,
 ) -> list[dict[str, str]]:
     """Chat messages asking for a cited answer.
 
@@ -137,11 +142,17 @@ def answer_messages(
     question : str
     memories : sequence of dict
         Each with ``summary`` and optionally ``turns`` (raw turns); numbered 0..M-1 in order.
+        With ``selected_turns``, ``turns`` are the memory's best retrieved turns (two-level
+        memory) in the order to show.
     session_turns : sequence of dict, optional
         The current session so far (most recent last); the last 6 are shown.
     max_turns_per_memory, max_turn_chars, max_summary_chars : int
         Budget of raw turns shown under each memory, and of each summary (small models are slow
         on long prompts). Raw turns the summary already quotes are not repeated.
+    selected_turns : bool
+        ``False``: the first ``max_turns_per_memory`` *user* turns of each memory are shown.
+        ``True``: the given turns were chosen by retrieval, so turns of any role are shown (up to
+        ``max_turns_per_memory``).
     """
     lines = []
     for i, m in enumerate(memories):
@@ -149,7 +160,7 @@ def answer_messages(
         if len(summary) > max_summary_chars:
             summary = summary[: max_summary_chars - 3] + "..."
         lines.append(f"[{i}] {summary}")
-        user_turns = [t for t in (m.get("turns") or []) if str(t.get("role", "user")) == "user"]
+        user_turns = [t for t in (m.get("turns") or []) if selected_turns or str(t.get("role", "user")) == "user"]
         # Raw turns the summary already quotes (embedding-extractor summaries) would only cost tokens.
         user_turns = [t for t in user_turns if " ".join(str(t.get("content", "")).split())[:40] not in summary]
         for t in user_turns[:max_turns_per_memory]:
