@@ -43,3 +43,24 @@ def test_recall_grows_with_ef(tmp_path):
         assert (ids == np.arange(n)).all()
         r = [recall_at(s.search("u", q, k=10, ef=ef)[0], exact, 10) for ef in (10, 40, 400)]
     assert r[0] <= r[1] + 1e-9 <= r[2] + 2e-9 and r[2] >= 0.99, r
+
+
+def test_search_for_every_record_is_exhaustive_after_heavy_updates(tmp_path):
+    """k >= the namespace's size returns every live record in exact score order, even after
+    thousands of in-place embedding updates (which can leave graph nodes unreachable)."""
+    d = 24
+    rng = np.random.default_rng(0)
+    with MemoryStore(tmp_path / "s", dim=d, fsync="never") as s:
+        ids = list(s.add_batch("u", [f"r{i}" for i in range(3000)], rng.standard_normal((3000, d)).astype(np.float32)))
+        for _ in range(3000):
+            s.merge(int(ids[rng.integers(len(ids))]), "m", rng.standard_normal(d).astype(np.float32), [])
+        for _ in range(300):
+            s.delete(int(ids.pop(int(rng.integers(len(ids))))))
+        emb = s.embeddings(ids)
+        q = rng.standard_normal((3, d)).astype(np.float32)
+        got, scores = s.search("u", q, k=len(ids) + 5, ef=10)
+        exact = q @ emb.T
+        for b in range(3):
+            assert set(got[b, : len(ids)].tolist()) == set(ids)
+            assert (got[b, len(ids):] == -1).all()
+            np.testing.assert_allclose(scores[b, : len(ids)], np.sort(exact[b])[::-1], rtol=1e-5, atol=1e-5)

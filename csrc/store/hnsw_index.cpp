@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <queue>
 
 #include "memkern/errors.h"
 
@@ -57,6 +58,30 @@ std::vector<std::pair<float, int64_t>> HnswIndex::knn(const float* q, size_t k, 
   std::vector<std::pair<float, int64_t>> out;
   const Graph& g = *g_;
   if (g.cur_element_count == 0 || k == 0) return out;
+  size_t width = std::max(ef, k);
+  if (width >= live()) {
+    // The caller asks for (about) every live vector: an exact scan costs no more than a beam
+    // search that wide, and it is exhaustive even where graph updates left a node unreachable.
+    std::priority_queue<std::pair<float, hnswlib::tableint>> heap;  // max-heap of the k best
+    for (size_t i = 0; i < g.cur_element_count; ++i) {
+      auto id = static_cast<hnswlib::tableint>(i);
+      if (g.isMarkedDeleted(id)) continue;
+      if (f && !(*f)(g.getExternalLabel(id))) continue;
+      float d = g.fstdistfunc_(q, g.getDataByInternalId(id), g.dist_func_param_);
+      if (heap.size() < k) {
+        heap.emplace(d, id);
+      } else if (d < heap.top().first) {
+        heap.pop();
+        heap.emplace(d, id);
+      }
+    }
+    out.resize(heap.size());
+    for (size_t i = heap.size(); i-- > 0;) {
+      out[i] = {heap.top().first, static_cast<int64_t>(g.getExternalLabel(heap.top().second))};
+      heap.pop();
+    }
+    return out;
+  }
   // Greedy descent through the upper layers (as hnswlib does), then a beam search of width
   // max(ef, k) on layer 0 with this call's ef instead of the graph's shared ef_ member.
   hnswlib::tableint cur = g.enterpoint_node_;
@@ -80,7 +105,6 @@ std::vector<std::pair<float, int64_t>> HnswIndex::knn(const float* q, size_t k, 
       }
     }
   }
-  size_t width = std::max(ef, k);
   auto top = (!g.num_deleted_ && !f) ? g.searchBaseLayerST<true>(cur, q, width, f)
                                      : g.searchBaseLayerST<false>(cur, q, width, f);
   while (top.size() > k) top.pop();
