@@ -32,7 +32,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -153,14 +153,13 @@ class Units:
     """The retrievable units of one conversation at one granularity.
 
     ``turn_ids[j]``: the turn ids unit ``j`` contains (in dialogue order); ``texts[j]``: the text
-    its key embedding is computed from; ``emb``: float32 ``[U, d]``; ``parent``: for turn units
-    of two-level variants, index of the containing unit (unused otherwise).
+    its key embedding is computed from (a turn's content, ``role: content`` lines for sessions and
+    chunks, the summary for topics); ``emb``: float32 ``[U, d]``, L2-normalised rows.
     """
 
     turn_ids: list[list[str]]
     texts: list[str]
     emb: np.ndarray | None = None
-    kind: list[str] = field(default_factory=list)
 
 
 def _session_text(turns) -> str:
