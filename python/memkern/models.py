@@ -77,12 +77,9 @@ class ChatModelLike(Protocol):
 def model_cache_dir() -> Path:
     """Folder of converted models: ``$MEMKERN_CACHE/models``, else ``$XDG_CACHE_HOME/memkern/models``,
     else ``~/.cache/memkern/models``. Created on demand by the functions that write into it."""
-    root = os.environ.get("MEMKERN_CACHE")
-    if root:
-        return Path(root).expanduser() / "models"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "memkern" / "models"
+    from .paths import cache_dir
+
+    return cache_dir("models")
 
 
 def _package_dir(package: str) -> Path | None:

@@ -26,14 +26,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..rmm import RMM
 
     path = C.store_path(args)
-    store = C.open_store(path, create=False)
-    try:
+    with C.open_store(path, create=False) as store:
         return _run(args, store)
-    finally:
-        store.close()
 
 
 def _run(args: argparse.Namespace, store) -> int:

@@ -40,7 +40,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ..models import setup_default_models
-    from ..rmm import RMM
 
     progress = not args.no_progress
     extractor = args.extractor

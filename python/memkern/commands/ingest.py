@@ -27,7 +27,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..rmm import RMM
 
     sessions = C.load_sessions(args.file)
     if args.limit is not None:

@@ -26,11 +26,8 @@ class _Bank:
 
 def run(args: argparse.Namespace) -> int:
     path = C.store_path(args)
-    store = C.open_store(path, create=False)
-    try:
+    with C.open_store(path, create=False) as store:
         return _run(args, store, path)
-    finally:
-        store.close()
 
 
 def _run(args: argparse.Namespace, store, path) -> int:

@@ -56,12 +56,10 @@ BUDGETS = (5, 10, 20)
 # Embeddings with an on-disk cache
 # ============================================================================================
 def default_cache_dir() -> Path:
-    root = os.environ.get("MEMKERN_CACHE")
-    if root:
-        return Path(root).expanduser() / "eval-embeddings"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "memkern" / "eval-embeddings"
+    """Embedding cache of the experiments (under :func:`memkern.paths.cache_dir`)."""
+    from ..paths import cache_dir
+
+    return cache_dir("eval-embeddings")
 
 
 class CachedEmbedder:
