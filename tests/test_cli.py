@@ -104,6 +104,29 @@ def test_ingest_ask_inspect_forget(tmp_path, fake_models, capsys):
     assert not (store / "rerankers" / "maya.pt").exists()
 
 
+def test_turn_topic_retrieval_flags(tmp_path, fake_models, capsys):
+    """--retrieval turn+topic: ingest stores turn records; ask on a topic-mode bank indexes its
+    turns once, then answers from turn+topic retrieval."""
+    from memkern.store import MemoryStore
+
+    store = tmp_path / "store"
+    f = _sessions_file(tmp_path, "bundled")
+    common = ["--store", str(store), "--extractor", "embedding", "--no-progress"]
+    assert main(["ingest", str(f), "-n", "two", "--retrieval", "turn+topic", *common]) == 0
+    assert main(["ingest", str(f), "-n", "one", *common]) == 0
+    capsys.readouterr()
+    with MemoryStore(str(store)) as s:
+        assert s.count("two", level="turn") > 0
+        assert s.count("one", level="turn") == 0
+    assert main(["ask", "What is my job?", "--store", str(store), "-n", "one", "--retrieval", "turn+topic",
+                 "--alpha", "0.5", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "indexed the turns of" in captured.err
+    assert json.loads(captured.out)["answer"] == "A nurse."
+    with MemoryStore(str(store)) as s:
+        assert s.count("one", level="turn") == s.count("two", level="turn")
+
+
 def test_ask_missing_store_is_a_clear_error(tmp_path, fake_models):
     with pytest.raises(ValueError, match="--store"):
         main(["ask", "hi?", "--store", str(tmp_path / "nope")])

@@ -44,6 +44,16 @@ def add_model_args(p) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: half the cores, 1 to 4; small models on busy "
                         "machines run much faster with few threads)")
+    p.add_argument("--retrieval", choices=("topic", "turn+topic"), default="topic",
+                   help="memory unit retrieved: topics (the paper's) or turns scored with their topic "
+                        "(two-level memory; stores every turn as its own record)")
+    p.add_argument("--alpha", type=float, default=1.0,
+                   help="weight of the topic score in --retrieval turn+topic (default 1.0)")
+
+
+def rmm_retrieval_kwargs(args) -> dict:
+    """The RMM keyword arguments chosen by --retrieval / --alpha."""
+    return {"retrieval": args.retrieval, "alpha": args.alpha}
 
 
 def store_path(args) -> Path:

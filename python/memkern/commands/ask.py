@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from . import _common as C
 
@@ -37,7 +38,12 @@ def _run(args: argparse.Namespace, store) -> int:
 
     chat, emb = C.build_models(args)
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,
-              batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens, explore=args.explore)
+              batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens, explore=args.explore,
+              **C.rmm_retrieval_kwargs(args))
+    if rmm.two_level:
+        n = rmm.index_turns()  # a bank written in topic mode gets its turn records once
+        if n:
+            print(f"(indexed the turns of {n} topics for turn+topic retrieval)", file=sys.stderr)
     resp = rmm.respond(args.question)
     rmm.close()
     store.flush()

@@ -81,7 +81,7 @@ def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start
           f"extractor {extractor!r}")
 
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=extractor, seed=args.seed,
-              explore=args.explore)
+              explore=args.explore, **C.rmm_retrieval_kwargs(args))
 
     # ---------------------------------------------------------------- prospective reflection
     print("\n-- Prospective reflection: each finished session becomes topic memories --")

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args, store, path, sessions, chat, emb) -> int:
     from ..rmm import RMM
 
-    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=args.extractor, seed=args.seed)
+    rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, extractor=args.extractor, seed=args.seed,
+              **C.rmm_retrieval_kwargs(args))
     bar = C.progress_bar(len(sessions), "ingest", not args.no_progress)
     actions: Counter = Counter()
     for start in range(0, len(sessions), 4):
