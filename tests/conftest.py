@@ -13,6 +13,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Tests never write to the user's data folder (the default store lives there): a store opened
+# without a path during the tests goes to a throw-away folder. The model cache is kept.
+import tempfile  # noqa: E402
+
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memkern-tests-data-")
+os.environ.pop("MEMKERN_STORE", None)
+
 
 def _cuda_available() -> bool:
     try:

@@ -21,7 +21,6 @@ def _real_store_cls():
     try:
         from memkern.store import MemoryStore
 
-        MemoryStore(dim=4)
         return MemoryStore
     except Exception:  # the native store is not built here
         return None
