@@ -346,6 +346,20 @@ HnswIndex& Store::index_for(Namespace& ns, uint8_t level) {
   return *ns.index[level];
 }
 
+// The record's current state as a Version (its embedding read from its graph).
+Version Store::current_version(const Record& r) const {
+  Version v;
+  v.version = r.version;
+  v.summary = r.summary;
+  v.turns_json = r.turns_json;
+  v.meta_json = r.meta_json;
+  v.updated_at = r.updated_at;
+  v.op = r.op;
+  v.embedding.resize(dim_);
+  ns_[r.ns]->index[r.level]->vector(r.id, v.embedding.data());
+  return v;
+}
+
 const Record& Store::rec_or_throw(int64_t id, const char* what) const {
   auto it = records_.find(id);
   if (it == records_.end()) {
@@ -527,15 +541,7 @@ void Store::apply(const std::string& payload) {
       if (it == records_.end()) rd.fail("new version of an unknown id");
       Record& r = it->second;
       Namespace& ns = *ns_[r.ns];
-      Version old;
-      old.version = r.version;
-      old.summary = r.summary;
-      old.turns_json = r.turns_json;
-      old.meta_json = r.meta_json;
-      old.updated_at = r.updated_at;
-      old.op = r.op;
-      old.embedding.resize(dim_);
-      ns.index[r.level]->vector(id, old.embedding.data());
+      Version old = current_version(r);
       if (flags & kHasSummary) r.summary = rd.str();
       if (flags & kHasEmbedding) {
         std::vector<float> v = rd.floats(dim_);
@@ -841,16 +847,7 @@ std::vector<Version> Store::history(int64_t id) const {
   check_open();
   const Record& r = rec_or_throw(id, "id");
   std::vector<Version> out = r.history;
-  Version cur;
-  cur.version = r.version;
-  cur.summary = r.summary;
-  cur.turns_json = r.turns_json;
-  cur.meta_json = r.meta_json;
-  cur.updated_at = r.updated_at;
-  cur.op = r.op;
-  cur.embedding.resize(dim_);
-  ns_[r.ns]->index[r.level]->vector(id, cur.embedding.data());
-  out.push_back(std::move(cur));
+  out.push_back(current_version(r));
   return out;
 }
 

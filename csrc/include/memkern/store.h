@@ -118,6 +118,7 @@ class Store {
   const Namespace* find_ns(const std::string& name) const;
   HnswIndex& index_for(Namespace& ns, uint8_t level);
   const Record& rec_or_throw(int64_t id, const char* what) const;
+  Version current_version(const Record& r) const;
   void commit(const std::string& payload, uint64_t ops);  // log, apply, maybe snapshot
   void apply(const std::string& payload);
   struct PendingPut {
