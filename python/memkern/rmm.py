@@ -117,19 +117,8 @@ def parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool]:
 
 
 def _parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool, bool]:
-    """:func:`parse_answer` plus whether the output cited at all (a citations field or markers).
-
-    Parameters
-    ----------
-    text : str
-        Raw model output.
-    n_memories : int
-        Number of memories shown (valid citations are ``0..n_memories-1``; others dropped).
-
-    Returns
-    -------
-    (answer, citations, parsed, cited_at_all) : tuple[str, list[int], bool, bool]
-    """
+    """:func:`parse_answer` (same arguments) plus ``cited_at_all``: whether the output had a
+    citations field or ``[i]`` markers at all."""
     answer: str | None = None
     cites: list[int] = []
     parsed = False
