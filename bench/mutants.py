@@ -1,0 +1,105 @@
+"""The mutation check's catalogue: one deliberate bug per entry, with the tests meant to catch it.
+
+Each :class:`Mutant` replaces an exact snippet of one file (it must occur ``count`` times, so a
+refactor that moves the code makes the mutant an *error* in ``bench/mutation.py --check`` rather
+than silently testing nothing). ``native=True`` marks C++ files (the extension is rebuilt).
+``equivalent`` holds the explanation for a mutant that cannot change behaviour.
+
+House rule (README, conventions): a new mechanism comes with a mutant here that proves its test
+can fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    area: str
+    file: str
+    find: str
+    replace: str
+    what: str
+    tests: tuple[str, ...]
+    count: int = 1
+    equivalent: str = ""
+
+    @property
+    def native(self) -> bool:
+        return self.file.startswith("csrc/")
+
+
+T_RMM = ("tests/test_rmm.py", "tests/test_rmm_turns.py")
+T_UPDATE = ("tests/test_update.py", "tests/test_rmm.py", "tests/test_rmm_turns.py")
+T_MEMREREAD = ("tests/test_memreread.py",)
+
+CATALOGUE: list[Mutant] = [
+    # ---------------------------------------------------------------- reward mapping (RMM)
+    Mutant("rmm-reward-sign", "rewards", "python/memkern/rmm.py",
+           "rewards = [1.0 if i in cites else -1.0 for i in range(len(m_sel))]",
+           "rewards = [-1.0 if i in cites else 1.0 for i in range(len(m_sel))]",
+           "cited memories get -1 and uncited +1", T_RMM),
+    Mutant("rmm-reward-uncited-zero", "rewards", "python/memkern/rmm.py",
+           "rewards = [1.0 if i in cites else -1.0 for i in range(len(m_sel))]",
+           "rewards = [1.0 if i in cites else 0.0 for i in range(len(m_sel))]",
+           "uncited memories get 0 instead of -1", T_RMM),
+    Mutant("rmm-batch-off-by-one", "rewards", "python/memkern/rmm.py",
+           "if len(self._buffer) >= self.batch_size:",
+           "if len(self._buffer) > self.batch_size:",
+           "the reranker updates every batch_size + 1 responses", T_RMM),
+    Mutant("rmm-flush-keeps-buffer", "rewards", "python/memkern/rmm.py",
+           "        self._buffer.clear()\n",
+           "\n",
+           "buffered rewards are fed to the reranker again at every flush", T_RMM),
+    # ---------------------------------------------------------------- update semantics
+    Mutant("update-turnkey-ignores-content", "update", "python/memkern/update.py",
+           'return (t.get("session_id"), t.get("turn_index"), t.get("role"), t.get("content"))',
+           'return (t.get("session_id"), t.get("turn_index"), t.get("role"))',
+           "two different turns at the same position count as the same turn", T_UPDATE),
+    Mutant("update-union-drops-new", "update", "python/memkern/update.py",
+           "            seen.add(k)\n            out.append(t)\n",
+           "            seen.add(k)\n",
+           "a merge forgets the new raw turns", T_UPDATE),
+    Mutant("update-noop-threshold", "update", "python/memkern/update.py",
+           "if s >= self.noop_threshold:",
+           "if s >= self.merge_threshold:",
+           "every MERGE-range similarity becomes a NOOP (new information lost)", T_UPDATE),
+    Mutant("update-merge-to-add", "update", "python/memkern/update.py",
+           "elif s >= self.merge_threshold:",
+           "elif s > 1.0:",
+           "similar memories are never merged, always added", T_UPDATE),
+    Mutant("update-invalidate-not-marked", "update", "python/memkern/update.py",
+           "        store.invalidate(target_id, summary)\n",
+           "\n",
+           "INVALIDATE adds the withdrawal but leaves the withdrawn fact active", T_UPDATE),
+    Mutant("update-bad-index-accepted", "update", "python/memkern/update.py",
+           "if idx is None or not 0 <= idx < len(cands):",
+           "if idx is None or not 0 <= idx <= len(cands):",
+           "a model-written index one past the candidates is accepted", T_UPDATE),
+    Mutant("update-inactive-target-used", "update", "python/memkern/update.py",
+           "if target is None or not _is_active(target):",
+           "if target is None:",
+           "a decision can MERGE into an invalidated memory", T_UPDATE),
+    # ---------------------------------------------------------------- MemReread budgets
+    Mutant("memreread-cap-after-integrate", "memreread", "python/memkern/memreread.py",
+           "memory = self.cap_memory(self.keep_confirmed(memory, new))",
+           "memory = self.keep_confirmed(memory, new)",
+           "the memory cap is not enforced after the integrate step", T_MEMREREAD),
+    Mutant("memreread-cap-after-read", "memreread", "python/memkern/memreread.py",
+           "                memory = self.cap_memory(out)\n",
+           "                memory = out\n",
+           "the memory cap is not enforced while streaming chunks", T_MEMREREAD),
+    Mutant("memreread-extra-reread", "memreread", "python/memkern/memreread.py",
+           "while res.rereads < self.max_rereads:",
+           "while res.rereads <= self.max_rereads:",
+           "one reread more than max_rereads", T_MEMREREAD),
+    Mutant("memreread-confirmed-dropped", "memreread", "python/memkern/memreread.py",
+           "if P.CONFIRMED_TAG in line and _strip_tag(line) not in have:",
+           "if False:",
+           "integrate loses [confirmed] facts the model dropped", T_MEMREREAD),
+    Mutant("memreread-repeat-allowed", "memreread", "python/memkern/memreread.py",
+           "if c == nq or _jaccard(c, nq) >= self.repeat_threshold:",
+           "if c == nq and _jaccard(c, nq) >= self.repeat_threshold:",
+           "near-repeat sub-questions are reread again", T_MEMREREAD),
+]
