@@ -189,17 +189,18 @@ def reset_namespace(store, namespace: str, compact: bool = True) -> int:
     compact the store so the deleted data leaves its files; returns the records deleted.
     ``namespace`` is checked (:func:`memkern.paths.check_namespace`) before anything is deleted."""
     check_namespace(namespace)
+    # Every file path is built and checked (inside the store folder) before anything is deleted.
+    files = [reranker_file(store.path, namespace, sfx) for sfx in RERANKER_SUFFIXES] \
+        if getattr(store, "path", None) else []
     ids = namespace_ids(store, namespace)
     for i in ids:
         store.delete(int(i))
     if ids and compact and hasattr(store, "compact"):
         store.compact()
     store.flush()
-    if getattr(store, "path", None):
-        for suffix in RERANKER_SUFFIXES:  # each path checked to resolve inside the store folder
-            f = reranker_file(store.path, namespace, suffix)
-            if f.is_file():
-                f.unlink()
+    for f in files:
+        if f.is_file():
+            f.unlink()
     return len(ids)
 
 

@@ -145,7 +145,7 @@ def _turn(t: Any, where: str) -> dict[str, Any]:
         t = dict(t, content=t["text"])
     content = t.get("content")
     if not isinstance(content, str):
-        raise DatasetFormatError(f"{where}.content: expected a str, got {type(content).__name__} {str(content)[:60]!r}")
+        raise DatasetFormatError(f"{where}.content: expected a str, got {type(content).__name__} {_show(content)}")
     role = t.get("role", "user")
     if not isinstance(role, str) or not role:
         raise DatasetFormatError(f"{where}.role: expected a non-empty str, got {role!r}")
@@ -176,6 +176,11 @@ def _locomo(data: list) -> SessionFile:
             out.append({"session_id": f"{conv.conversation_id}:{s.session_id}", "date": s.date,
                         "turns": [{"role": t.role, "content": t.content, "dia_id": t.turn_id} for t in s.turns]})
     return SessionFile(out, layout="locomo")
+
+
+def _show(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def _nonempty(sessions: list, where: str) -> list:
