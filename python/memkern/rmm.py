@@ -181,6 +181,9 @@ class RMM:
         ``None``: the reranker persisted for this namespace under ``<store.path>/rerankers/``, or
         a fresh ``Reranker(store.dim, top_m=top_m)``.
     namespace : str
+        The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
+        ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
+        file paths are built.
     extractor : {"llm", "embedding"}
         Topic extraction (see :mod:`memkern.extract`).
     decider : {"llm", "embedding"}, optional
