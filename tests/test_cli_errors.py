@@ -338,11 +338,12 @@ def files(tmp_path):
                              "haystack_sessions": [[{"role": "user", "content": "hi", "has_answer": "no"}]],
                              "answer_session_ids": ["a"]}], "lme.json")
     store = _store(tmp_path / "S")
+    store4 = _store(tmp_path / "S4", dim=4)
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / "wal.log").write_bytes(b"\x00garbage" * 20)
     return {"good": str(good), "bad_json": str(bad_json), "latin": str(latin), "deep": str(deep), "lme": str(lme),
-            "store": str(store), "corrupt": str(corrupt), "missing": str(tmp_path / "missing.json"),
+            "store": str(store), "store4": str(store4), "corrupt": str(corrupt), "missing": str(tmp_path / "missing.json"),
             "nostore": str(tmp_path / "nostore"), "dir": str(tmp_path), "tmp": tmp_path}
 
 
@@ -362,6 +363,8 @@ BAD = [
     (["ingest", "{good}", "--store", "{nostore}", "--alpha", "nan"], 2, "argument --alpha: expected a finite number"),
     (["ingest", "{good}", "--store", "{good}"], 2, "--store: expected a store directory"),
     (["ingest", "{good}", "--store", "{nostore}", "--extractor", "regex"], 2, "argument --extractor: invalid choice"),
+    (["ingest", "{good}", "--store", "{store4}"], 2, "--embedder: expected an embedder of the store's dimension 4"),
+    (["eval"], 2, "memkern eval: expected a command"),
     (["ask", "q?", "--store", "{nostore}"], 2, "--store: expected an existing memkern store directory"),
     (["ask", "  ", "--store", "{store}"], 2, "argument QUESTION: expected a non-empty text"),
     (["ask", "q?", "--store", "{store}", "--top-k", "0"], 2, "argument --top-k: expected an integer >= 1"),

@@ -128,9 +128,11 @@ def _main(argv: list[str]) -> int:
     known, _ = probe.parse_known_args([a for a in argv if a not in ("-h", "--help")])
     module = getattr(known, "_module", None)
     if module is None:
-        probe.parse_args(argv)  # prints help / usage errors for groups such as `memkern eval`
+        probe.parse_args(argv)  # usage errors for groups such as `memkern eval frob`
         probe.print_help()
-        return 0 if not argv else EXIT_USAGE
+        if argv:  # e.g. `memkern eval`: a group without its command
+            raise UsageError(f"memkern {' '.join(argv)}: expected a command (see the list above)")
+        return 0
     args = build_parser(load=module).parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
