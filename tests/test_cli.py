@@ -20,8 +20,10 @@ def _sessions_file(tmp_path, layout):
     elif layout == "list":
         data = [s1, s2]
     elif layout == "longmemeval":
-        q = {"question_id": "q1", "question": "?", "answer": "!", "haystack_session_ids": ["a", "b"],
-             "haystack_dates": ["2026/01/01", "2026/01/02"], "haystack_sessions": [s1, s2]}
+        q = {"question_id": "q1", "question_type": "single-session-user", "question": "?", "answer": "!",
+             "question_date": "2026/01/03", "haystack_session_ids": ["a", "b"],
+             "haystack_dates": ["2026/01/01", "2026/01/02"], "haystack_sessions": [s1, s2],
+             "answer_session_ids": ["a"]}
         data = [q, dict(q, question_id="q2")]  # sessions shared by two questions: ingested once
     else:  # locomo
         conv = {"speaker_a": "Maya", "speaker_b": "Bot",
@@ -127,9 +129,11 @@ def test_turn_topic_retrieval_flags(tmp_path, fake_models, capsys):
         assert s.count("one", level="turn") == s.count("two", level="turn")
 
 
-def test_ask_missing_store_is_a_clear_error(tmp_path, fake_models):
-    with pytest.raises(ValueError, match="--store"):
-        main(["ask", "hi?", "--store", str(tmp_path / "nope")])
+def test_ask_missing_store_is_a_clear_error(tmp_path, fake_models, capsys):
+    assert main(["ask", "hi?", "--store", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("memkern: error: --store: expected an existing memkern store")
+    assert not (tmp_path / "nope").exists()
 
 
 def test_demo_fake_models_full_flow(tmp_path, fake_models, capsys, monkeypatch):

@@ -85,3 +85,88 @@ def test_bad_files(tmp_path):
     p.write_text("[{")
     with pytest.raises(DatasetFormatError, match="valid JSON"):
         load_locomo(p)
+
+
+@pytest.mark.parametrize("answer, expect", [("a lake", "a lake"), (2022, "2022"), (3.5, "3.5"), ("", "")])
+def test_answers_strings_and_numbers(tmp_path, answer, expect):
+    s = _sample()
+    s["qa"][0]["answer"] = answer
+    assert load_locomo(_write(tmp_path, [s])).conversations[0].questions[0].answer == expect
+
+
+@pytest.mark.parametrize("answer", [{"x": 1}, None, ["a"], True])
+def test_answers_of_other_types_are_rejected(tmp_path, answer):
+    """Issue 10 item 11: {"x": 1} and null became the strings "{'x': 1}" and "None"."""
+    s = _sample()
+    s["qa"][1]["answer"] = answer
+    with pytest.raises(DatasetFormatError, match=r"sample\[0\] \(conv-1\)\.qa\[1\]\.answer: expected a string or a number"):
+        load_locomo(_write(tmp_path, [s]))
+
+
+def test_adversarial_answer_is_used_without_answer(tmp_path):
+    s = _sample()
+    s["qa"][2]["answer"] = None  # null answer + adversarial_answer: the adversarial one
+    q = load_locomo(_write(tmp_path, [s])).conversations[0].questions[2]
+    assert q.answer == "a lake" and q.question_type == "category_5"
+    s["qa"][2]["adversarial_answer"] = {"x": 1}
+    with pytest.raises(DatasetFormatError, match=r"qa\[2\]\.adversarial_answer: expected a string or a number"):
+        load_locomo(_write(tmp_path, [s]))
+
+
+@pytest.mark.parametrize("cat", [0, 6, 99, -1, "99", "x", True, 2.5])
+def test_category_outside_1_to_5_is_rejected(tmp_path, cat):
+    s = _sample()
+    s["qa"][0]["category"] = cat
+    with pytest.raises(DatasetFormatError, match=r"qa\[0\]\.category: expected"):
+        load_locomo(_write(tmp_path, [s]))
+
+
+def test_category_as_numeric_string(tmp_path):
+    s = _sample()
+    s["qa"][0]["category"] = "4"
+    assert load_locomo(_write(tmp_path, [s])).conversations[0].questions[0].question_type == "category_4"
+
+
+@pytest.mark.parametrize("sep", [",", ", ", ";", "; ", " ", "  ", "\t", " ,", ";,", " ; "])
+def test_evidence_separators_of_the_published_file(tmp_path, sep):
+    """Issue 17 item 6: the published file joins evidence ids with "; ", "," and spaces (e.g.
+    "D8:6; D9:17", "D9:1 D4:4 D4:6"). Each separator, alone or combined, splits; removing any of
+    them from the split pattern fails one of these cases."""
+    s = _sample()
+    s["qa"][0]["evidence"] = [sep.join(["D2:1", "D1:2", "D1:1"])]
+    caplog_free = load_locomo(_write(tmp_path, [s]))
+    q = caplog_free.conversations[0].questions[0]
+    assert q.evidence_turn_ids == ["D2:1", "D1:2", "D1:1"]
+    assert q.evidence_session_ids == ["session_2", "session_1"]
+    assert caplog_free.meta["dropped_evidence"] == 1  # only the fixture's unknown D9:9
+
+
+def test_evidence_sample_with_every_published_separator(tmp_path):
+    """One LoCoMo-format sample whose evidence strings use the published joins side by side."""
+    s = _sample()
+    s["conversation"]["session_3"] = [{"speaker": "Caroline", "dia_id": f"D3:{k}", "text": f"turn {k}"}
+                                      for k in range(1, 8)]
+    s["conversation"]["session_3_date_time"] = "2:00 pm on 1 June, 2023"
+    s["qa"] = [
+        {"question": "a?", "answer": "x", "category": 1, "evidence": ["D3:6; D3:7"]},
+        {"question": "b?", "answer": "x", "category": 1, "evidence": ["D3:1 D3:4 D3:6"]},
+        {"question": "c?", "answer": "x", "category": 1, "evidence": ["D3:2,D3:3", "D1:1, D2:2"]},
+        {"question": "d?", "answer": "x", "category": 1, "evidence": ["D3:5;D1:2 D2:1,D3:1"]},
+    ]
+    ds = load_locomo(_write(tmp_path, [s]))
+    got = [q.evidence_turn_ids for q in ds.conversations[0].questions]
+    assert got == [["D3:6", "D3:7"], ["D3:1", "D3:4", "D3:6"], ["D3:2", "D3:3", "D1:1", "D2:2"],
+                   ["D3:5", "D1:2", "D2:1", "D3:1"]]
+    assert ds.meta["dropped_evidence"] == 0
+
+
+def test_unreadable_files_are_clear_memkern_errors(tmp_path):
+    with pytest.raises(DatasetFormatError, match="LoCoMo file .*: expected a file, got a directory"):
+        load_locomo(tmp_path)
+    p = tmp_path / "bad.json"
+    p.write_bytes(b'[{"sample_id": "\xff\xfe"}]')
+    with pytest.raises(DatasetFormatError, match=r"LoCoMo file .*bad\.json'?: expected UTF-8 text"):
+        load_locomo(p)
+    p.write_text('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    with pytest.raises(DatasetFormatError, match=r"LoCoMo file .*bad\.json'?: expected JSON nested at most"):
+        load_locomo(p)

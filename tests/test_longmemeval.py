@@ -104,3 +104,43 @@ def test_generated_round_trip_keeps_evidence(tmp_path):
         assert sorted(q2.evidence_turn_ids) == sorted(q1.evidence_turn_ids)
         assert [t2[e].content for e in sorted(q2.evidence_turn_ids)] == [t1[e].content for e in sorted(q1.evidence_turn_ids)]
         assert q2.evidence_session_ids == q1.evidence_session_ids and q2.answer == q1.answer
+
+
+@pytest.mark.parametrize("value, expect", [(True, True), (False, False), (1, True), (0, False)])
+def test_has_answer_accepts_booleans_and_0_1(tmp_path, value, expect):
+    d = _item()
+    d["haystack_sessions"][0][0]["has_answer"] = value
+    ds = load_longmemeval(_write(tmp_path, [d]))
+    assert ds.conversations[0].sessions[0].turns[0].has_answer is expect
+
+
+@pytest.mark.parametrize("value", ["no", "false", "yes", 2, -1, 0.5, None, [], {}])
+def test_has_answer_rejects_non_booleans(tmp_path, value):
+    """Issue 10 item 11: "no" was read as True (bool("no")); now any non-boolean is an error
+    naming the field and its path."""
+    d = _item()
+    d["haystack_sessions"][1][2]["has_answer"] = value
+    with pytest.raises(DatasetFormatError, match=r"question\[0\] \(q1\)\.haystack_sessions\[1\]\[2\]\.has_answer: "
+                                                 r"expected true, false, 0 or 1"):
+        load_longmemeval(_write(tmp_path, [d]))
+
+
+def test_unreadable_files_are_clear_memkern_errors(tmp_path):
+    """A directory, a non-UTF-8 file and deep nesting: a DatasetFormatError naming the file."""
+    from memkern import MemkernError
+
+    with pytest.raises(DatasetFormatError, match=f"LongMemEval file '{tmp_path}': expected a file, got a directory"):
+        load_longmemeval(tmp_path)
+    p = tmp_path / "latin1.json"
+    p.write_bytes(json.dumps([_item(answer="caf\u00e9")], ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(DatasetFormatError, match=r"latin1\.json'?: expected UTF-8 text"):
+        load_longmemeval(p)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DatasetFormatError, match=r"deep\.json'?: expected JSON nested at most 64 levels"):
+        load_longmemeval(deep)
+    deep.write_text("[" * 200 + "]" * 200)  # parses, but deeper than any published format
+    with pytest.raises(DatasetFormatError, match="nested at most 64"):
+        load_longmemeval(deep)
+    with pytest.raises(MemkernError, match="expected an existing path"):  # also a FileNotFoundError
+        load_longmemeval(tmp_path / "missing.json")

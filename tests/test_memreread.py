@@ -196,6 +196,28 @@ def test_memory_cap_enforced():
     assert fake.count_tokens(capped) == 30
 
 
+def test_memory_cap_enforced_after_integrate():
+    """Issue 17 item 5: the integrate step's output is capped too. The reads stay small; integrate
+    writes far more than memory_tokens; the memory (what the next decompose and the answer see, and
+    Result.memory) stays within the cap, with the [confirmed] line kept."""
+    huge = "\n".join(f"integrated fact {i} " + "detail " * 6 for i in range(50))
+    seen_notes = []
+
+    def dec(q, notes, asked, n):
+        seen_notes.append(notes)
+        return {"enough": False, "sub_question": f"Where does the Quix river flow {n}?"}
+
+    fake = FakeChat(read=lambda user: "The Zorblat code is 4417. [confirmed]", decompose=dec,
+                    integrate=lambda q, notes, sq, sa: huge)
+    assert fake.count_tokens(huge) > 300
+    m = mr(fake, memory_tokens=40, max_rereads=2)
+    r = m.answer(DOC, "What is the Zorblat code?")
+    assert r.calls["integrate"] == 2 and len(seen_notes) == 2
+    assert fake.count_tokens(r.memory) <= 40
+    assert fake.count_tokens(seen_notes[1]) <= 40  # the memory after the first integrate
+    assert "integrated fact 0" in r.memory and r.memory.splitlines()[-1] == "The Zorblat code is 4417. [confirmed]"
+
+
 def test_empty_and_one_chunk_documents():
     fake = FakeChat()
     m = mr(fake, max_rereads=1)

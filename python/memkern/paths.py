@@ -1,8 +1,12 @@
-"""Where memkern writes outside a store: the cache root (converted models, eval embeddings)."""
+"""Where memkern writes: the cache root (converted models, eval embeddings), and the checks that
+keep every path built from a user-given name (a namespace) inside its folder."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from .errors import MemkernTypeError, bad_arg
 
 
 def cache_dir(*parts: str) -> Path:
@@ -14,3 +18,60 @@ def cache_dir(*parts: str) -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base.joinpath("memkern", *parts)
+
+
+# ----------------------------------------------------------------------------- namespace names
+#: Allowed namespace names: 1-128 characters of ASCII letters, digits and ``_ - . @ :``, not
+#: starting with ``.`` and without ``..`` (so a name is always one plain file-name component:
+#: never a path, never hidden, never ``.``/``..``). The reranker files of a namespace are
+#: ``<store>/rerankers/<name>.pt`` / ``<name>.buffer.pt``.
+NAMESPACE_PATTERN = r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,127}"
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+
+
+def check_namespace(name: object, arg: str = "namespace") -> str:
+    """Return ``name`` if it is a valid namespace name (:data:`NAMESPACE_PATTERN`, no ``..``),
+    else raise :class:`~memkern.MemkernValueError` (:class:`~memkern.MemkernTypeError` for a
+    non-str) naming ``arg``.
+
+    The one check of namespace names: every command and every piece of code that builds a file
+    path from a namespace calls it before building the path.
+    """
+    if not isinstance(name, str):
+        raise bad_arg(arg, "a namespace name (str)", type(name).__name__, MemkernTypeError)
+    if not _NAMESPACE_RE.fullmatch(name) or ".." in name:
+        raise bad_arg(arg, "a namespace name of 1-128 characters from A-Z a-z 0-9 _ - . @ :, "
+                      "not starting with '.' and without '..'", name)
+    return name
+
+
+def path_in(root: str | os.PathLike, *parts: str, arg: str = "path") -> Path:
+    """``root/parts...`` after checking that it resolves (symbolic links followed) inside ``root``.
+
+    Every path that memkern writes or deletes inside a store folder is built with this, so no
+    file outside the folder is ever touched, whatever the names or links in it. Raises
+    :class:`~memkern.MemkernValueError` naming ``arg`` otherwise.
+    """
+    base = os.path.realpath(os.fspath(root))
+    for p in parts:
+        if not isinstance(p, str) or not p or "\x00" in p:
+            raise bad_arg(arg, "non-empty path components without NUL", p)
+    target = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, target]) != base or target == base:
+        raise bad_arg(arg, f"a path inside {base}", target)
+    return Path(target)
+
+
+#: The files a namespace owns under ``<store>/rerankers/`` (state, pending rewards, and the
+#: temporary files they are written through).
+RERANKER_SUFFIXES = (".pt", ".buffer.pt", ".pt.tmp", ".buffer.pt.tmp")
+
+
+def reranker_file(store_path: str | os.PathLike, namespace: str, suffix: str = ".pt") -> Path:
+    """``<store_path>/rerankers/<namespace><suffix>``: the namespace checked first
+    (:func:`check_namespace`), the result checked to resolve inside ``store_path``
+    (:func:`path_in`)."""
+    ns = check_namespace(namespace)
+    if suffix not in RERANKER_SUFFIXES:
+        raise bad_arg("suffix", f"one of {RERANKER_SUFFIXES}", suffix)
+    return path_in(store_path, "rerankers", ns + suffix, arg="namespace")

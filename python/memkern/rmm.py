@@ -38,6 +38,7 @@ import numpy as np
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .extract import EmbeddingExtractor, LLMExtractor, Topic, validate_turns
 from .jsonrepair import JSONRepairError, coerce_int, parse_json
+from .paths import check_namespace, reranker_file
 from .prompts import rmm as prompts
 from .update import (
     Candidate,
@@ -180,6 +181,9 @@ class RMM:
         ``None``: the reranker persisted for this namespace under ``<store.path>/rerankers/``, or
         a fresh ``Reranker(store.dim, top_m=top_m)``.
     namespace : str
+        The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
+        ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
+        file paths are built.
     extractor : {"llm", "embedding"}
         Topic extraction (see :mod:`memkern.extract`).
     decider : {"llm", "embedding"}, optional
@@ -254,8 +258,7 @@ class RMM:
         alpha: float = 1.0,
         turns_per_memory: int = 3,
     ):
-        if not isinstance(namespace, str) or not namespace or "/" in namespace or namespace.startswith("."):
-            raise bad_arg("namespace", "a non-empty str without '/' or leading '.'", namespace)
+        check_namespace(namespace)  # before any path is built from it (reranker files)
         if extractor not in ("llm", "embedding"):
             raise bad_arg("extractor", "'llm' or 'embedding'", extractor)
         decider = extractor if decider is None else decider
@@ -331,11 +334,11 @@ class RMM:
                 raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", self._embedder.dim)
         return self._embedder
 
-    def _reranker_path(self) -> str | None:
+    def _reranker_path(self, suffix: str = ".pt") -> str | None:
         path = getattr(self.store, "path", None)
         if not path or not self.persist:
             return None
-        return os.path.join(os.fspath(path), "rerankers", f"{self.namespace}.pt")
+        return os.fspath(reranker_file(path, self.namespace, suffix))
 
     @property
     def reranker(self) -> Any:
@@ -702,8 +705,7 @@ class RMM:
         return self.last_update_stats
 
     def _buffer_path(self) -> str | None:
-        p = self._reranker_path()
-        return p[:-3] + ".buffer.pt" if p else None
+        return self._reranker_path(".buffer.pt")
 
     def save(self) -> None:
         """Persist the reranker and the pending reward buffer under ``<store.path>/rerankers/``."""
@@ -714,14 +716,15 @@ class RMM:
 
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if self._reranker is not None:
-            tmp = path + ".tmp"
+            tmp = self._reranker_path(".pt.tmp")
             self._reranker.save(tmp)
             os.replace(tmp, path)
         bpath = self._buffer_path()
         if self._buffer:
             data = [(_selection_to_dict(s), torch.as_tensor(np.asarray(r, np.float32))) for s, r in self._buffer]
-            torch.save(data, bpath + ".tmp")
-            os.replace(bpath + ".tmp", bpath)
+            btmp = self._reranker_path(".buffer.pt.tmp")
+            torch.save(data, btmp)
+            os.replace(btmp, bpath)
         elif os.path.exists(bpath):
             os.remove(bpath)
 

@@ -1,8 +1,9 @@
 """Shared helpers of the RMM commands (demo, ingest, ask, inspect, forget)."""
 from __future__ import annotations
 
-import json
+import argparse
 import logging
+import math
 import os
 import shutil
 import sys
@@ -10,7 +11,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..errors import MemkernValueError, bad_arg
+from ..errors import MemkernError, MemkernKeyError, bad_arg
+from ..paths import RERANKER_SUFFIXES, check_namespace, reranker_file
+
+#: The namespace rule, as the help texts show it (:data:`memkern.paths.NAMESPACE_PATTERN`).
+NAMESPACE_RULE = "1-128 characters of A-Z a-z 0-9 _ - . @ :, not starting with '.', no '..'"
 
 log = logging.getLogger("memkern")
 
@@ -28,11 +33,91 @@ def default_store_path() -> Path:
     return Path(store_default())
 
 
+# ------------------------------------------------------------------------- argument types
+# Each is an argparse ``type=``: a rejected value is a usage error (exit 2) naming the argument,
+# raised before the command opens or creates anything.
+
+
+def _arg_type(fn):
+    """Wrap ``fn(text)`` so a memkern error becomes argparse's ``ArgumentTypeError`` (argparse then
+    names the argument itself)."""
+    def parse(text: str):
+        try:
+            return fn(text)
+        except MemkernError as e:
+            msg = str(e)
+            raise argparse.ArgumentTypeError(msg.split(": ", 1)[1] if msg.startswith("value: ") else msg) from None
+    parse.__name__ = fn.__name__
+    return parse
+
+
+@_arg_type
+def namespace_name(text: str) -> str:
+    """A namespace name (:func:`memkern.paths.check_namespace`: the one check of namespace names)."""
+    return check_namespace(text, "value")
+
+
+def _int(text: str, lo: int, what: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise bad_arg("value", what, text) from None
+    if v < lo:
+        raise bad_arg("value", what, text)
+    return v
+
+
+positive_int = _arg_type(lambda text: _int(text, 1, "an integer >= 1"))
+positive_int.__name__ = "positive_int"
+nonneg_int = _arg_type(lambda text: _int(text, 0, "an integer >= 0"))
+nonneg_int.__name__ = "nonneg_int"
+
+
+def _float(text: str, lo: float | None = None, hi: float | None = None, open_lo: bool = False) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    ok = math.isfinite(v) and (lo is None or (v > lo if open_lo else v >= lo)) and (hi is None or v <= hi)
+    if not ok:
+        rng = "" if lo is None else (f" > {lo}" if open_lo else f" >= {lo}")
+        rng += "" if hi is None else f" and <= {hi}"
+        raise bad_arg("value", f"a finite number{rng}", text)
+    return v
+
+
+finite_float = _arg_type(lambda text: _float(text))
+finite_float.__name__ = "finite_float"
+positive_float = _arg_type(lambda text: _float(text, 0.0, open_lo=True))
+positive_float.__name__ = "positive_float"
+probability = _arg_type(lambda text: _float(text, 0.0, 1.0))
+probability.__name__ = "probability"
+
+
+@_arg_type
+def input_file(text: str) -> str:
+    """An existing regular file (read later by a loader that validates its content)."""
+    p = Path(text).expanduser()
+    if not p.exists():
+        raise bad_arg("value", "an existing file", text)
+    if not p.is_file():
+        raise bad_arg("value", "a file", f"{text} (a directory)" if p.is_dir() else text)
+    return str(p)
+
+
+@_arg_type
+def nonempty_text(text: str) -> str:
+    if not text.strip():
+        raise bad_arg("value", "a non-empty text", text)
+    return text
+
+
 def add_store_args(p, namespace: str | None = "default") -> None:
     p.add_argument("--store", metavar="PATH", default=None,
                    help=f"store directory (default: $MEMKERN_STORE or {default_store_path()})")
     if namespace is not None:
-        p.add_argument("--namespace", "-n", default=namespace, help=f"memory namespace (default: {namespace})")
+        p.add_argument("--namespace", "-n", default=namespace, type=namespace_name,
+                       help=f"memory namespace (default: {namespace}; {NAMESPACE_RULE})")
 
 
 def add_model_args(p) -> None:
@@ -40,14 +125,14 @@ def add_model_args(p) -> None:
                    help="chat model folder or id (default: the offline SmolLM2-135M-Instruct)")
     p.add_argument("--embedder", default=None, metavar="ID_OR_PATH",
                    help="embedding model folder or id (default: the offline all-MiniLM-L6-v2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of reranker sampling and generation")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of reranker sampling and generation")
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: half the cores, 1 to 4; small models on busy "
                         "machines run much faster with few threads)")
     p.add_argument("--retrieval", choices=("topic", "turn+topic"), default="topic",
                    help="memory unit retrieved: topics (the paper's) or turns scored with their topic "
                         "(two-level memory; stores every turn as its own record)")
-    p.add_argument("--alpha", type=float, default=1.0,
+    p.add_argument("--alpha", type=finite_float, default=1.0,
                    help="weight of the topic score in --retrieval turn+topic (default 1.0)")
 
 
@@ -60,17 +145,37 @@ def store_path(args) -> Path:
     return Path(args.store).expanduser() if getattr(args, "store", None) else default_store_path()
 
 
+def store_exists(path: Path) -> bool:
+    """Whether ``path`` holds a memkern store (``--store`` naming a file is a usage error)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise bad_arg("--store", "a store directory", f"{path} (not a directory)")
+    return path.is_dir() and any(path.iterdir())
+
+
 def open_store(path: Path, dim: int | None = DEFAULT_DIM, create: bool = True):
     """Open (or create with ``dim``) the store at ``path``."""
     from ..store import MemoryStore
 
     path = Path(path)
-    exists = path.exists() and any(path.iterdir())
+    exists = store_exists(path)
     if not exists and not create:
         raise bad_arg("--store", "an existing memkern store directory", str(path))
     if exists:
-        return MemoryStore(path=str(path))
+        store = MemoryStore(path=str(path))
+        if dim is not None and create and store.dim != dim:
+            store.close()
+            raise bad_arg("--embedder", f"an embedder of the store's dimension {store.dim} (store {path})", dim)
+        return store
     return MemoryStore(path=str(path), dim=dim, metric="cos")
+
+
+def get_record(store, rid: int, arg: str = "--id"):
+    """``store.get(rid)``, an unknown id reported as a usage error naming ``arg``."""
+    try:
+        return store.get(rid)
+    except KeyError:
+        raise bad_arg(arg, f"the id of a record in {store.path}", rid, MemkernKeyError) from None
 
 
 def namespace_ids(store, namespace: str) -> list[int]:
@@ -81,19 +186,21 @@ def namespace_ids(store, namespace: str) -> list[int]:
 
 def reset_namespace(store, namespace: str, compact: bool = True) -> int:
     """Delete every record of ``namespace`` (all versions, turns) and its reranker files, then
-    compact the store so the deleted data leaves its files; returns the records deleted."""
+    compact the store so the deleted data leaves its files; returns the records deleted.
+    ``namespace`` is checked (:func:`memkern.paths.check_namespace`) before anything is deleted."""
+    check_namespace(namespace)
+    # Every file path is built and checked (inside the store folder) before anything is deleted.
+    files = [reranker_file(store.path, namespace, sfx) for sfx in RERANKER_SUFFIXES] \
+        if getattr(store, "path", None) else []
     ids = namespace_ids(store, namespace)
     for i in ids:
         store.delete(int(i))
     if ids and compact and hasattr(store, "compact"):
         store.compact()
     store.flush()
-    if getattr(store, "path", None):
-        d = Path(store.path) / "rerankers"
-        for name in (f"{namespace}.pt", f"{namespace}.buffer.pt"):
-            f = d / name
-            if f.exists():
-                f.unlink()
+    for f in files:
+        if f.is_file():
+            f.unlink()
     return len(ids)
 
 
@@ -119,75 +226,11 @@ def build_models(args, need_chat: bool = True):
 
 
 def load_sessions(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Sessions from a JSON file, as ``[{"session_id", "date", "turns"}]``.
+    """Sessions from a JSON file, as ``[{"session_id", "date", "turns"}]``: the one session loader,
+    :func:`memkern.data.sessions.load_sessions` (which validates the whole file first)."""
+    from ..data.sessions import load_sessions as load
 
-    Accepted layouts:
-
-    - the bundled format: ``{"sessions": [{"session_id", "date", "turns": [...]}]}``;
-    - a list of sessions, each a list of turns ``{"role", "content"}`` or a session dict;
-    - LongMemEval: a list of questions with ``haystack_sessions`` (+ ``haystack_session_ids``,
-      ``haystack_dates``); sessions shared by several questions are kept once, in order;
-    - LoCoMo: samples with ``conversation`` holding ``session_N`` / ``session_N_date_time``
-      (speaker ``speaker_a`` is taken as the user).
-    """
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    out: list[dict[str, Any]] = []
-
-    def add(turns, sid=None, date=None):
-        if not isinstance(turns, list):
-            raise MemkernValueError(f"{path}: expected a session as a list of turns, got {type(turns).__name__}")
-        clean = []
-        for t in turns:
-            if not isinstance(t, dict):
-                raise MemkernValueError(f"{path}: expected turn dicts, got {type(t).__name__}")
-            if "content" not in t and "text" in t:
-                t = dict(t, content=t["text"])
-            if "role" not in t:
-                t = dict(t, role="user")
-            clean.append(t)
-        out.append({"session_id": str(sid) if sid is not None else f"s{len(out) + 1}", "date": date, "turns": clean})
-
-    if isinstance(data, dict) and isinstance(data.get("sessions"), list):
-        for s in data["sessions"]:
-            if isinstance(s, dict):
-                add(s.get("turns", []), s.get("session_id"), s.get("date"))
-            else:
-                add(s)
-        return out
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise bad_arg("FILE", "a JSON list of sessions or a {'sessions': [...]} object", type(data).__name__)
-    if data and isinstance(data[0], dict) and "haystack_sessions" in data[0]:
-        seen = set()
-        for q in data:
-            sids = q.get("haystack_session_ids") or [None] * len(q["haystack_sessions"])
-            dates = q.get("haystack_dates") or [None] * len(q["haystack_sessions"])
-            for sess, sid, date in zip(q["haystack_sessions"], sids, dates):
-                key = sid if sid is not None else json.dumps(sess, sort_keys=True)[:2000]
-                if key in seen:
-                    continue
-                seen.add(key)
-                add([{"role": t.get("role", "user"), "content": t.get("content", "")} for t in sess], sid, date)
-        return out
-    if data and isinstance(data[0], dict) and "conversation" in data[0]:
-        for sample in data:
-            conv = sample["conversation"]
-            a = conv.get("speaker_a")
-            keys = sorted((k for k in conv if k.startswith("session_") and not k.endswith("date_time")),
-                          key=lambda k: int(k.split("_")[1]) if k.split("_")[1].isdigit() else 0)
-            for k in keys:
-                turns = [{"role": "user" if t.get("speaker") == a else "assistant", "content": t.get("text", ""),
-                          "dia_id": t.get("dia_id")} for t in conv[k]]
-                add(turns, f"{sample.get('sample_id', 'c')}:{k}", conv.get(f"{k}_date_time"))
-        return out
-    for s in data:
-        if isinstance(s, dict) and "turns" in s:
-            add(s["turns"], s.get("session_id"), s.get("date"))
-        else:
-            add(s)
-    return out
+    return load(path)
 
 
 def sample_conversation_path() -> Path:

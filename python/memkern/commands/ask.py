@@ -14,13 +14,13 @@ from . import _common as C
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("question", metavar="QUESTION", help="the question")
+    p.add_argument("question", metavar="QUESTION", type=C.nonempty_text, help="the question")
     C.add_store_args(p)
     C.add_model_args(p)
-    p.add_argument("--top-k", type=int, default=20, help="memories retrieved (default 20)")
-    p.add_argument("--top-m", type=int, default=5, help="memories shown to the model (default 5)")
-    p.add_argument("--batch-size", type=int, default=4, help="responses per reranker update (default 4)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget (default 64)")
+    p.add_argument("--top-k", type=C.positive_int, default=20, help="memories retrieved (default 20)")
+    p.add_argument("--top-m", type=C.positive_int, default=5, help="memories shown to the model (default 5)")
+    p.add_argument("--batch-size", type=C.positive_int, default=4, help="responses per reranker update (default 4)")
+    p.add_argument("--max-new-tokens", type=C.positive_int, default=64, help="answer budget (default 64)")
     p.add_argument("--explore", action="store_true", help="the reranker samples the memories shown (paper's exploration)")
     p.add_argument("--json", action="store_true", help="print the response as JSON")
 
@@ -28,6 +28,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    if args.top_m > args.top_k:
+        raise C.bad_arg("--top-m", f"<= --top-k ({args.top_k})", args.top_m)
     path = C.store_path(args)
     with C.open_store(path, create=False) as store:
         return _run(args, store)

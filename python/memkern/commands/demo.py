@@ -8,7 +8,6 @@ citations (retrospective reflection; the reranker learns from the citations).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
@@ -27,18 +26,19 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "update decisions by similarity; fast and deterministic) or 'llm' (the paper's way: "
                         "the chat model extracts topics and decides updates; slow on CPU, and the 135M "
                         "default model writes poor summaries: use it with --chat-model BIGGER_MODEL)")
-    p.add_argument("--sessions", type=int, default=None, metavar="N", help="ingest only the first N sessions")
-    p.add_argument("--questions", type=int, default=None, metavar="N", help="ask only the first N questions")
+    p.add_argument("--sessions", type=C.positive_int, default=None, metavar="N", help="ingest only the first N sessions")
+    p.add_argument("--questions", type=C.nonneg_int, default=None, metavar="N", help="ask only the first N questions")
     p.add_argument("--quick", action="store_true", help="shorter run: 4 sessions and 2 questions")
     p.add_argument("--explore", action="store_true",
                    help="let the reranker sample the memories it shows (the paper's exploration) instead of "
                         "showing its top-5 by score")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--file", default=None, metavar="JSON", help="another conversation file instead of the bundled one")
+    p.add_argument("--file", default=None, metavar="JSON", type=C.input_file, help="another conversation file instead of the bundled one")
 
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ..data.sessions import load_session_file
     from ..models import setup_default_models
 
     progress = not args.no_progress
@@ -47,36 +47,36 @@ def run(args: argparse.Namespace) -> int:
     if args.quick and args.sessions is None:
         args.sessions = 4
     t_start = time.perf_counter()
+    # Everything the user gave is checked before models are set up or the store is touched: the
+    # namespace (by its argparse type), the store path and the whole conversation file.
+    path = C.store_path(args)
+    C.store_exists(path)
+    conv = load_session_file(args.file or str(C.sample_conversation_path()))
 
     print("== memkern demo: Reflective Memory Management on a multi-session conversation ==")
     if not (args.chat_model and args.embedder):
         print("Setting up the offline default models (once; later runs reuse the cache)...")
         setup_default_models(progress=progress)
     chat, emb = C.build_models(args)
-    path = C.store_path(args)
     store = C.open_store(path, dim=emb.dim)
     try:
-        return _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start)
+        return _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start, conv)
     finally:
         store.close()
 
 
-def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start) -> int:
+def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start, conv) -> int:
     from ..rmm import RMM
 
     removed = C.reset_namespace(store, args.namespace)
     print(f"Store: {path}  namespace {args.namespace!r} (reset: {removed} old records removed)")
 
-    src = args.file or str(C.sample_conversation_path())
-    sessions = C.load_sessions(src)
-    with open(src, encoding="utf-8") as f:
-        raw = json.load(f)
-    questions = raw.get("questions", []) if isinstance(raw, dict) else []
+    sessions, questions = conv.sessions, conv.questions
     if args.sessions is not None:
-        sessions = sessions[: max(0, args.sessions)]
+        sessions = sessions[: args.sessions]
     if n_questions is not None:
-        questions = questions[: max(0, n_questions)]
-    user = raw.get("user", "the user") if isinstance(raw, dict) else "the user"
+        questions = questions[:n_questions]
+    user = conv.user or "the user"
     print(f"Conversation: {len(sessions)} sessions with {user}, {sum(len(s['turns']) for s in sessions)} turns; "
           f"extractor {extractor!r}")
 

@@ -21,7 +21,18 @@ import logging
 import time
 from pathlib import Path
 
+from . import _common as C
+
 log = logging.getLogger("memkern")
+
+
+@C._arg_type
+def _fraction(text: str) -> float:
+    """A number strictly between 0 and 1."""
+    v = C._float(text, 0.0, 1.0, open_lo=True)
+    if v >= 1.0:
+        raise C.bad_arg("value", "a finite number > 0.0 and < 1.0", text)
+    return v
 
 EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "all")
 
@@ -30,59 +41,61 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", choices=EXPERIMENTS, help="which experiment to run")
     d = p.add_argument_group("data")
     src = d.add_mutually_exclusive_group()
-    src.add_argument("--longmemeval", metavar="PATH", help="a LongMemEval JSON file")
-    src.add_argument("--locomo", metavar="PATH", help="a LoCoMo JSON file")
-    d.add_argument("--limit", type=int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
-    d.add_argument("--users", type=int, default=12, help="generated data: simulated users (default 12)")
-    d.add_argument("--sessions", type=int, default=40, help="generated data: sessions per user (default 40)")
-    d.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
-    d.add_argument("--max-questions", type=int, default=None, help="evaluate only the first N questions")
+    src.add_argument("--longmemeval", metavar="PATH", type=C.input_file, help="a LongMemEval JSON file")
+    src.add_argument("--locomo", metavar="PATH", type=C.input_file, help="a LoCoMo JSON file")
+    d.add_argument("--limit", type=C.positive_int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
+    d.add_argument("--users", type=C.positive_int, default=12, help="generated data: simulated users (default 12)")
+    d.add_argument("--sessions", type=C.positive_int, default=40, help="generated data: sessions per user (default 40)")
+    d.add_argument("--seeds", type=C.nonneg_int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
+    d.add_argument("--max-questions", type=C.positive_int, default=None, help="evaluate only the first N questions")
     o = p.add_argument_group("output")
     o.add_argument("--out", default="eval-results", help="folder for JSON results and plots (default eval-results)")
     o.add_argument("--tag", default="", help="suffix for result file names")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
-    o.add_argument("--threads", type=int, default=1,
+    o.add_argument("--threads", type=C.positive_int, default=1,
                    help="torch CPU threads (default 1: on shared 2-core machines more threads thrash)")
     o.add_argument("--cache-dir", default="default",
                    help="embedding cache folder ('none' to disable; default: $MEMKERN_CACHE or ~/.cache/memkern)")
     g = p.add_argument_group("granularity / turn-in-topic")
     g.add_argument("--granularities", nargs="+", default=["turn", "session", "mix", "chunk4", "topic-embedding"],
+                   choices=("turn", "session", "mix", "chunk4", "topic-embedding", "topic-llm"), metavar="NAME",
                    help="turn session mix chunk4 topic-embedding topic-llm")
-    g.add_argument("--topic-threshold", type=float, default=0.3, help="embedding extractor's split threshold")
-    g.add_argument("--llm-conversations", type=int, default=1, help="conversations given to the LLM extractor")
-    g.add_argument("--llm-max-new-tokens", type=int, default=160)
-    g.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0], help="turn-in-topic weights")
-    g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"], help="chunk4 session topic-embedding")
+    g.add_argument("--topic-threshold", type=C.finite_float, default=0.3, help="embedding extractor's split threshold")
+    g.add_argument("--llm-conversations", type=C.positive_int, default=1, help="conversations given to the LLM extractor")
+    g.add_argument("--llm-max-new-tokens", type=C.positive_int, default=160)
+    g.add_argument("--alphas", type=C.finite_float, nargs="+", default=[0.0, 0.5, 1.0, 2.0], help="turn-in-topic weights")
+    g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"],
+                   choices=("chunk4", "session", "topic-embedding"), metavar="NAME", help="chunk4 session topic-embedding")
     r = p.add_argument_group("reflection / collapse")
-    r.add_argument("--k", type=int, default=20, help="candidates from the retriever")
-    r.add_argument("--top-m", type=int, default=5, help="memories selected")
+    r.add_argument("--k", type=C.positive_int, default=20, help="candidates from the retriever")
+    r.add_argument("--top-m", type=C.positive_int, default=5, help="memories selected")
     r.add_argument("--presets", nargs="+", default=None, help="reranker presets: default paper (reflection: both)")
-    r.add_argument("--batch-size", type=int, default=8)
-    r.add_argument("--passes", type=float, default=1.0, help="online passes over the training stream")
-    r.add_argument("--p-useful", type=float, default=0.9, help="P(cited | useful memory)")
-    r.add_argument("--p-useless", type=float, default=0.1, help="P(cited | useless memory)")
-    r.add_argument("--test-frac", type=float, default=0.5, help="held-back fraction")
+    r.add_argument("--batch-size", type=C.positive_int, default=8)
+    r.add_argument("--passes", type=C.positive_float, default=1.0, help="online passes over the training stream")
+    r.add_argument("--p-useful", type=C.probability, default=0.9, help="P(cited | useful memory)")
+    r.add_argument("--p-useless", type=C.probability, default=0.1, help="P(cited | useless memory)")
+    r.add_argument("--test-frac", type=_fraction, default=0.5, help="held-back fraction")
     r.add_argument("--split", choices=["question", "conversation"], default="question")
-    r.add_argument("--eval-every", type=int, default=None, help="learning-curve step (default: ~20 points)")
+    r.add_argument("--eval-every", type=C.positive_int, default=None, help="learning-curve step (default: ~20 points)")
     r.add_argument("--optimizers", nargs="+", default=["adam", "sgd"], help="collapse: optimizers")
-    r.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2], help="collapse: learning rates")
-    r.add_argument("--steps", type=int, default=10_000, help="collapse: updates per run")
-    r.add_argument("--lr", type=float, default=None, help="reflection: override the presets' learning rate")
+    r.add_argument("--lrs", type=C.positive_float, nargs="+", default=[1e-4, 1e-3, 1e-2], help="collapse: learning rates")
+    r.add_argument("--steps", type=C.positive_int, default=10_000, help="collapse: updates per run")
+    r.add_argument("--lr", type=C.positive_float, default=None, help="reflection: override the presets' learning rate")
     r.add_argument("--optimizer", default=None, help="reflection: override the presets' optimizer")
     m = p.add_argument_group("rmm (real chat model; slow on CPU)")
-    m.add_argument("--rmm-conversations", type=int, default=1)
-    m.add_argument("--rmm-sessions", type=int, default=4)
-    m.add_argument("--rmm-questions", type=int, default=3)
+    m.add_argument("--rmm-conversations", type=C.positive_int, default=1)
+    m.add_argument("--rmm-sessions", type=C.positive_int, default=4)
+    m.add_argument("--rmm-questions", type=C.positive_int, default=3)
     m.add_argument("--extractor", choices=["llm", "embedding"], default="llm")
     m.add_argument("--decider", choices=["llm", "embedding"], default=None, help="default: same as --extractor")
     m.add_argument("--chat-model", default=None, help="local model folder (default: the offline SmolLM2)")
-    m.add_argument("--rmm-top-k", type=int, default=20)
-    m.add_argument("--rmm-top-m", type=int, default=5)
-    m.add_argument("--rmm-batch-size", type=int, default=4, help="responses per reranker update")
-    m.add_argument("--answer-max-new-tokens", type=int, default=64)
-    m.add_argument("--extract-max-new-tokens", type=int, default=160)
-    m.add_argument("--decide-max-new-tokens", type=int, default=64)
-    m.add_argument("--embedding-threshold", type=float, default=0.25)
+    m.add_argument("--rmm-top-k", type=C.positive_int, default=20)
+    m.add_argument("--rmm-top-m", type=C.positive_int, default=5)
+    m.add_argument("--rmm-batch-size", type=C.positive_int, default=4, help="responses per reranker update")
+    m.add_argument("--answer-max-new-tokens", type=C.positive_int, default=64)
+    m.add_argument("--extract-max-new-tokens", type=C.positive_int, default=160)
+    m.add_argument("--decide-max-new-tokens", type=C.positive_int, default=64)
+    m.add_argument("--embedding-threshold", type=C.finite_float, default=0.25)
 
 
 def _datasets(args):

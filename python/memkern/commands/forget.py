@@ -14,8 +14,9 @@ from . import _common as C
 def configure(p: argparse.ArgumentParser) -> None:
     C.add_store_args(p, namespace=None)
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--namespace", "-n", default=None, help="delete this whole namespace")
-    g.add_argument("--id", type=int, default=None, help="delete this record")
+    g.add_argument("--namespace", "-n", default=None, type=C.namespace_name,
+                   help=f"delete this whole namespace ({C.NAMESPACE_RULE})")
+    g.add_argument("--id", type=C.nonneg_int, default=None, help="delete this record")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, store, path) -> int:
     if args.id is not None:
-        rec = store.get(args.id)
+        rec = C.get_record(store, args.id)
         store.delete(args.id)
         store.compact()  # the deleted record leaves the store's files
         store.flush()

@@ -9,7 +9,7 @@ from . import _common as C
 
 def configure(p: argparse.ArgumentParser) -> None:
     C.add_store_args(p)
-    p.add_argument("--id", type=int, default=None, help="show one record in full, with its versions and turns")
+    p.add_argument("--id", type=C.nonneg_int, default=None, help="show one record in full, with its versions and turns")
     p.add_argument("--history", action="store_true", help="also show previous versions")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, store, path) -> int:
     if args.id is not None:
-        rec = store.get(args.id)
+        rec = C.get_record(store, args.id)
         versions = store.history(args.id) if hasattr(store, "history") else [rec]
         if args.json:
             print(json.dumps([{"id": int(v.id), "version": int(v.version), "status": str(v.status),

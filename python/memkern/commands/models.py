@@ -16,16 +16,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ..errors import BackendUnavailableError
     from ..models import list_models, setup_default_models
 
     action = getattr(args, "models_action", None) or "list"
     if action == "setup":
-        try:
-            info = setup_default_models(progress=not args.quiet)
-        except BackendUnavailableError as e:
-            print(f"memkern models setup: {e}")
-            return 1
+        info = setup_default_models(progress=not args.quiet)  # failures: one-line error, exit 1
         print(f"embedder    : {info['embedder']} (dim {info['embedder_dim']})")
         print(f"chat model  : {info['chat_model']} (context {info['chat_context_length']} tokens)")
         print(f"cache folder: {info['cache_dir']}")

@@ -8,7 +8,9 @@ Published format: a JSON list of samples, each with ``conversation`` (``speaker_
 Each sample becomes one :class:`~memkern.data.schema.Conversation`; turn ids are the dia_ids
 (unique within a sample), session ids ``"session_N"``. ``role`` is ``"user"`` for speaker_a and
 ``"assistant"`` for speaker_b (the speaker's name is kept in ``speaker``). Question type is
-``"category_<n>"``. Evidence ids are split on ``;``, ``,`` and whitespace (the published file
+``"category_<n>"`` (``n`` in 1-5; anything else is rejected). Answers are strings or numbers
+(numbers are kept as their string); a question without ``answer`` (or with ``null``) takes its
+``adversarial_answer``. Evidence ids are split on ``;``, ``,`` and whitespace (the published file
 has a few joined ids); evidence ids naming no turn are dropped with a warning (logged and
 counted in ``dataset.meta["dropped_evidence"]``).
 """
@@ -27,6 +29,31 @@ log = logging.getLogger("memkern")
 
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _SESSION_RE = re.compile(r"^session_(\d+)$")
+#: The published file joins some evidence ids in one string with "; ", ",", or spaces
+#: (e.g. "D8:6; D9:17", "D9:1 D4:4 D4:6"); each separator (and any run of them) splits.
+_EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
+
+
+def _category(v: Any, where: str) -> int:
+    """A LoCoMo category: an int (or a numeric string) in 1..5."""
+    if isinstance(v, bool):
+        raise DatasetFormatError(f"{where}: expected an integer 1-5, got {v!r}")
+    try:
+        cat = int(v)
+    except ValueError:
+        raise DatasetFormatError(f"{where}: expected an integer 1-5, got {v!r}") from None
+    if cat not in LOCOMO_CATEGORIES:
+        raise DatasetFormatError(f"{where}: expected an integer 1-5, got {v!r}")
+    return cat
+
+
+def _answer(v: Any, where: str) -> str:
+    """A LoCoMo answer: a string, or a number (some answers are years or counts) as its string."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return str(v)
+    raise DatasetFormatError(f"{where}: expected a string or a number, got {type(v).__name__} {str(v)[:60]!r}")
 
 
 def load_locomo(path: str | os.PathLike, limit: int | None = None) -> Dataset:
@@ -41,7 +68,9 @@ def load_locomo(path: str | os.PathLike, limit: int | None = None) -> Dataset:
     Raises
     ------
     FileNotFoundError, DatasetFormatError (a ValueError naming the field, e.g.
-    ``sample[0].conversation.session_1[3].dia_id``).
+    ``sample[0].conversation.session_1[3].dia_id``, ``sample[0].qa[2].answer`` for an answer that
+    is neither a string nor a number, ``qa[i].category`` outside 1-5; also a directory, a file that
+    is not UTF-8 or JSON nested too deeply).
     """
     data = read_json(path, "LoCoMo")
     ds = parse_locomo(data, limit=limit)
@@ -98,17 +127,13 @@ def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> D
         for j, item in enumerate(qa):
             qw = f"{where}.qa[{j}]"
             question = require(item, "question", str, qw)
-            cat = require(item, "category", (int, str), qw)
-            try:
-                cat = int(cat)
-            except ValueError:
-                raise DatasetFormatError(f"{qw}.category: expected an integer 1-5, got {cat!r}") from None
-            if "answer" in item:
-                answer = item["answer"]
-            elif "adversarial_answer" in item:
-                answer = item["adversarial_answer"]
-            else:
-                raise DatasetFormatError(f"{qw}.answer: expected 'answer' or 'adversarial_answer', got neither")
+            cat = _category(require(item, "category", (int, str), qw), f"{qw}.category")
+            if item.get("answer") is not None or "adversarial_answer" not in item:
+                if "answer" not in item:
+                    raise DatasetFormatError(f"{qw}.answer: expected 'answer' or 'adversarial_answer', got neither")
+                answer = _answer(item["answer"], f"{qw}.answer")
+            else:  # no answer (or null) but an adversarial answer: category-5 questions
+                answer = _answer(item["adversarial_answer"], f"{qw}.adversarial_answer")
             ev_raw = item.get("evidence", [])
             if not isinstance(ev_raw, list):
                 raise DatasetFormatError(f"{qw}.evidence: expected a list of dia_ids, got {type(ev_raw).__name__}")
@@ -116,7 +141,7 @@ def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> D
             for e in ev_raw:
                 if not isinstance(e, str):
                     raise DatasetFormatError(f"{qw}.evidence: expected dia_id strings, got {e!r}")
-                for part in re.split(r"[;,\s]+", e.strip()):
+                for part in _EVIDENCE_SPLIT.split(e.strip()):
                     if not part:
                         continue
                     if part in turn_sid:
@@ -129,7 +154,7 @@ def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> D
             for e in ev:
                 if turn_sid[e] not in ev_s:
                     ev_s.append(turn_sid[e])
-            questions.append(Question(f"{cid}/q{j}", question, str(answer), f"category_{cat}", ev, ev_s, None, cid))
+            questions.append(Question(f"{cid}/q{j}", question, answer, f"category_{cat}", ev, ev_s, None, cid))
         convs.append(Conversation(cid, sessions, questions))
     ds = Dataset(name, convs, {"dropped_evidence": dropped})
     ds.validate()

@@ -38,8 +38,9 @@ def load_longmemeval(path: str | os.PathLike, limit: int | None = None) -> Datas
     FileNotFoundError
         The file does not exist.
     DatasetFormatError (a ValueError)
-        A field is missing or of the wrong type; the message names the field as
-        ``question[i].field``.
+        A field is missing or of the wrong type (``has_answer`` must be a JSON boolean or 0/1);
+        the message names the field as ``question[i].field``; also a directory, a file that is
+        not UTF-8 or JSON nested too deeply.
     """
     data = read_json(path, "LongMemEval")
     ds = parse_longmemeval(data, limit=limit)
@@ -93,7 +94,8 @@ def parse_longmemeval(data: Any, limit: int | None = None, name: str = "longmeme
                 tw = f"{where}.haystack_sessions[{j}][{k}]"
                 role = require(t, "role", str, tw)
                 content = require(t, "content", str, tw)
-                sess.turns.append(Turn(f"{sid}#{k}", role, content, sid, k, sess.date, role, bool(t.get("has_answer", False))))
+                has_answer = _flag(t.get("has_answer", False), f"{tw}.has_answer")
+                sess.turns.append(Turn(f"{sid}#{k}", role, content, sid, k, sess.date, role, has_answer))
             sessions.append(sess)
         evid = [t.turn_id for s in sessions if s.session_id in ans_sids for t in s.turns if t.has_answer]
         if not evid:
@@ -105,6 +107,16 @@ def parse_longmemeval(data: Any, limit: int | None = None, name: str = "longmeme
     ds = Dataset(name, convs)
     ds.validate()
     return ds
+
+
+def _flag(v: Any, where: str) -> bool:
+    """A JSON boolean (``true`` / ``false``) or 0 / 1; anything else (e.g. the string ``"no"``,
+    which ``bool()`` would read as True) raises :class:`DatasetFormatError` naming ``where``."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise DatasetFormatError(f"{where}: expected true, false, 0 or 1, got {type(v).__name__} {str(v)[:60]!r}")
 
 
 def to_longmemeval(dataset: Dataset) -> list[dict[str, Any]]:

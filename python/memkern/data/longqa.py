@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .haystack import LongQAItem
-from .schema import DatasetFormatError
+from .schema import DatasetFormatError, parse_json_text, read_text
 
 __all__ = ["load_longqa", "save_longqa", "longqa_record"]
 
@@ -28,19 +28,19 @@ _KNOWN = {"input", "context", "answers", "length", "dataset", "_id", "id", "supp
 
 
 def _records(path: Path) -> list:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "long-context QA")
     stripped = text.lstrip()
     if not stripped:
         return []
     if stripped[0] == "[":
         try:
-            data = json.loads(text)
+            data = parse_json_text(text, str(path))
         except json.JSONDecodeError as e:
             raise DatasetFormatError(f"{path}: expected a JSON list of records, got invalid JSON ({e})") from e
         return data
     if stripped[0] == "{" and path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            data = parse_json_text(text, str(path))
         except json.JSONDecodeError:
             data = None  # maybe JSON Lines with a .json name
         if isinstance(data, dict):
@@ -52,7 +52,7 @@ def _records(path: Path) -> list:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(parse_json_text(line, f"{path}: line {n}"))
         except json.JSONDecodeError as e:
             raise DatasetFormatError(f"{path}: line {n}: expected one JSON record per line, got invalid JSON ({e})") from e
     return out

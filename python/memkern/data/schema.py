@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from ..errors import MemkernValueError
+from ..errors import MemkernError, MemkernValueError
 
 
 class DatasetFormatError(MemkernValueError):
@@ -166,22 +166,84 @@ def require(obj: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any
     return v
 
 
-def read_json(path: Any, what: str) -> Any:
-    """Read a JSON (or JSON-lines) file with errors that name the file."""
+class DatasetFileNotFoundError(MemkernError, FileNotFoundError):
+    """A data file does not exist (a :class:`FileNotFoundError` that is also a memkern error)."""
+
+
+#: Deepest JSON nesting a data file may have (the published formats nest 4-6 levels).
+MAX_JSON_DEPTH = 64
+
+
+def read_text(path: Any, what: str) -> str:
+    """The text of a UTF-8 data file, with errors that name the file.
+
+    Raises
+    ------
+    DatasetFileNotFoundError (a FileNotFoundError)
+        ``path`` does not exist.
+    DatasetFormatError (a ValueError)
+        ``path`` is a directory (or not a regular file) or is not valid UTF-8.
+    """
     import os
 
     p = os.fspath(path)
+    if not isinstance(p, str) or "\x00" in p:
+        raise DatasetFormatError(f"{what} file: expected a path without NUL characters, got {p!r}")
     if not os.path.exists(p):
-        raise FileNotFoundError(f"{what} file: expected an existing path, got {p!r}")
-    with open(p, encoding="utf-8") as f:
-        text = f.read()
+        raise DatasetFileNotFoundError(f"{what} file: expected an existing path, got {p!r}")
+    if os.path.isdir(p):
+        raise DatasetFormatError(f"{what} file {p!r}: expected a file, got a directory")
     try:
-        return json.loads(text)
+        with open(p, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise DatasetFormatError(f"{what} file {p!r}: expected UTF-8 text, got an undecodable byte at offset "
+                                 f"{e.start}") from None
+
+
+def check_depth(data: Any, where: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise :class:`DatasetFormatError` naming ``where`` if ``data`` nests deeper than ``limit``
+    (iterative: never recurses)."""
+    stack = [(data, 1)]
+    while stack:
+        obj, d = stack.pop()
+        if isinstance(obj, dict):
+            children = obj.values()
+        elif isinstance(obj, list):
+            children = obj
+        else:
+            continue
+        if d > limit:
+            raise DatasetFormatError(f"{where}: expected JSON nested at most {limit} levels deep, got deeper")
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+
+
+def parse_json_text(text: str, where: str) -> Any:
+    """``json.loads(text)`` with a too-deep document reported as :class:`DatasetFormatError`
+    naming ``where`` (Python's parser raises ``RecursionError`` there)."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise DatasetFormatError(f"{where}: expected JSON nested at most {MAX_JSON_DEPTH} levels deep, got "
+                                 "deeper") from None
+    check_depth(data, where)
+    return data
+
+
+def read_json(path: Any, what: str) -> Any:
+    """Read a JSON (or JSON-lines) file with errors that name the file (missing file, directory,
+    not UTF-8, invalid JSON, nesting deeper than :data:`MAX_JSON_DEPTH`)."""
+    import os
+
+    text = read_text(path, what)
+    p = os.fspath(path)
+    try:
+        return parse_json_text(text, f"{what} file {p!r}")
     except json.JSONDecodeError as e:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if lines and all(ln.lstrip().startswith("{") for ln in lines[:3]):
             try:
-                return [json.loads(ln) for ln in lines]
+                return [parse_json_text(ln, f"{what} file {p!r}") for ln in lines]
             except json.JSONDecodeError:
                 pass
         raise DatasetFormatError(f"{what} file {p!r}: expected valid JSON, got a parse error: {e}") from None
