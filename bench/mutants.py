@@ -33,6 +33,8 @@ class Mutant:
 T_RMM = ("tests/test_rmm.py", "tests/test_rmm_turns.py")
 T_UPDATE = ("tests/test_update.py", "tests/test_rmm.py", "tests/test_rmm_turns.py")
 T_MEMREREAD = ("tests/test_memreread.py",)
+T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
+T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -102,4 +104,35 @@ CATALOGUE: list[Mutant] = [
            "if c == nq or _jaccard(c, nq) >= self.repeat_threshold:",
            "if c == nq and _jaccard(c, nq) >= self.repeat_threshold:",
            "near-repeat sub-questions are reread again", T_MEMREREAD),
+    # ---------------------------------------------------------------- loader field mapping
+    Mutant("locomo-no-comma-split", "loaders", "python/memkern/data/locomo.py",
+           '_EVIDENCE_SPLIT = re.compile(r"[;,\\s]+")', '_EVIDENCE_SPLIT = re.compile(r"[;\\s]+")',
+           "evidence ids joined with commas are read as one unknown id", T_LOCOMO),
+    Mutant("locomo-no-semicolon-split", "loaders", "python/memkern/data/locomo.py",
+           '_EVIDENCE_SPLIT = re.compile(r"[;,\\s]+")', '_EVIDENCE_SPLIT = re.compile(r"[,\\s]+")',
+           "evidence ids joined with '; ' are read as one unknown id", T_LOCOMO),
+    Mutant("locomo-roles-swapped", "loaders", "python/memkern/data/locomo.py",
+           'role = "user" if speaker == spk_a else',
+           'role = "assistant" if speaker == spk_a else',
+           "speaker_a's turns are given the assistant role", T_LOCOMO),
+    Mutant("locomo-speaker-dropped", "loaders", "python/memkern/data/locomo.py",
+           "sess.turns.append(Turn(dia, role, text, sid, k, sess.date, speaker, False))",
+           "sess.turns.append(Turn(dia, role, text, sid, k, sess.date, role, False))",
+           "the speaker's name is lost (role kept instead)", T_LOCOMO),
+    Mutant("locomo-adversarial-ignored", "loaders", "python/memkern/data/locomo.py",
+           'answer = _answer(item["adversarial_answer"], f"{qw}.adversarial_answer")',
+           'answer = ""',
+           "category-5 questions lose their adversarial answer", T_LOCOMO),
+    Mutant("locomo-category-unchecked", "loaders", "python/memkern/data/locomo.py",
+           "    if cat not in LOCOMO_CATEGORIES:\n",
+           "    if False:\n",
+           "categories outside 1-5 are accepted", T_LOCOMO),
+    Mutant("lme-evidence-any-session", "loaders", "python/memkern/data/longmemeval.py",
+           "evid = [t.turn_id for s in sessions if s.session_id in ans_sids for t in s.turns if t.has_answer]",
+           "evid = [t.turn_id for s in sessions for t in s.turns if t.has_answer]",
+           "has_answer turns outside the answer sessions count as evidence", T_LME),
+    Mutant("lme-date-dropped", "loaders", "python/memkern/data/longmemeval.py",
+           "sess = Session(sid, None if date is None else str(date))",
+           "sess = Session(sid, None)",
+           "haystack session dates are lost", T_LME),
 ]
