@@ -33,6 +33,7 @@ class Mutant:
 T_RMM = ("tests/test_rmm.py", "tests/test_rmm_turns.py")
 T_UPDATE = ("tests/test_update.py", "tests/test_rmm.py", "tests/test_rmm_turns.py")
 T_MEMREREAD = ("tests/test_memreread.py",)
+T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
 T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 
@@ -135,4 +136,17 @@ CATALOGUE: list[Mutant] = [
            "sess = Session(sid, None if date is None else str(date))",
            "sess = Session(sid, None)",
            "haystack session dates are lost", T_LME),
+    # ---------------------------------------------------------------- namespace isolation (files)
+    Mutant("paths-dotdot-allowed", "isolation", "python/memkern/paths.py",
+           'if not _NAMESPACE_RE.fullmatch(name) or ".." in name:',
+           "if not _NAMESPACE_RE.fullmatch(name):",
+           "namespace names with '..' pass the check", T_PATHS),
+    Mutant("paths-slash-allowed", "isolation", "python/memkern/paths.py",
+           'NAMESPACE_PATTERN = r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,127}"',
+           'NAMESPACE_PATTERN = r"[A-Za-z0-9_@:/-][A-Za-z0-9_./@:-]{0,127}"',
+           "namespace names may hold '/' (a path)", T_PATHS),
+    Mutant("paths-escape-allowed", "isolation", "python/memkern/paths.py",
+           "if os.path.commonpath([base, target]) != base or target == base:",
+           "if target == base:",
+           "a path resolving outside the store folder (through a link) is accepted", T_PATHS),
 ]
