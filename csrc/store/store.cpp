@@ -13,6 +13,7 @@
 #include <climits>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <queue>
@@ -62,6 +63,12 @@ void remove_tree(const std::string& dir) {  // one level deep: snapshot director
 
 // Heap bytes of a string beyond its inline (small-string) buffer.
 size_t heap(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
+
+std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3g", x);
+  return b;
+}
 
 std::string describe(uint32_t dim, Metric m) {
   return "dim=" + std::to_string(dim) + ", metric=\"" + metric_name(m) + "\"";
@@ -437,7 +444,7 @@ void Store::validate_items(const std::vector<NewItem>& items, size_t batch_base,
     for (uint32_t j = 0; j < dim_; ++j) s += static_cast<double>(it.embedding[j]) * it.embedding[j];
     if (std::sqrt(s) > kMaxNorm)
       throw ValueError("embeddings: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
-                       std::to_string(std::sqrt(s)) + " in row " + std::to_string(i));
+                       num(std::sqrt(s)) + " in row " + std::to_string(i));
     if (metric_ == Metric::Cos && s == 0)
       throw ValueError("embeddings: metric \"cos\" needs nonzero vectors, row " + std::to_string(i) + " is zero");
     if (it.level == kTopic) {
@@ -922,7 +929,7 @@ void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
     }
     if (std::sqrt(s) > kMaxNorm)
       throw ValueError("queries: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
-                       std::to_string(std::sqrt(s)) + " in row " + std::to_string(b));
+                       num(std::sqrt(s)) + " in row " + std::to_string(b));
   }
 }
 
@@ -1003,7 +1010,7 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
   if (candidates > kMaxCandidates)
     throw ValueError("candidates: expected 1.." + std::to_string(kMaxCandidates) + ", got " + std::to_string(candidates));
   if (!std::isfinite(alpha) || std::fabs(alpha) > kMaxAlpha)
-    throw ValueError("alpha: expected a finite float in [-100, 100], got " + std::to_string(alpha));
+    throw ValueError("alpha: expected a finite float in [-100, 100], got " + num(alpha));
   SearchResult res;
   res.ids.assign(B * k, -1);
   res.scores.assign(B * k, kPadScore);

@@ -234,6 +234,10 @@ def _check_ids(ids: Any, name: str = "ids") -> np.ndarray:
     if _is_torch(ids):
         ids = ids.detach().cpu().numpy()
     arr = np.asarray(ids)
+    if arr.dtype == object and arr.ndim == 1:
+        ints = [v for v in arr.tolist() if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) == arr.size:  # Python ints beyond 64 bits
+            raise MemkernKeyError(f"{name}: unknown id {max(ints, key=abs)} (ids are in 0..2**63-1)")
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
@@ -290,6 +294,13 @@ def _as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
+    if arr.ndim >= 1 and arr.size:
+        # |<q, x>| <= ||q|| ||x||: with both norms <= 1e18 every score is finite in float32.
+        norms = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=-1))
+        if norms.max() > MAX_NORM:
+            at = np.unravel_index(int(np.argmax(norms)), norms.shape)
+            raise bad_arg(name, f"vectors with an L2 norm <= {MAX_NORM:g} (scores must stay finite in float32)",
+                          f"norm {float(norms.max()):.3g} at row {tuple(int(i) for i in at)}")
     return np.ascontiguousarray(arr)
 
 
@@ -324,7 +335,7 @@ def _check_json(value: Any, name: str) -> None:
             pass
         elif isinstance(v, float):
             if not math.isfinite(v):
-                raise bad_arg(path, "a finite number (JSON has no NaN/inf)", v)
+                raise bad_arg(path, "a finite number (JSON has no NaN/inf)", v, MemkernTypeError)
         elif isinstance(v, (dict, list, tuple)):
             if depth >= MAX_JSON_DEPTH:
                 raise bad_arg(name, f"JSON nested at most {MAX_JSON_DEPTH} levels deep",
