@@ -180,6 +180,7 @@ void Store::open_or_create(const StoreOptions& opt) {
                      describe(opt.dim ? opt.dim : dim_, opt.metric >= 0 ? static_cast<Metric>(opt.metric) : metric_));
   }
   if (!space_) space_.reset(new Space(dim_, metric_));
+  zeros_.assign(dim_, 0.0f);
 
   if (have_wal && (wh.dim != dim_ || wh.metric != static_cast<uint32_t>(metric_)))
     throw CorruptedError("store " + path_ + ": log header (" + std::to_string(wh.dim) + ") disagrees with the snapshot");
@@ -920,8 +921,14 @@ void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
   if (k != 0 && B > kMaxResults / k)
     throw ValueError("k: expected B * k <= " + std::to_string(kMaxResults) + " result slots, got B=" +
                      std::to_string(B) + ", k=" + std::to_string(k));
+  auto dist = space_->get_dist_func();
+  void* param = space_->get_dist_func_param();
   for (size_t b = 0; b < B; ++b) {
     const float* qq = q + b * dim_;
+    // Fast path: <q, q> with the SIMD kernel (ip distance is 1 - <a, b>); NaN, inf and a norm
+    // above kMaxNorm all fail `n2 <= kMaxNorm^2` (1e36 is a finite float32).
+    float n2 = metric_ == Metric::L2 ? dist(qq, zeros_.data(), param) : 1.0f - dist(qq, qq, param);
+    if (n2 <= static_cast<float>(kMaxNorm * kMaxNorm)) continue;
     double s = 0;
     for (uint32_t j = 0; j < dim_; ++j) {
       if (!std::isfinite(qq[j])) throw ValueError("queries: expected finite values, got a NaN/inf in row " + std::to_string(b));

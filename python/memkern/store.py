@@ -294,8 +294,10 @@ def _as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
-    if arr.ndim >= 1 and arr.size:
+    if stored and arr.ndim >= 1 and arr.size:
         # |<q, x>| <= ||q|| ||x||: with both norms <= 1e18 every score is finite in float32.
+        # (Queries are checked by the native search itself, which names ``queries``: no extra
+        # numpy passes on the search path.)
         norms = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=-1))
         if norms.max() > MAX_NORM:
             at = np.unravel_index(int(np.argmax(norms)), norms.shape)

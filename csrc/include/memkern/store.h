@@ -183,6 +183,7 @@ class Store {
   bool torn_tail_ = false;
 
   std::unique_ptr<Space> space_;
+  std::vector<float> zeros_;  // [dim] (||q||^2 = l2 distance to it)
   std::vector<std::unique_ptr<Namespace>> ns_;
   std::unordered_map<std::string, uint32_t> ns_by_name_;
   std::unordered_map<int64_t, Record> records_;
