@@ -193,15 +193,14 @@ def test_batch_search_with_threads_equals_single_thread(tmp_path, flat_limit):
     rng = np.random.default_rng(2)
     d = 24
     path = tmp_path / "s"
+    # Big enough that the batch is split over the threads (>= 2**15 distance evaluations a call).
+    n, per = 400, 2
     with MemoryStore(path, dim=d, fsync="never", flat_limit=flat_limit) as s:
-        x = rng.standard_normal((300, d)).astype(np.float32)
-        s.add_batch("u", [f"x{i}" for i in range(300)], x)
-        for i in range(30):
-            turns = [{"role": "user", "content": f"c{i}.{j}"} for j in range(3)]
-            s.add("u", f"t{i}", rng.standard_normal(d).astype(np.float32), turns,
-                  turn_embeddings=rng.standard_normal((3, d)).astype(np.float32))
+        s.add_batch("u", [f"x{i}" for i in range(n)], rng.standard_normal((n, d)).astype(np.float32),
+                    [[{"role": "user", "content": f"c{i}.{j}"} for j in range(per)] for i in range(n)],
+                    turn_embeddings=[rng.standard_normal((per, d)).astype(np.float32) for _ in range(n)])
         s.invalidate(5, "x")
-    q = rng.standard_normal((64, d)).astype(np.float32)
+    q = rng.standard_normal((256, d)).astype(np.float32)
     results = {}
     for threads in (1, 4):
         with MemoryStore(path, num_threads=threads, flat_limit=flat_limit) as s:

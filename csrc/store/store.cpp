@@ -948,10 +948,22 @@ inline float finite_score(float s) {
   return std::max(kPadScore, std::min(s, -kPadScore));
 }
 
-// Runs body(b) for b in [0, B) on up to `threads` threads (the caller's included).
+// Distance evaluations one query costs in `idx` (about): a flat index scans everything, a graph
+// search visits a few times its beam width.
+size_t query_cost(const VectorIndex& idx, size_t k, size_t ef) {
+  size_t width = std::max(k, ef);
+  return std::max<size_t>(1, std::min(idx.live(), width > (SIZE_MAX >> 5) ? SIZE_MAX : 16 * width));
+}
+
+// Below this many distance evaluations in one call, starting threads costs more than it saves.
+constexpr size_t kParallelMinWork = 1u << 15;
+
+// Runs body(b) for b in [0, B) on up to `threads` threads (the caller's included), when the
+// call's work (B * cost_per_row distance evaluations) is worth it; results do not depend on it.
 template <typename F>
-void parallel_rows(size_t B, int threads, F body) {
+void parallel_rows(size_t B, int threads, size_t cost_per_row, F body) {
   size_t T = std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), B);
+  if (cost_per_row == 0 || B < kParallelMinWork / cost_per_row + 1) T = 1;
   if (T <= 1) {
     for (size_t b = 0; b < B; ++b) body(b);
     return;
@@ -992,7 +1004,7 @@ SearchResult Store::search(const std::string& ns_name, const float* q, size_t B,
   const VectorIndex& idx = *ns->index[level];
   ExcludeFilter filter(&ns->invalidated[level]);
   hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;
-  parallel_rows(B, threads_, [&](size_t b) {
+  parallel_rows(B, threads_, query_cost(idx, k, ef), [&](size_t b) {
     std::vector<float> qv;
     const float* qq = q + b * dim_;
     if (metric_ == Metric::Cos) {
@@ -1031,7 +1043,8 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
   auto dist = space_->get_dist_func();
   void* param = space_->get_dist_func_param();
   size_t C = std::max(candidates, k);
-  parallel_rows(B, threads_, [&](size_t b) {
+  size_t cost = query_cost(turns, C, ef) + query_cost(topics, C, ef);
+  parallel_rows(B, threads_, cost, [&](size_t b) {
     std::vector<float> qv(dim_), tv(dim_);
     const float* qq = q + b * dim_;
     if (metric_ == Metric::Cos) {
