@@ -74,6 +74,12 @@ def test_hnsw_graphs_grow_on_demand(tmp_path):
     assert per_ns < 20_000, per_ns  # a 1,024-slot graph alone was ~290 kB at this size
     with MemoryStore(tmp_path / "s", flat_limit=0) as s:
         assert s.memory_bytes() / 50 < 20_000
+        # A graph that grew (100 -> 150 slots for 101 vectors) ...
+        s.add_batch("big", [f"b{i}" for i in range(100)], rng.standard_normal((100, 16)).astype(np.float32))
+        s.add("big", "one more", rng.standard_normal(16).astype(np.float32))
+        grown = s.memory_bytes()
+    with MemoryStore(tmp_path / "s", flat_limit=0) as s:  # ... is shrunk to its 101 vectors on load
+        assert s.memory_bytes() < grown - 40 * 200, (s.memory_bytes(), grown)  # 49 slots of ~260 B freed
 
 
 def _exact(store: MemoryStore, ns: str, q: np.ndarray, k: int, metric: str, level: str = "topic",
