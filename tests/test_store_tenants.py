@@ -220,3 +220,58 @@ def test_batch_search_with_threads_equals_single_thread(tmp_path, flat_limit):
         np.testing.assert_array_equal(i1, i4)
         np.testing.assert_array_equal(s1, s4)
     assert (results[1][0][0] >= 0).all() and 5 not in results[1][0][0]
+
+
+def _patch_flat_file(store_dir, mutate) -> None:
+    """Rewrites the snapshot's flat index file with mutate(bytes) and fixes both checksums (the
+    file's, recorded in records.bin, and records.bin's own), as a crafted store would."""
+    import struct
+    import zlib
+
+    snap = next(p for p in store_dir.iterdir() if p.name.startswith("snap-"))
+    flat = next(snap.glob("g0_0.flat"))
+    data = mutate(bytearray(flat.read_bytes()))
+    flat.write_bytes(bytes(data))
+    rec = bytearray((snap / "records.bin").read_bytes())
+    name = flat.name.encode()
+    at = rec.rfind(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    struct.pack_into("<QI", rec, at, len(data), zlib.crc32(bytes(data)))
+    struct.pack_into("<I", rec, len(rec) - 4, zlib.crc32(bytes(rec[:-4])))
+    (snap / "records.bin").write_bytes(bytes(rec))
+
+
+@pytest.mark.parametrize("case", ["duplicate label", "negative label", "count too large", "count too small",
+                                  "truncated", "nan", "huge norm", "dim"])
+def test_crafted_flat_file_is_a_clean_corruption_error(tmp_path, case):
+    import struct
+
+    from memkern.errors import StoreCorruptedError
+
+    d = 8
+    path = tmp_path / "s"
+    with MemoryStore(path, dim=d) as s:
+        s.add_batch("u", ["a", "b", "c"], np.eye(3, d, dtype=np.float32))
+    hdr, lab = 24, 24 + 3 * 8  # header, labels, then 3 x 8 float32
+
+    def mutate(b: bytearray) -> bytearray:
+        if case == "duplicate label":
+            struct.pack_into("<q", b, hdr + 8, 0)
+        elif case == "negative label":
+            struct.pack_into("<q", b, hdr, -5)
+        elif case == "count too large":
+            struct.pack_into("<Q", b, 16, 2**61)
+        elif case == "count too small":
+            struct.pack_into("<Q", b, 16, 2)
+        elif case == "truncated":
+            del b[-3:]
+        elif case == "nan":
+            struct.pack_into("<f", b, lab + 4, float("nan"))
+        elif case == "huge norm":
+            struct.pack_into("<ff", b, lab, 3e38, 3e38)
+        elif case == "dim":
+            struct.pack_into("<Q", b, 8, 4)
+        return b
+
+    _patch_flat_file(path, mutate)
+    with pytest.raises(StoreCorruptedError, match="flat index file"):
+        MemoryStore(path)

@@ -90,8 +90,15 @@ FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file)
     if (!pos_.emplace(labels_[i], static_cast<uint32_t>(i)).second)
       throw CorruptedError(what + ": label " + std::to_string(labels_[i]) + " appears twice");
   }
-  for (float x : data_)
-    if (!std::isfinite(x)) throw CorruptedError(what + ": a stored vector holds NaN or inf");
+  for (size_t i = 0; i < n; ++i) {  // what add() accepts: finite values, L2 norm <= 1e18
+    double s = 0;
+    for (size_t j = 0; j < dim_; ++j) {
+      float x = data_[i * dim_ + j];
+      if (!std::isfinite(x)) throw CorruptedError(what + ": a stored vector holds NaN or inf");
+      s += static_cast<double>(x) * x;
+    }
+    if (s > 1e36) throw CorruptedError(what + ": a stored vector has an L2 norm above 1e18");
+  }
 }
 
 void FlatIndex::put(int64_t label, const float* v) {

@@ -1,4 +1,4 @@
-"""The persistent memory store: topic records + one HNSW index per namespace (C++, ``memkern._store``).
+"""The persistent memory store: topic records + one vector index per namespace (C++, ``memkern._store``).
 
 ``MemoryStore`` is an embedded store opened on a directory (like SQLite). Every write goes to a
 write-ahead log (length + CRC32 per entry, format version in the header) before it is applied;
@@ -22,6 +22,19 @@ every value is exactly representable in float32, otherwise :class:`~memkern.Memk
 for an explicit ``.astype(np.float32)``. Integer, bool and complex arrays are refused. Queries to
 :meth:`MemoryStore.search` are never stored, so float64 queries are rounded to float32 (what the
 index computes with anyway). Non-contiguous arrays are copied. NaN / inf values are refused.
+
+Indexes: each namespace (and level) starts as an exact index (a flat scan, exact results) and is
+promoted to an HNSW graph on the add that takes it past ``flat_limit`` records (default 1,024, where
+the graph starts to search faster than a scan); :meth:`MemoryStore.compact` demotes graphs that
+shrank to ``flat_limit`` or fewer. Memory grows with the records: a namespace of 20 records costs
+its vectors plus ~8 kB (not the ~2.7 MB of a preallocated graph), graphs grow geometrically and are
+shrunk to fit when a store is opened.
+
+Limits (checked before anything is allocated; the native layer checks them again): ``k``, ``ef``
+and ``candidates`` at most :data:`MAX_K` (2**20), ``B * k`` at most :data:`MAX_RESULTS`; stored
+vectors and queries have an L2 norm of at most :data:`MAX_NORM` (1e18), so every score is finite;
+``|alpha|`` at most :data:`MAX_ALPHA`; ``meta`` and turn dicts have str keys and nest at most
+:data:`MAX_JSON_DEPTH` deep; text is valid UTF-8 (no lone surrogates); ids are ``0..2**63-1``.
 
 Two-level memory: ``add``/``add_batch``/``merge`` take optional ``turn_embeddings`` (one row per
 turn); each turn is then also stored as its own *turn record* (same namespace, separate index
@@ -407,7 +420,7 @@ def _turn_key(t: dict) -> str:
 
 
 class MemoryStore:
-    """Persistent memory bank: records + HNSW indexes per namespace, on a directory.
+    """Persistent memory bank: records + a vector index per namespace (exact scan, HNSW when large), on a directory.
 
     Parameters
     ----------
@@ -436,8 +449,14 @@ class MemoryStore:
         Seconds between fsyncs in ``fsync="batch"`` mode.
     num_threads : int
         Threads that insert the vectors of one batch (``add_batch``, log replay) into the HNSW
-        graphs. 1 (default) builds the same graph on every run; more threads are faster on several
-        cores but make the graph (and so rare near-ties in results) vary between runs.
+        graphs, and that answer the queries of one ``search`` call (when the batch is large
+        enough to be worth it; results are the same as with one thread). 1 (default) builds the
+        same graph on every run; more threads are faster on several cores but make the graph (and
+        so rare near-ties in results) vary between runs.
+    flat_limit : int
+        A namespace level holding at most this many records is searched by exact scan; past it,
+        by an HNSW graph (0: always a graph). Not stored: a store may be reopened with another
+        value (existing indexes change kind on their next add, or on ``compact``).
 
     Notes
     -----
@@ -832,6 +851,8 @@ class MemoryStore:
         namespace : str
         queries : array-like float ``[B, d]`` or ``[d]`` (a 1-D query is searched as ``B = 1``)
         k : int
+            1..:data:`MAX_K`, and ``B * k <= MAX_RESULTS``; ``k`` above the namespace's record
+            count is fine (``-1`` padding).
         ef : int, optional
             Beam width (``max(ef, k)``); default ``self.ef_search``.
         include_invalidated : bool
