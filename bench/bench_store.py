@@ -9,6 +9,9 @@ Measured on clustered 384-d unit vectors (MEMKERN_BENCH_N, default 100,000):
 * reopen time (snapshot load vs ``load_index`` + ``pickle.load``), in fresh processes;
 * bytes per record on disk and in RAM (RSS growth of a fresh process when opening).
 
+* many tenants: 10,000 namespaces of 20 records (``MEMKERN_BENCH_NS``): RSS, open time, exactness
+  and per-namespace search latency, exact (flat) index vs one HNSW graph per namespace.
+
 Run: ``OMP_NUM_THREADS=1 python -m pytest bench/bench_store.py -q -s`` (``MEMKERN_BENCH_N=10000`` for
 a quick run). Targets: overhead <= 10% for add and search, recall@10 >= 0.95, reopen < 2 s.
 """
@@ -228,3 +231,143 @@ def test_reopen_and_bytes(benchmark, world):
     print("RESULTS " + json.dumps(RESULTS))
     if N >= 100_000:
         assert open_s < 2.0, f"reopen of {N} records took {open_s:.2f} s"
+
+
+# ----------------------------------------------------------------------------------- many tenants
+# Issue 10 item 8: one namespace per user. MEMKERN_BENCH_NS namespaces (default 10,000) of 20
+# records at 384-d; targets: RSS <= 300 MB, open <= 3 s, per-namespace search latency no worse
+# than HNSW per namespace (what every namespace used before the flat index). Each phase runs in a
+# fresh process so RSS is that phase's own. Run alone with
+# ``OMP_NUM_THREADS=1 python -m pytest bench/bench_store.py -q -s -k many_namespaces`` (~1-2 min).
+
+MANY_NS = int(os.environ.get("MEMKERN_BENCH_NS", "10000"))
+MANY_PER_NS = 20
+MANY_HNSW_NS = min(MANY_NS, 300)  # HNSW per namespace costs ~2.7 MB each (hnswlib's fixed locks)
+
+MANY_BUILD = r"""
+import json, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import numpy as np
+from memkern.store import MemoryStore
+path, n_ns, per, flat_limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(0)
+r0 = rss(); t0 = time.perf_counter()
+s = MemoryStore(path, dim=384, fsync="never", snapshot_every=0, flat_limit=flat_limit)
+for i in range(n_ns):
+    x = rng.standard_normal((per, 384), dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    s.add_batch(f"user-{i}", [f"user {i} topic {j}: likes hiking" for j in range(per)], x)
+t1 = time.perf_counter(); r1 = rss()
+est = s.memory_bytes()
+s.close()
+t2 = time.perf_counter()
+print(json.dumps({"build_s": t1 - t0, "close_s": t2 - t1, "rss_bytes": r1 - r0, "native_estimate": est}))
+"""
+
+MANY_OPEN = r"""
+import json, sys, time
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+import numpy as np
+from memkern.store import MemoryStore
+path, n_ns, n_q = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r0 = rss(); t0 = time.perf_counter()
+s = MemoryStore(path)
+t1 = time.perf_counter(); r1 = rss()
+rng = np.random.default_rng(1)
+names = [f"user-{i}" for i in rng.integers(0, n_ns, n_q)]
+q = rng.standard_normal((n_q, 384), dtype=np.float32)
+for i in range(min(n_q, 50)):  # warm-up
+    s.search(names[i], q[i], k=10)
+lat = []
+for i in range(n_q):
+    a = time.perf_counter(); s.search(names[i], q[i], k=10); lat.append(time.perf_counter() - a)
+exact = 0
+for i in range(min(n_q, 200)):  # exactness against a brute-force scan of the namespace
+    ids_all = s.ids(names[i])
+    sc = s.embeddings(ids_all) @ q[i]
+    want = ids_all[np.lexsort((ids_all, -sc))[:10]]
+    got, _ = s.search(names[i], q[i], k=10)
+    exact += int(np.array_equal(got[0], want))
+kinds = sorted({s._native.index_kind(f"user-{i}", 0) for i in range(0, n_ns, max(1, n_ns // 100))})
+print(json.dumps({"open_s": t1 - t0, "rss_bytes": r1 - r0, "search_us_mean": 1e6 * float(np.mean(lat)),
+                  "search_us_p50": 1e6 * float(np.median(lat)), "search_us_p90": 1e6 * float(np.percentile(lat, 90)),
+                  "exact": exact / min(n_q, 200), "kinds": kinds,
+                  "namespaces": len(s.namespaces())}))
+s.close()
+"""
+
+
+def test_many_namespaces(tmp_path):
+    runs = {}
+    for name, n_ns, flat_limit in (("flat", MANY_NS, 1024), ("flat_small", MANY_HNSW_NS, 1024),
+                                   ("hnsw_small", MANY_HNSW_NS, 0)):
+        path = str(tmp_path / name)
+        b = _run(MANY_BUILD, path, str(n_ns), str(MANY_PER_NS), str(flat_limit))
+        o = min((_run(MANY_OPEN, path, str(n_ns), "1000") for _ in range(2)), key=lambda r: r["open_s"])
+        runs[name] = {"namespaces": n_ns, **{f"build_{k}": v for k, v in b.items()}, **o,
+                      "disk_bytes": dir_bytes(tmp_path / name)}
+        shutil.rmtree(path)
+    raw = MANY_NS * MANY_PER_NS * 384 * 4  # the float32 vectors alone
+    f, fs, hs = runs["flat"], runs["flat_small"], runs["hnsw_small"]
+    RESULTS["many_namespaces"] = runs | {
+        "raw_vector_bytes": raw,
+        "rss_over_raw_vectors_per_namespace": (f["rss_bytes"] - raw) / MANY_NS,
+        "latency_ratio_flat_vs_hnsw": fs["search_us_p50"] / hs["search_us_p50"],
+        "rss_per_namespace_flat": fs["rss_bytes"] / MANY_HNSW_NS,
+        "rss_per_namespace_hnsw": hs["rss_bytes"] / MANY_HNSW_NS,
+    }
+    m = RESULTS["many_namespaces"]
+    print(f"\nmany namespaces: {MANY_NS} x {MANY_PER_NS} records, 384-d: open {f['open_s']:.2f} s, RSS after open "
+          f"{f['rss_bytes'] / 1e6:.0f} MB (the float32 vectors alone: {raw / 1e6:.0f} MB; beyond them "
+          f"{m['rss_over_raw_vectors_per_namespace']:.0f} B per namespace); build RSS {f['build_rss_bytes'] / 1e6:.0f} MB; "
+          f"search p50 {f['search_us_p50']:.1f} us; exact {f['exact']:.3f}; kinds {f['kinds']}")
+    print(f"{MANY_HNSW_NS} namespaces: RSS/namespace flat {m['rss_per_namespace_flat'] / 1e3:.0f} kB vs HNSW "
+          f"{m['rss_per_namespace_hnsw'] / 1e3:.0f} kB; search p50 flat {fs['search_us_p50']:.1f} us vs HNSW "
+          f"{hs['search_us_p50']:.1f} us (ratio {m['latency_ratio_flat_vs_hnsw']:.2f}); p90 {fs['search_us_p90']:.1f} vs "
+          f"{hs['search_us_p90']:.1f} us")
+    print("RESULTS " + json.dumps(RESULTS["many_namespaces"]))
+    assert f["namespaces"] == MANY_NS and f["kinds"] == ["flat"] and hs["kinds"] == ["hnsw"]
+    assert f["exact"] == 1.0 and fs["exact"] == 1.0, "flat namespaces must give exact results"
+    assert m["rss_over_raw_vectors_per_namespace"] < 20_000, "per-namespace overhead beyond the vectors"
+    assert m["latency_ratio_flat_vs_hnsw"] <= 1.10
+    if MANY_NS >= 10_000:
+        assert f["open_s"] <= 3.0, f"opening {MANY_NS} namespaces took {f['open_s']:.2f} s"
+
+
+def test_flat_vs_hnsw_crossover():
+    """Where an exact scan stops being faster than the graph (sets the default flat_limit=1024):
+    one namespace of n clustered 384-d records, 200 single queries at k=20, default ef, same
+    process, interleaved repeats (median)."""
+    rows = {}
+    for n in (128, 512, 1024, 2048, 4096):
+        x = clustered(n, D, max(4, n // 50), seed=0)
+        q = clustered(200, D, max(4, n // 50), seed=0, sample_seed=1)
+        stores = {}
+        for name, fl in (("hnsw", 0), ("flat", 1 << 24)):
+            stores[name] = MemoryStore(tempfile.mkdtemp(prefix="memkern-cross-") + "/s", dim=D, fsync="never",
+                                       flat_limit=fl)
+            stores[name].add_batch("u", ["x"] * n, x)
+            assert stores[name]._native.index_kind("u", 0) == name
+        times = {"hnsw": [], "flat": []}
+        for _ in range(3):
+            for name, s in stores.items():
+                t = time.perf_counter()
+                for qq in q:
+                    s.search("u", qq, k=K)
+                times[name].append((time.perf_counter() - t) / len(q))
+        exact = exact_top(q, x, 10)
+        flat_ids, _ = stores["flat"].search("u", q, k=10)
+        hnsw_ids, _ = stores["hnsw"].search("u", q, k=10)
+        assert recall(flat_ids, exact) == 1.0  # the flat index is exact
+        rows[n] = {"flat_us": 1e6 * float(np.median(times["flat"])), "hnsw_us": 1e6 * float(np.median(times["hnsw"])),
+                   "hnsw_recall_at_10": recall(hnsw_ids, exact)}
+        rows[n]["ratio_flat_vs_hnsw"] = rows[n]["flat_us"] / rows[n]["hnsw_us"]
+        for s in stores.values():
+            s.close()
+            shutil.rmtree(s.path.parent, ignore_errors=True)
+        print(f"\nn={n}: flat {rows[n]['flat_us']:.1f} us/query, hnsw {rows[n]['hnsw_us']:.1f} us/query, "
+              f"ratio {rows[n]['ratio_flat_vs_hnsw']:.2f}, hnsw recall@10 {rows[n]['hnsw_recall_at_10']:.3f}")
+    RESULTS["flat_vs_hnsw"] = rows
+    print("RESULTS " + json.dumps(rows))

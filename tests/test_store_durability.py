@@ -249,7 +249,8 @@ def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
     rng = np.random.default_rng(5)
     cases = []
     snap = next(p for p in corrupt_src.iterdir() if p.name.startswith("snap-"))
-    for f in ["CURRENT", f"{snap.name}/records.bin", f"{snap.name}/g0_0.hnsw"]:
+    graph = next(snap.glob("g0_0.*")).name  # g0_0.flat (small namespace, exact index) or g0_0.hnsw
+    for f in ["CURRENT", f"{snap.name}/records.bin", f"{snap.name}/{graph}"]:
         size = (corrupt_src / f).stat().st_size
         for at in sorted(set([0, 1, 7, size // 3, size - 5, size - 1] + rng.integers(0, size, 4).tolist())):
             cases.append({"file": f, "kind": "truncate", "at": int(at)})

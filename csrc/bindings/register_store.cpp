@@ -64,6 +64,8 @@ py::dict record_dict(const memkern::RecordView& v) {
   d["meta_json"] = utf8(r.meta_json, "meta_json");
   d["reason"] = utf8(r.reason, "reason");
   d["children"] = r.children;
+  // A copy of the vector at the time of the call (a later update does not change it).
+  d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
   return d;
 }
 
@@ -94,7 +96,7 @@ void register_store(py::module_& m) {
   py::class_<Store>(m, "Store", "Native memory store; use memkern.MemoryStore instead.")
       .def(py::init([](const std::string& path, uint32_t dim, const std::string& metric, uint32_t M,
                        uint32_t ef_construction, const std::string& fsync, double fsync_interval_s,
-                       uint64_t snapshot_every, int num_threads) {
+                       uint64_t snapshot_every, int num_threads, uint64_t flat_limit) {
              memkern::StoreOptions o;
              o.dim = dim;
              o.metric = parse_metric(metric);
@@ -104,11 +106,13 @@ void register_store(py::module_& m) {
              o.fsync_interval_s = fsync_interval_s;
              o.snapshot_every = snapshot_every;
              o.num_threads = num_threads;
+             o.flat_limit = flat_limit;
              py::gil_scoped_release nogil;
              return new Store(path, o);
            }),
            py::arg("path"), py::arg("dim"), py::arg("metric"), py::arg("M"), py::arg("ef_construction"),
-           py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"), py::arg("num_threads") = 1)
+           py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"), py::arg("num_threads") = 1,
+           py::arg("flat_limit") = memkern::kDefaultFlatLimit)
       .def_property_readonly("dim", &Store::dim)
       .def_property_readonly("metric", [](const Store& s) { return std::string(memkern::metric_name(s.metric())); })
       .def_property_readonly("M", &Store::M)
@@ -266,6 +270,15 @@ void register_store(py::module_& m) {
       .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
       .def("close", &Store::close, py::call_guard<py::gil_scoped_release>())
       .def("memory_bytes", &Store::memory_bytes)
+      .def("index_kind", &Store::index_kind)
       .def_property_readonly_static("simd_kernel", [](py::object) { return std::string(memkern::simd_kernel_name()); })
-      .def_property_readonly_static("pad_score", [](py::object) { return memkern::kPadScore; });
+      .def_property_readonly_static("pad_score", [](py::object) { return memkern::kPadScore; })
+      .def_property_readonly_static("max_k", [](py::object) { return memkern::kMaxK; })
+      .def_property_readonly_static("max_ef", [](py::object) { return memkern::kMaxEf; })
+      .def_property_readonly_static("max_candidates", [](py::object) { return memkern::kMaxCandidates; })
+      .def_property_readonly_static("max_results", [](py::object) { return memkern::kMaxResults; })
+      .def_property_readonly_static("max_norm", [](py::object) { return memkern::kMaxNorm; })
+      .def_property_readonly_static("max_alpha", [](py::object) { return memkern::kMaxAlpha; })
+      .def_property_readonly_static("default_flat_limit", [](py::object) { return memkern::kDefaultFlatLimit; })
+      .def_property_readonly_static("max_flat_limit", [](py::object) { return memkern::kMaxFlatLimit; });
 }

@@ -24,7 +24,7 @@ HnswIndex::HnswIndex(Space* space, size_t dim, const std::string& file, size_t m
 
 void HnswIndex::put(int64_t label, const float* v) {
   if (g_->cur_element_count >= g_->max_elements_) {
-    g_->resizeIndex(std::max<size_t>(g_->max_elements_ * 2, 1024));
+    g_->resizeIndex(std::max<size_t>(g_->max_elements_ * 2, 16));
   }
   g_->addPoint(v, static_cast<hnswlib::labeltype>(label));
 }
@@ -32,6 +32,11 @@ void HnswIndex::put(int64_t label, const float* v) {
 void HnswIndex::reserve_more(size_t n) {
   size_t need = g_->cur_element_count + n;
   if (need > g_->max_elements_) g_->resizeIndex(std::max(need, g_->max_elements_ + g_->max_elements_ / 2));
+}
+
+void HnswIndex::shrink_to_fit() {
+  size_t need = std::max<size_t>(g_->cur_element_count, 16);
+  if (need < g_->max_elements_) g_->resizeIndex(need);
 }
 
 void HnswIndex::remove(int64_t label) { g_->markDelete(static_cast<hnswlib::labeltype>(label)); }

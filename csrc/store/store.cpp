@@ -13,6 +13,7 @@
 #include <climits>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <queue>
@@ -20,6 +21,7 @@
 
 #include "memkern/crc32.h"
 #include "memkern/errors.h"
+#include "memkern/flat_index.h"
 #include "memkern/serial.h"
 #include "memkern/snapshot.h"
 
@@ -61,6 +63,12 @@ void remove_tree(const std::string& dir) {  // one level deep: snapshot director
 
 // Heap bytes of a string beyond its inline (small-string) buffer.
 size_t heap(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
+
+std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3g", x);
+  return b;
+}
 
 std::string describe(uint32_t dim, Metric m) {
   return "dim=" + std::to_string(dim) + ", metric=\"" + metric_name(m) + "\"";
@@ -118,7 +126,14 @@ void Store::open_or_create(const StoreOptions& opt) {
   fsync_ = opt.fsync;
   fsync_interval_s_ = opt.fsync_interval_s;
   snapshot_every_ = opt.snapshot_every;
-  threads_ = std::max(1, opt.num_threads);
+  if (opt.num_threads < 1 || opt.num_threads > kMaxThreads)
+    throw ValueError("num_threads: expected 1.." + std::to_string(kMaxThreads) + ", got " + std::to_string(opt.num_threads));
+  threads_ = opt.num_threads;
+  if (opt.flat_limit > kMaxFlatLimit)
+    throw ValueError("flat_limit: expected 0.." + std::to_string(kMaxFlatLimit) + ", got " + std::to_string(opt.flat_limit));
+  flat_limit_ = opt.flat_limit;
+  if (!std::isfinite(opt.fsync_interval_s) || opt.fsync_interval_s < 0)
+    throw ValueError("fsync_interval: expected finite seconds >= 0, got " + std::to_string(opt.fsync_interval_s));
   if (opt.dim > kMaxDim) throw ValueError("dim: expected 1.." + std::to_string(kMaxDim) + ", got " + std::to_string(opt.dim));
   if (opt.metric < -1 || opt.metric > 2) throw ValueError("metric: expected ip, l2 or cos");
   if (opt.M < 2 || opt.M > kMaxM) throw ValueError("M: expected 2.." + std::to_string(kMaxM) + ", got " + std::to_string(opt.M));
@@ -165,6 +180,7 @@ void Store::open_or_create(const StoreOptions& opt) {
                      describe(opt.dim ? opt.dim : dim_, opt.metric >= 0 ? static_cast<Metric>(opt.metric) : metric_));
   }
   if (!space_) space_.reset(new Space(dim_, metric_));
+  zeros_.assign(dim_, 0.0f);
 
   if (have_wal && (wh.dim != dim_ || wh.metric != static_cast<uint32_t>(metric_)))
     throw CorruptedError("store " + path_ + ": log header (" + std::to_string(wh.dim) + ") disagrees with the snapshot");
@@ -262,7 +278,7 @@ void Store::load_snapshot(uint64_t gen) {
     if (fsize != size) throw CorruptedError("graph file " + dir + "/" + name + ": size " + std::to_string(fsize) +
                                             " != " + std::to_string(size) + " recorded in the snapshot (truncated?)");
     if (fcrc != crc) throw CorruptedError("graph file " + dir + "/" + name + ": checksum mismatch");
-    ns_[ns]->index[level].reset(new HnswIndex(space_.get(), dim_, dir + "/" + name, 0));
+    ns_[ns]->index[level] = load_vector_index(space_.get(), dim_, dir + "/" + name);
   }
   if (rd.left() != 0) rd.fail("trailing bytes");
   // Cross-check records against graphs.
@@ -341,9 +357,40 @@ const Store::Namespace* Store::find_ns(const std::string& name) const {
   return it == ns_by_name_.end() ? nullptr : ns_[it->second].get();
 }
 
-HnswIndex& Store::index_for(Namespace& ns, uint8_t level) {
-  if (!ns.index[level]) ns.index[level].reset(new HnswIndex(space_.get(), dim_, M_, efc_, 1024, 100 + level));
+VectorIndex& Store::index_for(Namespace& ns, uint8_t level) {
+  if (!ns.index[level]) ns.index[level].reset(new FlatIndex(space_.get(), dim_));  // grows from zero
   return *ns.index[level];
+}
+
+std::unique_ptr<VectorIndex> Store::rebuild_index(const VectorIndex& from, const std::vector<int64_t>& labels,
+                                                  uint8_t level, size_t extra) const {
+  size_t n = labels.size() + extra;
+  std::unique_ptr<VectorIndex> fresh;
+  if (n <= flat_limit_) fresh.reset(new FlatIndex(space_.get(), dim_, n));
+  else fresh.reset(new HnswIndex(space_.get(), dim_, M_, efc_, n, 100 + level));
+  std::vector<float> v(dim_);
+  for (int64_t lab : labels) {
+    from.vector(lab, v.data());
+    fresh->put(lab, v.data());
+  }
+  return fresh;
+}
+
+void Store::prepare_index(Namespace& ns, uint8_t level, size_t adding) {
+  VectorIndex& idx = index_for(ns, level);
+  if (std::strcmp(idx.kind(), "flat") == 0 && idx.live() + adding > flat_limit_) {
+    ns.index[level] = rebuild_index(idx, idx.labels(), level, adding);  // promotion to HNSW
+  } else {
+    idx.reserve_more(adding);
+  }
+}
+
+std::string Store::index_kind(const std::string& name, uint8_t level) const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  check_open();
+  if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  const Namespace* ns = find_ns(name);
+  return ns && ns->index[level] ? ns->index[level]->kind() : "";
 }
 
 // The record's current state as a Version (its embedding read from its graph).
@@ -394,11 +441,13 @@ void Store::validate_items(const std::vector<NewItem>& items, size_t batch_base,
     for (uint32_t j = 0; j < dim_; ++j)
       if (!std::isfinite(it.embedding[j]))
         throw ValueError("embeddings: expected finite values, got a NaN/inf in row " + std::to_string(i));
-    if (metric_ == Metric::Cos) {
-      double s = 0;
-      for (uint32_t j = 0; j < dim_; ++j) s += static_cast<double>(it.embedding[j]) * it.embedding[j];
-      if (s == 0) throw ValueError("embeddings: metric \"cos\" needs nonzero vectors, row " + std::to_string(i) + " is zero");
-    }
+    double s = 0;
+    for (uint32_t j = 0; j < dim_; ++j) s += static_cast<double>(it.embedding[j]) * it.embedding[j];
+    if (std::sqrt(s) > kMaxNorm)
+      throw ValueError("embeddings: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
+                       num(std::sqrt(s)) + " in row " + std::to_string(i));
+    if (metric_ == Metric::Cos && s == 0)
+      throw ValueError("embeddings: metric \"cos\" needs nonzero vectors, row " + std::to_string(i) + " is zero");
     if (it.level == kTopic) {
       if (it.parent != -1) throw ValueError("parent: topics have no parent");
     } else {
@@ -465,23 +514,32 @@ void Store::maybe_sync() {
 
 void Store::put_vectors(std::vector<PendingPut>& pending) {
   if (pending.empty()) return;
-  if (threads_ <= 1 || pending.size() < 4 * static_cast<size_t>(threads_)) {
-    for (auto& p : pending) p.index->put(p.id, p.vec.data());
+  // Per target index: promote a flat index that outgrows flat_limit_ and make room for all its
+  // new vectors first (HNSW resizing is not thread-safe), then insert.
+  std::vector<std::pair<Namespace*, uint8_t>> order;
+  std::unordered_map<Namespace*, size_t> per_index[kNumLevels];
+  for (auto& p : pending)
+    if (per_index[p.level][p.ns]++ == 0) order.emplace_back(p.ns, p.level);
+  for (auto& t : order) prepare_index(*t.first, t.second, per_index[t.second][t.first]);
+  std::vector<PendingPut*> parallel;
+  for (auto& p : pending) {
+    VectorIndex& idx = *p.ns->index[p.level];
+    if (threads_ > 1 && idx.concurrent_put()) parallel.push_back(&p);
+    else idx.put(p.id, p.vec.data());
+  }
+  if (parallel.size() < 4 * static_cast<size_t>(threads_)) {
+    for (auto* p : parallel) p->ns->index[p->level]->put(p->id, p->vec.data());
     pending.clear();
     return;
   }
-  // hnswlib supports concurrent addPoint of distinct labels once the capacity is there
-  // (resizing is not thread-safe): grow every target graph first, then insert in parallel.
-  std::unordered_map<HnswIndex*, size_t> per_index;
-  for (auto& p : pending) per_index[p.index]++;
-  for (auto& kv : per_index) kv.first->reserve_more(kv.second);
+  // hnswlib supports concurrent addPoint of distinct labels once the capacity is there.
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;
   auto work = [&]() {
-    for (size_t i = next++; i < pending.size(); i = next++) {
+    for (size_t i = next++; i < parallel.size(); i = next++) {
       try {
-        pending[i].index->put(pending[i].id, pending[i].vec.data());
+        parallel[i]->ns->index[parallel[i]->level]->put(parallel[i]->id, parallel[i]->vec.data());
       } catch (...) {
         std::lock_guard<std::mutex> g(error_mu);
         if (!error) error = std::current_exception();
@@ -527,7 +585,8 @@ void Store::apply(const std::string& payload) {
           r.reason = p->second.reason;
         }
       }
-      pending.push_back({&index_for(ns, r.level), r.id, std::move(v)});
+      index_for(ns, r.level);
+      pending.push_back({&ns, r.level, r.id, std::move(v)});
       ns.n[r.level]++;
       if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
       next_id_ = std::max(next_id_, r.id + 1);
@@ -613,11 +672,6 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   w.u32(static_cast<uint32_t>(items.size()));
   int64_t first = next_id_;
   encode_add(w, ns, items, first, now_s());
-  size_t per_level[kNumLevels] = {0, 0};
-  for (const auto& it : items) per_level[it.level]++;
-  Namespace& nsr = *ns_[ns_index(ns)];  // an empty namespace is invisible until it holds records
-  for (uint8_t l = 0; l < kNumLevels; ++l)
-    if (per_level[l] > 1) index_for(nsr, l).reserve_more(per_level[l]);
   commit(w.buf, items.size());
   std::vector<int64_t> ids(items.size());
   for (size_t i = 0; i < items.size(); ++i) ids[i] = first + static_cast<int64_t>(i);
@@ -744,7 +798,7 @@ void Store::snapshot_locked() {
   for (uint32_t i = 0; i < ns_.size(); ++i)
     for (uint8_t l = 0; l < kNumLevels; ++l)
       if (ns_[i]->index[l] && ns_[i]->index[l]->size() > 0)
-        graphs.emplace_back(i, l, "g" + std::to_string(i) + "_" + std::to_string(l) + ".hnsw");
+        graphs.emplace_back(i, l, "g" + std::to_string(i) + "_" + std::to_string(l) + ns_[i]->index[l]->file_suffix());
   b.u64(graphs.size());
   for (const auto& g : graphs) {
     const std::string file = dir + "/" + std::get<2>(g);
@@ -793,18 +847,13 @@ void Store::compact() {
     remap[i] = static_cast<uint32_t>(keep.size());
     keep.push_back(std::move(ns_[i]));
   }
-  std::vector<float> v(dim_);
   for (auto& ns : keep) {
     for (uint8_t l = 0; l < kNumLevels; ++l) {
       auto& idx = ns->index[l];
-      if (!idx || idx->deleted() == 0) continue;
-      std::vector<int64_t> labels = idx->labels();
-      std::unique_ptr<HnswIndex> fresh(new HnswIndex(space_.get(), dim_, M_, efc_, std::max<size_t>(labels.size(), 16), 100 + l));
-      for (int64_t lab : labels) {
-        idx->vector(lab, v.data());
-        fresh->put(lab, v.data());
-      }
-      idx = std::move(fresh);
+      if (!idx) continue;
+      bool demote = std::strcmp(idx->kind(), "flat") != 0 && idx->live() <= flat_limit_;
+      if (idx->deleted() == 0 && !demote) continue;
+      idx = rebuild_index(*idx, idx->labels(), l, 0);  // drops deleted vectors; flat when small
     }
   }
   ns_ = std::move(keep);
@@ -825,6 +874,8 @@ RecordView Store::get(int64_t id) const {
   v.rec = r;
   v.rec.history.clear();
   v.ns_name = ns_[r.ns]->name;
+  v.embedding.resize(dim_);
+  ns_[r.ns]->index[r.level]->vector(id, v.embedding.data());
   return v;
 }
 
@@ -838,6 +889,8 @@ std::vector<RecordView> Store::get_batch(const std::vector<int64_t>& ids) const 
     out[i].rec = r;
     out[i].rec.history.clear();
     out[i].ns_name = ns_[r.ns]->name;
+    out[i].embedding.resize(dim_);
+    ns_[r.ns]->index[r.level]->vector(ids[i], out[i].embedding.data());
   }
   return out;
 }
@@ -861,32 +914,110 @@ void Store::embeddings(const int64_t* ids, size_t n, float* out) const {
   }
 }
 
+void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
+  // Every size is bounded before anything is allocated; B * k is checked without overflow.
+  if (k > kMaxK) throw ValueError("k: expected 1.." + std::to_string(kMaxK) + ", got " + std::to_string(k));
+  if (ef > kMaxEf) throw ValueError("ef: expected 1.." + std::to_string(kMaxEf) + ", got " + std::to_string(ef));
+  if (k != 0 && B > kMaxResults / k)
+    throw ValueError("k: expected B * k <= " + std::to_string(kMaxResults) + " result slots, got B=" +
+                     std::to_string(B) + ", k=" + std::to_string(k));
+  auto dist = space_->get_dist_func();
+  void* param = space_->get_dist_func_param();
+  for (size_t b = 0; b < B; ++b) {
+    const float* qq = q + b * dim_;
+    // Fast path: <q, q> with the SIMD kernel (ip distance is 1 - <a, b>); NaN, inf and a norm
+    // above kMaxNorm all fail `n2 <= kMaxNorm^2` (1e36 is a finite float32).
+    float n2 = metric_ == Metric::L2 ? dist(qq, zeros_.data(), param) : 1.0f - dist(qq, qq, param);
+    if (n2 <= static_cast<float>(kMaxNorm * kMaxNorm)) continue;
+    double s = 0;
+    for (uint32_t j = 0; j < dim_; ++j) {
+      if (!std::isfinite(qq[j])) throw ValueError("queries: expected finite values, got a NaN/inf in row " + std::to_string(b));
+      s += static_cast<double>(qq[j]) * qq[j];
+    }
+    if (std::sqrt(s) > kMaxNorm)
+      throw ValueError("queries: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
+                       num(std::sqrt(s)) + " in row " + std::to_string(b));
+  }
+}
+
+namespace {
+
+// A score that can be neither NaN nor inf (a guard for vectors stored before the norm bound).
+inline float finite_score(float s) {
+  if (std::isnan(s)) return kPadScore;
+  return std::max(kPadScore, std::min(s, -kPadScore));
+}
+
+// Distance evaluations one query costs in `idx` (about): a flat index scans everything, a graph
+// search visits a few times its beam width.
+size_t query_cost(const VectorIndex& idx, size_t k, size_t ef) {
+  size_t width = std::max(k, ef);
+  return std::max<size_t>(1, std::min(idx.live(), width > (SIZE_MAX >> 5) ? SIZE_MAX : 16 * width));
+}
+
+// Below this many distance evaluations in one call, starting threads costs more than it saves.
+constexpr size_t kParallelMinWork = 1u << 15;
+
+// Runs body(b) for b in [0, B) on up to `threads` threads (the caller's included), when the
+// call's work (B * cost_per_row distance evaluations) is worth it; results do not depend on it.
+template <typename F>
+void parallel_rows(size_t B, int threads, size_t cost_per_row, F body) {
+  size_t T = std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), B);
+  if (cost_per_row == 0 || B < kParallelMinWork / cost_per_row + 1) T = 1;
+  if (T <= 1) {
+    for (size_t b = 0; b < B; ++b) body(b);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto work = [&]() {
+    for (size_t b = next++; b < B; b = next++) {
+      try {
+        body(b);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < T; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
 SearchResult Store::search(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
                            bool include_invalidated, uint8_t level) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  check_query(q, B, k, ef);
   SearchResult res;
   res.ids.assign(B * k, -1);
   res.scores.assign(B * k, kPadScore);
   const Namespace* ns = find_ns(ns_name);
   if (!ns || !ns->index[level] || k == 0) return res;
-  const HnswIndex& idx = *ns->index[level];
+  const VectorIndex& idx = *ns->index[level];
   ExcludeFilter filter(&ns->invalidated[level]);
   hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;
-  std::vector<float> qv(dim_);
-  for (size_t b = 0; b < B; ++b) {
+  parallel_rows(B, threads_, query_cost(idx, k, ef), [&](size_t b) {
+    std::vector<float> qv;
     const float* qq = q + b * dim_;
     if (metric_ == Metric::Cos) {
+      qv.resize(dim_);
       prepare_vector(qq, qv.data());
       qq = qv.data();
     }
     auto hits = idx.knn(qq, k, ef, f);
     for (size_t j = 0; j < hits.size(); ++j) {
       res.ids[b * k + j] = hits[j].second;
-      res.scores[b * k + j] = space_->score(hits[j].first);
+      res.scores[b * k + j] = finite_score(space_->score(hits[j].first));
     }
-  }
+  });
   return res;
 }
 
@@ -894,21 +1025,27 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
                                       bool include_invalidated, float alpha, size_t candidates) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
+  check_query(q, B, k, ef);
+  if (candidates > kMaxCandidates)
+    throw ValueError("candidates: expected 1.." + std::to_string(kMaxCandidates) + ", got " + std::to_string(candidates));
+  if (!std::isfinite(alpha) || std::fabs(alpha) > kMaxAlpha)
+    throw ValueError("alpha: expected a finite float in [-100, 100], got " + num(alpha));
   SearchResult res;
   res.ids.assign(B * k, -1);
   res.scores.assign(B * k, kPadScore);
   const Namespace* ns = find_ns(ns_name);
   if (!ns || !ns->index[kTurn] || !ns->index[kTopic] || k == 0) return res;
-  const HnswIndex& turns = *ns->index[kTurn];
-  const HnswIndex& topics = *ns->index[kTopic];
+  const VectorIndex& turns = *ns->index[kTurn];
+  const VectorIndex& topics = *ns->index[kTopic];
   ExcludeFilter ft(&ns->invalidated[kTurn]), fp(&ns->invalidated[kTopic]);
   hnswlib::BaseFilterFunctor* f_turn = (!include_invalidated && !ns->invalidated[kTurn].empty()) ? &ft : nullptr;
   hnswlib::BaseFilterFunctor* f_topic = (!include_invalidated && !ns->invalidated[kTopic].empty()) ? &fp : nullptr;
   auto dist = space_->get_dist_func();
   void* param = space_->get_dist_func_param();
-  std::vector<float> qv(dim_), tv(dim_);
   size_t C = std::max(candidates, k);
-  for (size_t b = 0; b < B; ++b) {
+  size_t cost = query_cost(turns, C, ef) + query_cost(topics, C, ef);
+  parallel_rows(B, threads_, cost, [&](size_t b) {
+    std::vector<float> qv(dim_), tv(dim_);
     const float* qq = q + b * dim_;
     if (metric_ == Metric::Cos) {
       prepare_vector(qq, qv.data());
@@ -940,7 +1077,7 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
         topics.vector(parent, tv.data());
         ps = space_->score(dist(qq, tv.data(), param));
       }
-      scored.emplace_back(kv.second + alpha * ps, kv.first);
+      scored.emplace_back(finite_score(kv.second + alpha * ps), kv.first);
     }
     size_t m = std::min(k, scored.size());
     std::partial_sort(scored.begin(), scored.begin() + m, scored.end(),
@@ -949,7 +1086,7 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
       res.ids[b * k + j] = scored[j].second;
       res.scores[b * k + j] = scored[j].first;
     }
-  }
+  });
   return res;
 }
 

@@ -10,9 +10,18 @@ import numpy.typing as npt
 class Store:
     simd_kernel: str  # distance kernel picked at load time: "avx2+fma" or "scalar"
     pad_score: float  # score beside -1 padding ids (lowest finite float32)
+    # Limits checked (overflow-safe) before anything is allocated; MemoryStore checks the same.
+    max_k: int  # 2**20
+    max_ef: int  # 2**20
+    max_candidates: int  # 2**20
+    max_results: int  # 2**26 result slots (B * k) per call
+    max_norm: float  # 1e18: largest L2 norm of a stored vector or a query
+    max_alpha: float  # 100: largest |alpha| of search_turn_topic
+    default_flat_limit: int  # 1024
+    max_flat_limit: int  # 2**24
     def __init__(
         self,
-        path: str,
+        path: str | bytes,
         dim: int,
         metric: str,
         M: int,
@@ -21,6 +30,7 @@ class Store:
         fsync_interval_s: float,
         snapshot_every: int,
         num_threads: int = 1,
+        flat_limit: int = 1024,
     ) -> None: ...
     @property
     def dim(self) -> int: ...
@@ -67,6 +77,7 @@ class Store:
     def invalidate(self, id: int, reason: str) -> None: ...
     def delete(self, id: int) -> list[int]: ...
     def contains(self, id: int) -> bool: ...
+    # Record dicts carry "embedding": a float32 [dim] copy of the current vector.
     def get(self, id: int) -> dict[str, Any]: ...
     def get_batch(self, ids: npt.NDArray[np.int64]) -> list[dict[str, Any]]: ...
     def history(self, id: int) -> list[dict[str, Any]]: ...
@@ -98,3 +109,5 @@ class Store:
     def compact(self) -> None: ...
     def close(self) -> None: ...
     def memory_bytes(self) -> int: ...
+    # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level (0 topic, 1 turn).
+    def index_kind(self, namespace: str, level: int) -> str: ...

@@ -1,4 +1,4 @@
-"""The persistent memory store: topic records + one HNSW index per namespace (C++, ``memkern._store``).
+"""The persistent memory store: topic records + one vector index per namespace (C++, ``memkern._store``).
 
 ``MemoryStore`` is an embedded store opened on a directory (like SQLite). Every write goes to a
 write-ahead log (length + CRC32 per entry, format version in the header) before it is applied;
@@ -22,6 +22,19 @@ every value is exactly representable in float32, otherwise :class:`~memkern.Memk
 for an explicit ``.astype(np.float32)``. Integer, bool and complex arrays are refused. Queries to
 :meth:`MemoryStore.search` are never stored, so float64 queries are rounded to float32 (what the
 index computes with anyway). Non-contiguous arrays are copied. NaN / inf values are refused.
+
+Indexes: each namespace (and level) starts as an exact index (a flat scan, exact results) and is
+promoted to an HNSW graph on the add that takes it past ``flat_limit`` records (default 1,024, where
+the graph starts to search faster than a scan); :meth:`MemoryStore.compact` demotes graphs that
+shrank to ``flat_limit`` or fewer. Memory grows with the records: a namespace of 20 records costs
+its vectors plus ~8 kB (not the ~2.7 MB of a preallocated graph), graphs grow geometrically and are
+shrunk to fit when a store is opened.
+
+Limits (checked before anything is allocated; the native layer checks them again): ``k``, ``ef``
+and ``candidates`` at most :data:`MAX_K` (2**20), ``B * k`` at most :data:`MAX_RESULTS`; stored
+vectors and queries have an L2 norm of at most :data:`MAX_NORM` (1e18), so every score is finite;
+``|alpha|`` at most :data:`MAX_ALPHA`; ``meta`` and turn dicts have str keys and nest at most
+:data:`MAX_JSON_DEPTH` deep; text is valid UTF-8 (no lone surrogates); ids are ``0..2**63-1``.
 
 Two-level memory: ``add``/``add_batch``/``merge`` take optional ``turn_embeddings`` (one row per
 turn); each turn is then also stored as its own *turn record* (same namespace, separate index
@@ -56,6 +69,22 @@ PAD_SCORE: float = float(np.finfo(np.float32).min)
 #: against exact search on clustered 384-d data with M=16, ef_construction=200 (tests/test_store.py
 #: and bench/bench_store.py check it).
 DEFAULT_EF_SEARCH = 128
+
+#: Largest ``k`` / ``ef`` / ``candidates`` of a search, and largest ``B * k`` (result slots) of one
+#: call; the native store checks the same limits (``memkern._store.Store.max_k`` etc.).
+MAX_K = 1 << 20
+MAX_EF = 1 << 20
+MAX_CANDIDATES = 1 << 20
+MAX_RESULTS = 1 << 26
+#: Largest L2 norm of a stored embedding or a query: scores then stay finite in float32.
+MAX_NORM = 1e18
+#: Largest ``|alpha|`` of a ``level="turn+topic"`` search (keeps its scores finite).
+MAX_ALPHA = 100.0
+#: Deepest nesting of ``meta`` / turn dicts (a dict or list inside another counts one level).
+MAX_JSON_DEPTH = 32
+#: Default of ``flat_limit``: namespaces (per level) up to this many records are searched by exact scan.
+DEFAULT_FLAT_LIMIT = 1024
+_MAX_ID = (1 << 63) - 1
 
 _LEVELS = {"topic": 0, "turn": 1}
 _METRICS = ("ip", "l2", "cos")
@@ -108,8 +137,8 @@ class Record:
     turn_ids : tuple[int, ...]
         For a topic, the ids of its turn records (two-level memory), oldest first.
     embedding : np.ndarray
-        float32 ``[d]``; fetched from the store on first access for :meth:`MemoryStore.get`
-        results (a closed store then raises), given eagerly by :meth:`MemoryStore.history`.
+        float32 ``[d]``: this record's own copy of the vector as it was when the record was read
+        (a later ``update`` / ``merge`` of the id does not change it).
     """
 
     id: int
@@ -165,6 +194,7 @@ def _record_from(d: dict, store: "MemoryStore") -> Record:
         level=d["level"],
         topic_id=int(d["parent"]) if d["parent"] >= 0 else None,
         turn_ids=tuple(int(c) for c in d["children"]),
+        _embedding=d.get("embedding"),
         _store=weakref.ref(store),
     )
 
@@ -172,12 +202,34 @@ def _record_from(d: dict, store: "MemoryStore") -> Record:
 # ----------------------------------------------------------------------------------- validation
 
 
+def _check_utf8(s: str, name: str) -> str:
+    """``s`` must be encodable as UTF-8 (no lone surrogates): the store keeps UTF-8 text."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise bad_arg(name, "a str encodable as UTF-8 (no lone surrogates)",
+                      f"{s[e.start:e.end]!r} at index {e.start}") from None
+    return s
+
+
 def _check_namespace(namespace: Any) -> str:
     if not isinstance(namespace, str):
         raise bad_arg("namespace", "a non-empty str", type(namespace).__name__, MemkernTypeError)
     if not namespace:
         raise bad_arg("namespace", "a non-empty str", namespace)
-    return namespace
+    return _check_utf8(namespace, "namespace")
+
+
+def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> int | None:
+    """An int (not bool) in ``lo..hi``; the bound is checked before any conversion to C++."""
+    if v is None and none_ok:
+        return None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), type(v).__name__,
+                      MemkernTypeError)
+    if not lo <= int(v) <= hi:
+        raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), int(v))
+    return int(v)
 
 
 def _check_id(x: Any, name: str = "id") -> int:
@@ -186,8 +238,8 @@ def _check_id(x: Any, name: str = "id") -> int:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
         raise bad_arg(name, "an int", type(x).__name__, MemkernTypeError)
     v = int(x)
-    if v < 0:
-        raise MemkernKeyError(f"{name}: unknown id {v} (ids are >= 0)")
+    if v < 0 or v > _MAX_ID:
+        raise MemkernKeyError(f"{name}: unknown id {v} (ids are in 0..2**63-1)")
     return v
 
 
@@ -195,6 +247,10 @@ def _check_ids(ids: Any, name: str = "ids") -> np.ndarray:
     if _is_torch(ids):
         ids = ids.detach().cpu().numpy()
     arr = np.asarray(ids)
+    if arr.dtype == object and arr.ndim == 1:
+        ints = [v for v in arr.tolist() if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) == arr.size:  # Python ints beyond 64 bits
+            raise MemkernKeyError(f"{name}: unknown id {max(ints, key=abs)} (ids are in 0..2**63-1)")
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
@@ -202,7 +258,9 @@ def _check_ids(ids: Any, name: str = "ids") -> np.ndarray:
     if arr.ndim != 1:
         raise bad_arg(name, "a 1-D sequence of ids", f"shape {tuple(arr.shape)}")
     if arr.size and arr.min() < 0:
-        raise MemkernKeyError(f"{name}: unknown id {int(arr.min())} (ids are >= 0)")
+        raise MemkernKeyError(f"{name}: unknown id {int(arr.min())} (ids are in 0..2**63-1)")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > _MAX_ID:
+        raise MemkernKeyError(f"{name}: unknown id {int(arr.max())} (ids are in 0..2**63-1)")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -249,6 +307,15 @@ def _as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
+    if stored and arr.ndim >= 1 and arr.size:
+        # |<q, x>| <= ||q|| ||x||: with both norms <= 1e18 every score is finite in float32.
+        # (Queries are checked by the native search itself, which names ``queries``: no extra
+        # numpy passes on the search path.)
+        norms = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=-1))
+        if norms.max() > MAX_NORM:
+            at = np.unravel_index(int(np.argmax(norms)), norms.shape)
+            raise bad_arg(name, f"vectors with an L2 norm <= {MAX_NORM:g} (scores must stay finite in float32)",
+                          f"norm {float(norms.max()):.3g} at row {tuple(int(i) for i in at)}")
     return np.ascontiguousarray(arr)
 
 
@@ -269,7 +336,42 @@ def _as_matrix(x: Any, dim: int, name: str, rows: int | None, stored: bool = Tru
     return arr
 
 
+def _check_json(value: Any, name: str) -> None:
+    """Walks ``value`` iteratively (no recursion): dicts with str keys, lists/tuples, UTF-8 str,
+    finite floats, ints, bools and None, nested at most :data:`MAX_JSON_DEPTH` deep. Raises an
+    error naming the offending path (e.g. ``meta['a'][0]``) instead of letting ``json.dumps``
+    rename keys (``{1: x}`` -> ``{"1": x}``) or hit ``RecursionError``."""
+    stack = [(value, name, 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, str):
+            _check_utf8(v, path)
+        elif v is None or isinstance(v, (bool, int)):
+            pass
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise bad_arg(path, "a finite number (JSON has no NaN/inf)", v, MemkernTypeError)
+        elif isinstance(v, (dict, list, tuple)):
+            if depth >= MAX_JSON_DEPTH:
+                raise bad_arg(name, f"JSON nested at most {MAX_JSON_DEPTH} levels deep",
+                              f"deeper nesting at {path}")
+            if isinstance(v, dict):
+                for key, item in v.items():
+                    if not isinstance(key, str):
+                        raise bad_arg(path, "str keys (JSON objects have only str keys)",
+                                      f"key {key!r} of type {type(key).__name__}", MemkernTypeError)
+                    _check_utf8(key, f"{path} key")
+                    stack.append((item, f"{path}[{key!r}]", depth + 1))
+            else:
+                for i, item in enumerate(v):
+                    stack.append((item, f"{path}[{i}]", depth + 1))
+        else:
+            raise bad_arg(path, "JSON-compatible values (dict, list, str, int, float, bool, None)",
+                          type(v).__name__, MemkernTypeError)
+
+
 def _json_text(value: Any, name: str) -> str:
+    _check_json(value, name)
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as e:
@@ -307,7 +409,7 @@ def _check_meta(meta: Any, name: str = "meta") -> dict:
 def _check_summary(summary: Any, name: str = "summary") -> str:
     if not isinstance(summary, str):
         raise bad_arg(name, "a str", type(summary).__name__, MemkernTypeError)
-    return summary
+    return _check_utf8(summary, name)
 
 
 def _turn_key(t: dict) -> str:
@@ -318,7 +420,7 @@ def _turn_key(t: dict) -> str:
 
 
 class MemoryStore:
-    """Persistent memory bank: records + HNSW indexes per namespace, on a directory.
+    """Persistent memory bank: records + a vector index per namespace (exact scan, HNSW when large), on a directory.
 
     Parameters
     ----------
@@ -347,8 +449,14 @@ class MemoryStore:
         Seconds between fsyncs in ``fsync="batch"`` mode.
     num_threads : int
         Threads that insert the vectors of one batch (``add_batch``, log replay) into the HNSW
-        graphs. 1 (default) builds the same graph on every run; more threads are faster on several
-        cores but make the graph (and so rare near-ties in results) vary between runs.
+        graphs, and that answer the queries of one ``search`` call (when the batch is large
+        enough to be worth it; results are the same as with one thread). 1 (default) builds the
+        same graph on every run; more threads are faster on several cores but make the graph (and
+        so rare near-ties in results) vary between runs.
+    flat_limit : int
+        A namespace level holding at most this many records is searched by exact scan; past it,
+        by an HNSW graph (0: always a graph). Not stored: a store may be reopened with another
+        value (existing indexes change kind on their next add, or on ``compact``).
 
     Notes
     -----
@@ -371,9 +479,14 @@ class MemoryStore:
         snapshot_every: int = 50_000,
         fsync_interval: float = 1.0,
         num_threads: int = 1,
+        flat_limit: int = DEFAULT_FLAT_LIMIT,
     ) -> None:
         self._native = None
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise bad_arg("path", "a str or os.PathLike", type(path).__name__, MemkernTypeError)
         p = Path(path) if path is not None else default_store_path()
+        if "\0" in str(p):
+            raise bad_arg("path", "a path without NUL characters", str(p))
         if dim is not None:
             if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= int(dim) <= 65536:
                 raise bad_arg("dim", "an int in 1..65536", dim)
@@ -388,16 +501,22 @@ class MemoryStore:
             raise bad_arg("ef_search", "an int >= 1 or None", ef_search)
         if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or not 1 <= num_threads <= 256:
             raise bad_arg("num_threads", "an int in 1..256", num_threads)
-        if not isinstance(fsync_interval, (int, float)) or not fsync_interval >= 0:
-            raise bad_arg("fsync_interval", "seconds >= 0", fsync_interval)
+        _check_int(flat_limit, "flat_limit", 0, 1 << 24)
+        for name, v, hi in (("M", M, 4096), ("ef_construction", ef_construction, 1 << 20),
+                            ("snapshot_every", snapshot_every, (1 << 64) - 1), ("ef_search", ef_search, MAX_EF)):
+            if v is not None and int(v) > hi:
+                raise bad_arg(name, f"an int <= {hi}", int(v))
+        if (isinstance(fsync_interval, bool) or not isinstance(fsync_interval, (int, float))
+                or not 0 <= fsync_interval < math.inf):
+            raise bad_arg("fsync_interval", "finite seconds >= 0", fsync_interval)
         p.parent.mkdir(parents=True, exist_ok=True)
         exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
         if not exists and dim is None:
             raise bad_arg("dim", f"an int to create a new store at {p}", None)
         native_metric = metric if metric is not None else ("" if exists else "ip")
         self._native = _native().Store(
-            str(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync, float(fsync_interval),
-            int(snapshot_every), int(num_threads),
+            os.fsencode(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync, float(fsync_interval),
+            int(snapshot_every), int(num_threads), int(flat_limit),
         )
         self._path = p
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
@@ -653,6 +772,7 @@ class MemoryStore:
         rid = _check_id(id)
         if not isinstance(reason, str):
             raise bad_arg("reason", "a str", type(reason).__name__, MemkernTypeError)
+        _check_utf8(reason, "reason")
         n.invalidate(rid, reason)
 
     def delete(self, id: int) -> None:
@@ -731,6 +851,8 @@ class MemoryStore:
         namespace : str
         queries : array-like float ``[B, d]`` or ``[d]`` (a 1-D query is searched as ``B = 1``)
         k : int
+            1..:data:`MAX_K`, and ``B * k <= MAX_RESULTS``; ``k`` above the namespace's record
+            count is fine (``-1`` padding).
         ef : int, optional
             Beam width (``max(ef, k)``); default ``self.ef_search``.
         include_invalidated : bool
@@ -759,19 +881,18 @@ class MemoryStore:
         if q.ndim != 2 or q.shape[1] != n.dim:
             raise bad_arg("queries", f"shape [B, {n.dim}] or [{n.dim}]", f"shape {list(np.shape(queries))}")
         q = np.ascontiguousarray(q)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise bad_arg("k", "an int >= 1", k)
-        if ef is None:
-            ef = self.ef_search
-        elif isinstance(ef, bool) or not isinstance(ef, (int, np.integer)) or ef < 1:
-            raise bad_arg("ef", "an int >= 1 or None", ef)
+        k = _check_int(k, "k", 1, MAX_K)
+        if k * q.shape[0] > MAX_RESULTS:
+            raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {q.shape[0]} queries)", k)
+        ef = self.ef_search if ef is None else _check_int(ef, "ef", 1, MAX_EF, none_ok=True)
         if level == "turn+topic":
-            if not isinstance(alpha, (int, float, np.floating)) or not math.isfinite(alpha):
-                raise bad_arg("alpha", "a finite float", alpha)
-            c = candidates if candidates is not None else max(4 * int(k), 50)
-            if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
-                raise bad_arg("candidates", "an int >= 1 or None", candidates)
-            return n.search_turn_topic(ns, q, int(k), int(ef), bool(include_invalidated), float(alpha), int(c))
+            if (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer))
+                    or not math.isfinite(alpha) or abs(alpha) > MAX_ALPHA):
+                raise bad_arg("alpha", f"a finite float in [-{MAX_ALPHA:g}, {MAX_ALPHA:g}]", alpha)
+            c = _check_int(candidates, "candidates", 1, MAX_CANDIDATES, none_ok=True)
+            if c is None:
+                c = min(max(4 * k, 50), MAX_CANDIDATES)
+            return n.search_turn_topic(ns, q, k, int(ef), bool(include_invalidated), float(alpha), c)
         if level not in _LEVELS:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _LEVELS[level])

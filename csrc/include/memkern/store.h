@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memkern/hnsw_index.h"
+#include "memkern/vector_index.h"
 #include "memkern/record.h"
 #include "memkern/space.h"
 #include "memkern/wal.h"
@@ -18,6 +19,20 @@
 namespace memkern {
 
 enum class FsyncMode : int { Always = 0, Batch = 1, Never = 2 };
+
+// Size limits checked before anything is allocated (overflow-safe; the Python layer checks the
+// same numbers, exported as Store.max_k etc.).
+constexpr uint64_t kMaxK = 1u << 20;            // k of a search
+constexpr uint64_t kMaxEf = 1u << 20;           // ef of a search
+constexpr uint64_t kMaxCandidates = 1u << 20;   // candidates of a turn+topic search
+constexpr uint64_t kMaxResults = 1u << 26;      // B * k result slots of one call (12 bytes each)
+constexpr int kMaxThreads = 256;
+constexpr uint64_t kDefaultFlatLimit = 1024;
+constexpr uint64_t kMaxFlatLimit = 1u << 24;
+// Largest L2 norm of a stored vector or query: |<q, x>| <= ||q|| ||x|| <= 1e36 and
+// ||q - x||^2 <= 4e36 stay finite in float32 (max 3.4e38), so no score is ever inf or NaN.
+constexpr double kMaxNorm = 1e18;
+constexpr double kMaxAlpha = 100.0;             // |alpha| of a turn+topic search (keeps scores finite)
 
 struct StoreOptions {
   uint32_t dim = 0;          // 0: take it from the existing store
@@ -27,7 +42,10 @@ struct StoreOptions {
   FsyncMode fsync = FsyncMode::Always;
   double fsync_interval_s = 1.0;    // Batch mode: at most this long between fsyncs
   uint64_t snapshot_every = 50000;  // logged record operations between automatic snapshots (0: never)
-  int num_threads = 1;              // threads inserting the vectors of one batch into the graphs
+  int num_threads = 1;              // threads inserting the vectors of one batch / answering a query batch
+  // A (namespace, level) is answered by exact scan (FlatIndex) while it holds at most this many
+  // vectors and by an HNSW graph beyond (promoted on the add that crosses it; compact() demotes).
+  uint64_t flat_limit = kDefaultFlatLimit;
 };
 
 // One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
@@ -39,10 +57,11 @@ struct NewItem {
   const float* embedding = nullptr;
 };
 
-// A copy of one record (what get() returns).
+// A copy of one record (what get() returns), with a copy of its current vector.
 struct RecordView {
   Record rec;
   std::string ns_name;
+  std::vector<float> embedding;  // [dim]
 };
 
 struct SearchResult {
@@ -97,6 +116,8 @@ class Store {
   void close();
   bool closed() const { return closed_; }
   size_t memory_bytes() const;  // approximate heap bytes (records + graphs)
+  // Index kind ("flat", "hnsw" or "" when none) of a namespace's level (tests, stats).
+  std::string index_kind(const std::string& ns, uint8_t level) const;
   uint64_t generation() const { return generation_; }
   // What opening found: log entries replayed, and whether a torn last entry was cut off.
   uint64_t replayed_entries() const { return replayed_; }
@@ -105,7 +126,7 @@ class Store {
  private:
   struct Namespace {
     std::string name;
-    std::unique_ptr<HnswIndex> index[kNumLevels];
+    std::unique_ptr<VectorIndex> index[kNumLevels];
     std::unordered_set<int64_t> invalidated[kNumLevels];
     size_t n[kNumLevels] = {0, 0};  // records held (active + invalidated)
   };
@@ -116,13 +137,21 @@ class Store {
   void replay(const std::string& payload);
   uint32_t ns_index(const std::string& name);  // creates
   const Namespace* find_ns(const std::string& name) const;
-  HnswIndex& index_for(Namespace& ns, uint8_t level);
+  VectorIndex& index_for(Namespace& ns, uint8_t level);
+  // Before `adding` new vectors go into (ns, level): promotes a FlatIndex that would then hold
+  // more than flat_limit_ vectors to an HNSW graph, and reserves room for them.
+  void prepare_index(Namespace& ns, uint8_t level, size_t adding);
+  // A fresh index holding `labels`' vectors copied from `from` (flat if few enough, else HNSW).
+  std::unique_ptr<VectorIndex> rebuild_index(const VectorIndex& from, const std::vector<int64_t>& labels,
+                                             uint8_t level, size_t extra) const;
+  void check_query(const float* q, size_t B, size_t k, size_t ef) const;
   const Record& rec_or_throw(int64_t id, const char* what) const;
   Version current_version(const Record& r) const;
   void commit(const std::string& payload, uint64_t ops);  // log, apply, maybe snapshot
   void apply(const std::string& payload);
   struct PendingPut {
-    HnswIndex* index;
+    Namespace* ns;
+    uint8_t level;
     int64_t id;
     std::vector<float> vec;
   };
@@ -144,6 +173,7 @@ class Store {
   bool dirty_ = false;
   uint64_t snapshot_every_ = 0;
   int threads_ = 1;
+  uint64_t flat_limit_ = kDefaultFlatLimit;
   uint64_t ops_since_snapshot_ = 0;
   uint64_t generation_ = 0;
   int64_t next_id_ = 0;
@@ -153,6 +183,7 @@ class Store {
   bool torn_tail_ = false;
 
   std::unique_ptr<Space> space_;
+  std::vector<float> zeros_;  // [dim] (||q||^2 = l2 distance to it)
   std::vector<std::unique_ptr<Namespace>> ns_;
   std::unordered_map<std::string, uint32_t> ns_by_name_;
   std::unordered_map<int64_t, Record> records_;

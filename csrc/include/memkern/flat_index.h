@@ -1,0 +1,56 @@
+// Exact vector index: a dense [n, dim] float32 array scanned in full by knn(). Memory is the
+// vectors plus one label and one hash entry per vector, grown geometrically from zero; search
+// results are exact (ties broken by the smaller label). Used for small namespaces (see
+// vector_index.h).
+//
+// File format (little-endian), written by save():
+//   magic "MKFLAT\x01\x00" (8 bytes) | u64 dim | u64 n | i64 labels[n] | f32 vectors[n][dim]
+// load() checks that the size matches n and dim exactly, that labels are >= 0 and distinct, and
+// that every value is finite, before it keeps anything.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "memkern/space.h"
+#include "memkern/vector_index.h"
+
+namespace memkern {
+
+class FlatIndex : public VectorIndex {
+ public:
+  static constexpr char kMagic[8] = {'M', 'K', 'F', 'L', 'A', 'T', 1, 0};
+
+  FlatIndex(Space* space, size_t dim, size_t capacity = 0);
+  // Loads a file written by save(); throws CorruptedError on any inconsistency.
+  FlatIndex(Space* space, size_t dim, const std::string& file);
+
+  const char* kind() const override { return "flat"; }
+  const char* file_suffix() const override { return ".flat"; }
+  bool concurrent_put() const override { return false; }
+  void put(int64_t label, const float* v) override;
+  void remove(int64_t label) override;
+  void reserve_more(size_t n) override;
+  void shrink_to_fit() override;
+  bool contains(int64_t label) const override { return pos_.count(label) > 0; }
+  void vector(int64_t label, float* out) const override;
+  std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
+                                             hnswlib::BaseFilterFunctor* f) const override;
+  void save(const std::string& file) const override;
+  size_t size() const override { return labels_.size(); }
+  size_t deleted() const override { return 0; }
+  size_t capacity() const override { return labels_.capacity(); }
+  std::vector<int64_t> labels() const override { return labels_; }
+  size_t memory_bytes() const override;
+
+ private:
+  size_t dim_;
+  hnswlib::DISTFUNC<float> dist_;
+  void* dist_param_;
+  std::vector<float> data_;        // [n * dim], row i is the vector of labels_[i]
+  std::vector<int64_t> labels_;    // [n]
+  std::unordered_map<int64_t, uint32_t> pos_;  // label -> row
+};
+
+}  // namespace memkern
