@@ -215,6 +215,7 @@ for case in cases:
         data[case["at"]] ^= 1 << case["bit"]
     elif case["kind"] == "replace":
         data[case["at"]: case["at"] + len(bytes.fromhex(case["hex"]))] = bytes.fromhex(case["hex"])
+    data += bytes(case.get("then_zeros", 0))
     open(f, "wb").write(bytes(data))
     try:
         s = MemoryStore(work)
@@ -278,9 +279,15 @@ def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
         {"file": "wal.log", "kind": "truncate", "at": last + 3},
         {"file": "wal.log", "kind": "truncate", "at": last + 12},
         {"file": "wal.log", "kind": "truncate", "at": len(data) - 1},
-        {"file": "wal.log", "kind": "flip", "at": len(data) - 2, "bit": 3},
         # a cut exactly at an entry boundary loses nothing acknowledged before it
         {"file": "wal.log", "kind": "truncate", "at": offs[5]},
+        # zero bytes after the last entry (space allocated, never written) are a torn tail
+        {"file": "wal.log", "kind": "replace", "at": len(data), "hex": "00" * 12},
+        {"file": "wal.log", "kind": "replace", "at": len(data), "hex": "00" * 5000},
+        # a zero-filled tail where the last entry's payload should be: its length runs past the end
+        {"file": "wal.log", "kind": "truncate", "at": last + 12, "then_zeros": 7},
+        # a bit flip in the LAST entry, complete by its length: damage, not a torn write
+        {"file": "wal.log", "kind": "flip", "at": len(data) - 2, "bit": 3},
         # a bad entry followed by more entries is corruption, never silent loss
         {"file": "wal.log", "kind": "flip", "at": offs[2] + 40, "bit": 0},
         {"file": "wal.log", "kind": "flip", "at": offs[2] + 1, "bit": 5},  # its length field
@@ -291,12 +298,14 @@ def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
         {"file": "wal.log", "kind": "flip", "at": 30, "bit": 1},
     ]
     results = _run_cases(corrupt_src, tmp_path / "w", cases)
-    expect_ids = [list(range(39)), list(range(39)), list(range(39)), list(range(39)), list(range(35))]
-    for c, r, ids in zip(cases[:5], results[:5], expect_ids):
+    expect_ids = [list(range(39))] * 3 + [list(range(35))] + [list(range(40))] * 2 + [list(range(39))]
+    n_ok = len(expect_ids)
+    for c, r, ids in zip(cases[:n_ok], results[:n_ok], expect_ids):
         assert r == {"result": "opened", "ids": ids, "intact": True}, (c, r)
-    for c, r in zip(cases[5:], results[5:]):
+    for c, r in zip(cases[n_ok:], results[n_ok:]):
         assert r["result"] == "corrupted", (c, r)
         assert "wal.log" in r["msg"], r
+    assert "fails its checksum" in results[n_ok]["msg"], results[n_ok]
 
 
 def test_format_version_checked(corrupt_src, tmp_path):
@@ -305,8 +314,9 @@ def test_format_version_checked(corrupt_src, tmp_path):
     struct.pack_into("<I", hdr, 8, 99)  # format version 99
     struct.pack_into("<I", hdr, 40, zlib.crc32(bytes(hdr[:40])))  # valid header checksum
     cur = bytearray((corrupt_src / "CURRENT").read_bytes())
-    struct.pack_into("<I", cur, 8, 2)
-    struct.pack_into("<I", cur, 20, zlib.crc32(bytes(cur[:20])))
+    assert len(cur) == 32  # format 2: magic, format, generation, store id, crc
+    struct.pack_into("<I", cur, 8, 99)
+    struct.pack_into("<I", cur, 28, zlib.crc32(bytes(cur[:28])))
     cases = [
         {"file": "wal.log", "kind": "replace", "at": 0, "hex": bytes(hdr).hex()},
         {"file": "CURRENT", "kind": "replace", "at": 0, "hex": bytes(cur).hex()},
@@ -332,7 +342,7 @@ def test_crc_matches_zlib(tmp_path):
     with MemoryStore(p, dim=D) as s:
         s.add("u", "x", np.ones(D, np.float32))
     cur = (p / "CURRENT").read_bytes()
-    assert struct.unpack_from("<I", cur, 20)[0] == zlib.crc32(cur[:20])
+    assert struct.unpack_from("<I", cur, 28)[0] == zlib.crc32(cur[:28])
     rec = next(p.glob("snap-*/records.bin")).read_bytes()
     assert struct.unpack_from("<I", rec, len(rec) - 4)[0] == zlib.crc32(rec[:-4])
 
