@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "memkern/crc32.h"
 #include "memkern/errors.h"
@@ -18,13 +19,18 @@ namespace {
 
 enum Kind { kNone = 0, kWrite, kShort, kFsync, kRename };
 
+struct Rule {
+  Kind kind = kNone;
+  uint64_t at = 0;      // the call (1-based) of `kind` that fails
+  bool sticky = false;  // every call from `at` on fails
+  uint64_t seen = 0;    // calls of that kind since arming
+};
+
 struct Fault {
   std::mutex mu;
-  Kind kind = kNone;
-  uint64_t at = 0;         // the call (1-based) of `kind` that fails
-  bool sticky = false;     // every call from `at` on fails
-  uint64_t seen = 0;       // calls of the armed kind since arming
+  std::vector<Rule> rules;
   bool short_pending = false;  // a short write happened: the next write fails
+  bool short_sticky = false;
 };
 
 Fault& fault() {
@@ -34,16 +40,24 @@ Fault& fault() {
 
 std::atomic<uint64_t> n_writes{0}, n_syncs{0}, n_renames{0}, n_faults{0};
 
-// Whether this call (of `k`) must fail; counts it.
-bool trip(Kind k) {
+// Which rule (if any) makes this call (of `k`) fail; counts it for every matching rule.
+Kind trip(Kind k) {
   Fault& f = fault();
   std::lock_guard<std::mutex> g(f.mu);
-  if (f.kind == kNone) return false;
-  bool same = f.kind == k || (f.kind == kShort && k == kWrite);
-  if (!same) return false;
-  ++f.seen;
-  bool hit = f.sticky ? f.seen >= f.at : f.seen == f.at;
-  if (hit) ++n_faults;
+  Kind hit = kNone;
+  for (Rule& r : f.rules) {
+    bool same = r.kind == k || (r.kind == kShort && k == kWrite);
+    if (!same) continue;
+    ++r.seen;
+    if (r.sticky ? r.seen >= r.at : r.seen == r.at) {
+      hit = r.kind;
+      if (r.kind == kShort) {
+        f.short_pending = true;
+        f.short_sticky = r.sticky;
+      }
+    }
+  }
+  if (hit != kNone) ++n_faults;
   return hit;
 }
 
@@ -55,19 +69,15 @@ ssize_t write(int fd, const void* p, size_t n) {
   {
     std::lock_guard<std::mutex> g(f.mu);
     if (f.short_pending) {
-      f.short_pending = f.sticky;
+      f.short_pending = f.short_sticky;
+      ++n_faults;
       errno = ENOSPC;
       return -1;
     }
   }
-  if (trip(kWrite)) {
-    bool is_short;
-    {
-      std::lock_guard<std::mutex> g(f.mu);
-      is_short = f.kind == kShort;
-      if (is_short) f.short_pending = true;
-    }
-    if (is_short && n > 1) return ::write(fd, p, n / 2);
+  Kind hit = trip(kWrite);
+  if (hit == kShort && n > 1) return ::write(fd, p, n / 2);
+  if (hit != kNone) {
     errno = ENOSPC;
     return -1;
   }
@@ -76,7 +86,7 @@ ssize_t write(int fd, const void* p, size_t n) {
 
 int fsync(int fd) {
   ++n_syncs;
-  if (trip(kFsync)) {
+  if (trip(kFsync) != kNone) {
     errno = EIO;
     return -1;
   }
@@ -85,7 +95,7 @@ int fsync(int fd) {
 
 int fdatasync(int fd) {
   ++n_syncs;
-  if (trip(kFsync)) {
+  if (trip(kFsync) != kNone) {
     errno = EIO;
     return -1;
   }
@@ -94,7 +104,7 @@ int fdatasync(int fd) {
 
 int rename(const char* from, const char* to) {
   ++n_renames;
-  if (trip(kRename)) {
+  if (trip(kRename) != kNone) {
     errno = EIO;
     return -1;
   }
@@ -125,32 +135,36 @@ Counters counters() {
 }
 
 void set_fault(const std::string& spec) {
-  Kind k = kNone;
-  uint64_t at = 0;
-  bool sticky = false;
-  if (!spec.empty()) {
-    auto colon = spec.find(':');
-    std::string kind = spec.substr(0, colon);
-    std::string num = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  std::vector<Rule> rules;
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    std::string one = spec.substr(start, end - start);
+    start = end + 1;
+    Rule r;
+    auto colon = one.find(':');
+    std::string kind = one.substr(0, colon);
+    std::string num = colon == std::string::npos ? "" : one.substr(colon + 1);
     if (!num.empty() && num.back() == '+') {
-      sticky = true;
+      r.sticky = true;
       num.pop_back();
     }
-    if (kind == "write") k = kWrite;
-    else if (kind == "short") k = kShort;
-    else if (kind == "fsync") k = kFsync;
-    else if (kind == "rename") k = kRename;
+    if (kind == "write") r.kind = kWrite;
+    else if (kind == "short") r.kind = kShort;
+    else if (kind == "fsync") r.kind = kFsync;
+    else if (kind == "rename") r.kind = kRename;
     bool digits = !num.empty() && num.size() < 19 && num.find_first_not_of("0123456789") == std::string::npos;
-    if (k == kNone || !digits || (at = std::strtoull(num.c_str(), nullptr, 10)) == 0)
-      throw ValueError("fault spec: expected \"write|short|fsync|rename:N[+]\" with N >= 1, got \"" + spec + "\"");
+    if (r.kind == kNone || !digits || (r.at = std::strtoull(num.c_str(), nullptr, 10)) == 0)
+      throw ValueError("fault spec: expected \"write|short|fsync|rename:N[+]\" (comma-separated) with N >= 1, got \"" +
+                       spec + "\"");
+    rules.push_back(r);
   }
   Fault& f = fault();
   std::lock_guard<std::mutex> g(f.mu);
-  f.kind = k;
-  f.at = at;
-  f.sticky = sticky;
-  f.seen = 0;
+  f.rules = std::move(rules);
   f.short_pending = false;
+  f.short_sticky = false;
 }
 
 void set_fault_from_env() {

@@ -429,6 +429,16 @@ class MemoryStore:
     def closed(self) -> bool:
         return self._native is None or bool(self._native.closed)
 
+    @property
+    def last_snapshot_error(self) -> str | None:
+        """Why the last automatic snapshot (``snapshot_every``, or the one ``close`` writes) failed,
+        ``None`` when it succeeded or none ran. Such a failure never fails the write that triggered
+        it (the write is already durable in the log): it is logged as a warning on the
+        ``"memkern"`` logger and the snapshot is retried ``snapshot_every`` operations later."""
+        if self._native is None:
+            return None
+        return str(self._native.last_snapshot_error) or None
+
     def __repr__(self) -> str:
         if self.closed:
             return f"MemoryStore({str(self._path)!r}, closed)"

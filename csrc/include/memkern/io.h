@@ -6,13 +6,14 @@
 //   * by the environment variable MEMKERN_FAULT, read when a Store opens (the count starts at
 //     that open), or
 //   * by memkern._store._test_set_fault(spec) (tests only).
-// spec: "" (off) or "<kind>:<N>[+]" with kind one of
+// spec: "" (off) or comma-separated rules "<kind>:<N>[+]", kind one of
 //   write  - the Nth write() fails with ENOSPC (nothing written)
 //   short  - the Nth write() writes half of its bytes, the next write() fails with ENOSPC
 //   fsync  - the Nth fsync()/fdatasync() fails with EIO
 //   rename - the Nth rename() fails with EIO (nothing renamed)
 // N counts calls of that kind from 1; a trailing "+" makes every call from the Nth on fail
-// (a disk that stays full), otherwise only the Nth fails.
+// (a disk that stays full), otherwise only the Nth fails. E.g. "short:1,fsync:1+": the next
+// write is cut short and no fsync succeeds any more.
 #pragma once
 #include <sys/types.h>
 
