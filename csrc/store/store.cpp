@@ -884,6 +884,10 @@ void Store::snapshot_locked() {
   if (io::rename(wal_tmp.c_str(), (path_ + "/wal.log").c_str()) != 0) {
     poison_ = std::string("the new log could not be put in place after snapshot ") + std::to_string(gen) + ": " +
               std::strerror(errno);
+    try {
+      fsync_path(path_, true);  // best effort: make the switch itself durable
+    } catch (...) {
+    }
     throw IOError("store " + path_ + ": " + poison_);
   }
   try {

@@ -832,6 +832,10 @@ class MemoryStore:
         return int(self._n().memory_bytes())
 
     def close(self) -> None:
-        """Snapshot if the log holds anything, fsync, release the lock. Idempotent."""
+        """Snapshot if the log holds anything, fsync, release the lock. Idempotent.
+
+        A failed snapshot here is logged and kept in :attr:`last_snapshot_error`, not raised: every
+        acknowledged write is already in the log, which the next open replays. Raises only when
+        the final fsync of the log fails (the store is released all the same)."""
         if self._native is not None and not self._native.closed:
             self._native.close()
