@@ -436,6 +436,21 @@ for it in range(n):
         for _ in range(int(rng.integers(1, 4))):
             data[int(rng.integers(20, len(data) - 4))] = int(rng.integers(256))
         struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])))
+    elif target == "graph":  # hostile graph bytes under a valid size + checksum in the snapshot
+        snap = next(os.path.join(work, d) for d in os.listdir(work) if d.startswith("snap-"))
+        names = sorted(n for n in os.listdir(snap) if n.endswith(".hnsw"))
+        name = names[int(rng.integers(len(names)))]
+        f = os.path.join(snap, name)
+        data = bytearray(open(f, "rb").read())
+        for _ in range(int(rng.integers(1, 6))):
+            at = int(rng.integers(len(data))) if rng.random() < 0.5 else int(rng.integers(min(96, len(data))))
+            data[at] = int(rng.integers(256))
+        rec = bytearray(open(os.path.join(snap, "records.bin"), "rb").read())
+        key = struct.pack("<Q", len(name)) + name.encode()
+        at = bytes(rec).index(key) + len(key)
+        struct.pack_into("<QI", rec, at, len(data), zlib.crc32(bytes(data)))
+        struct.pack_into("<I", rec, len(rec) - 4, zlib.crc32(bytes(rec[:-4])))
+        open(os.path.join(snap, "records.bin"), "wb").write(bytes(rec))
     else:
         f = os.path.join(work, "wal.log")
         data = bytearray(open(f, "rb").read())
@@ -479,7 +494,7 @@ print(json.dumps(out))
 """ % D
 
 
-@pytest.mark.parametrize("target", ["records", "wal"])
+@pytest.mark.parametrize("target", ["records", "wal", "graph"])
 def test_fuzz_with_valid_checksums(tmp_path, target):
     """Random byte changes whose checksums are recomputed (so only the parser's own bounds and
     consistency checks stand between the bytes and memory): the process never crashes, and
