@@ -398,6 +398,17 @@ def test_deleted_log_is_refused(tmp_path):
         MemoryStore(p)
 
 
+def test_deleted_log_without_snapshot_is_refused(tmp_path):
+    """No snapshot yet (the store was never closed): the log is all there is. Deleting it must not
+    let a new, empty store be created over the old one."""
+    p = tmp_path / "s"
+    _logged(p, 0, 3)
+    assert not (p / "CURRENT").exists()
+    (p / "wal.log").unlink()
+    with pytest.raises(StoreCorruptedError, match="wal.log and CURRENT are missing"):
+        MemoryStore(p, dim=D)
+
+
 def test_stale_log_is_refused(tmp_path):
     p = tmp_path / "s"
     with MemoryStore(p, dim=D, snapshot_every=0) as s:

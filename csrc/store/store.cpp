@@ -91,11 +91,10 @@ Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
     throw IOError("store " + path + " is already open (by another process or another MemoryStore in this one); "
                   "close it first");
   }
-  std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) == 0) {
-    ssize_t w = ::pwrite(lock_fd_, pid.data(), pid.size(), 0);
-    (void)w;
-  }
+  // The pid is written once the store is open, so a non-empty LOCK means a store was created here
+  // (a crash in the middle of creating one leaves it empty).
+  struct stat lst;
+  opened_before_ = ::fstat(lock_fd_, &lst) == 0 && lst.st_size > 0;
   try {
     open_or_create(opt);
   } catch (...) {
@@ -103,6 +102,11 @@ Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
     ::close(lock_fd_);
     lock_fd_ = -1;
     throw;
+  }
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) == 0) {
+    ssize_t w = ::pwrite(lock_fd_, pid.data(), pid.size(), 0);
+    (void)w;
   }
 }
 
@@ -138,6 +142,10 @@ void Store::open_or_create(const StoreOptions& opt) {
       if (n.rfind("snap-", 0) == 0 && n.find(".tmp") == std::string::npos && have_wal == false)
         throw CorruptedError("store " + path_ + ": snapshot directory " + n + " exists but CURRENT is missing");
   }
+  if (!have_snapshot && !have_wal && opened_before_)
+    throw CorruptedError("store " + path_ + ": the directory held a store (its LOCK file) but wal.log and CURRENT "
+                         "are missing (deleted?): its records would be lost, so no new store is created over it; "
+                         "restore the files, or remove the directory to start a new store");
   if (have_snapshot && !have_wal)  // a snapshot's log is replaced by rename, never removed
     throw CorruptedError("store " + path_ + ": the write-ahead log wal.log is missing (deleted?): the writes made "
                          "since snapshot " + std::to_string(gen) + " would be lost, so the store is not opened; "

@@ -174,6 +174,7 @@ class Store {
   uint64_t replayed_ = 0;
   bool torn_tail_ = false;
   uint64_t store_id_ = 0;
+  bool opened_before_ = false;      // LOCK held a pid: a store was created in this directory before
   uint64_t snapshot_retry_at_ = 0;  // after a failed automatic snapshot: retry at this many ops
   uint64_t snapshot_failures_ = 0;
   std::string last_snapshot_error_;
