@@ -5,7 +5,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <type_traits>
+
 #include "memkern/errors.h"
+#include "memkern/io.h"
 #include "memkern/store.h"
 
 namespace py = pybind11;
@@ -90,6 +93,37 @@ std::vector<memkern::NewItem> make_items(const std::vector<std::string>& summari
   return items;
 }
 
+// A write returns normally even when the automatic snapshot after it failed (the write is in the
+// log); the failure is logged here, with the GIL held, on the "memkern" logger.
+void warn_snapshot_failure(const Store& s, uint64_t failures_before) {
+  if (s.snapshot_failures() == failures_before) return;
+  py::module_::import("logging").attr("getLogger")("memkern").attr("warning")(
+      "memkern store %s: automatic snapshot failed (%s); the write is in the log and was kept, the snapshot "
+      "is retried later (MemoryStore.last_snapshot_error)",
+      s.path(), s.last_snapshot_error());
+}
+
+// Runs a store write with the GIL released, then reports a failed automatic snapshot.
+template <typename F>
+auto write_call(Store& s, F&& f) {
+  uint64_t before = s.snapshot_failures();
+  using R = decltype(f());
+  if constexpr (std::is_void_v<R>) {
+    {
+      py::gil_scoped_release nogil;
+      f();
+    }
+    warn_snapshot_failure(s, before);
+  } else {
+    R r = [&] {
+      py::gil_scoped_release nogil;
+      return f();
+    }();
+    warn_snapshot_failure(s, before);
+    return r;
+  }
+}
+
 }  // namespace
 
 void register_store(py::module_& m) {
@@ -122,16 +156,16 @@ void register_store(py::module_& m) {
       .def_property_readonly("generation", &Store::generation)
       .def_property_readonly("replayed_entries", &Store::replayed_entries)
       .def_property_readonly("recovered_torn_tail", &Store::recovered_torn_tail)
+      .def_property_readonly("store_id", &Store::store_id)
+      .def_property_readonly("last_snapshot_error", &Store::last_snapshot_error)
+      .def_property_readonly("snapshot_failures", &Store::snapshot_failures)
+      .def_property_readonly("poisoned", &Store::poisoned)
       .def("add",
            [](Store& s, const std::string& ns, const std::vector<std::string>& summaries,
               const std::vector<std::string>& turns, const std::vector<std::string>& metas, const F32& emb,
               const U8& levels, const I64& parents) {
              auto items = make_items(summaries, turns, metas, emb, levels, parents, s.dim());
-             std::vector<int64_t> ids;
-             {
-               py::gil_scoped_release nogil;
-               ids = s.add(ns, items);
-             }
+             std::vector<int64_t> ids = write_call(s, [&] { return s.add(ns, items); });
              return py::array_t<int64_t>(ids.size(), ids.data());
            })
       .def("new_version",
@@ -149,17 +183,16 @@ void register_store(py::module_& m) {
              }
              auto items = make_items(c_summaries, c_turns, c_metas, c_emb, levels, parents, s.dim());
              std::vector<int64_t> child_ids;
-             uint32_t version;
-             {
-               py::gil_scoped_release nogil;
-               version = s.new_version(id, op, summary ? &*summary : nullptr, emb ? emb->data() : nullptr,
-                                       turns ? &*turns : nullptr, meta ? &*meta : nullptr, items, &child_ids,
-                                       replace_children);
-             }
+             uint32_t version = write_call(s, [&] {
+               return s.new_version(id, op, summary ? &*summary : nullptr, emb ? emb->data() : nullptr,
+                                    turns ? &*turns : nullptr, meta ? &*meta : nullptr, items, &child_ids,
+                                    replace_children);
+             });
              return py::make_tuple(version, py::array_t<int64_t>(child_ids.size(), child_ids.data()));
            })
-      .def("invalidate", &Store::invalidate, py::call_guard<py::gil_scoped_release>())
-      .def("delete", &Store::remove, py::call_guard<py::gil_scoped_release>())
+      .def("invalidate",
+           [](Store& s, int64_t id, const std::string& reason) { write_call(s, [&] { s.invalidate(id, reason); }); })
+      .def("delete", [](Store& s, int64_t id) { return write_call(s, [&] { return s.remove(id); }); })
       .def("contains", &Store::contains)
       .def("get",
            [](const Store& s, int64_t id) {
@@ -268,7 +301,7 @@ void register_store(py::module_& m) {
       .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
       .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())
       .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
-      .def("close", &Store::close, py::call_guard<py::gil_scoped_release>())
+      .def("close", [](Store& s) { write_call(s, [&] { s.close(); }); })
       .def("memory_bytes", &Store::memory_bytes)
       .def("index_kind", &Store::index_kind)
       .def_property_readonly_static("simd_kernel", [](py::object) { return std::string(memkern::simd_kernel_name()); })
@@ -281,4 +314,18 @@ void register_store(py::module_& m) {
       .def_property_readonly_static("max_alpha", [](py::object) { return memkern::kMaxAlpha; })
       .def_property_readonly_static("default_flat_limit", [](py::object) { return memkern::kDefaultFlatLimit; })
       .def_property_readonly_static("max_flat_limit", [](py::object) { return memkern::kMaxFlatLimit; });
+
+  // Test-only hooks (memkern/io.h): not part of the API.
+  m.def("_test_set_fault", &memkern::io::set_fault, py::arg("spec"),
+        "TEST ONLY: make the Nth write/short write/fsync/rename of the store fail (\"write:N\", \"short:N\", "
+        "\"fsync:N\", \"rename:N\", a trailing '+' for every call from the Nth on; \"\" turns it off).");
+  m.def("_test_io_counters", [] {
+    auto c = memkern::io::counters();
+    py::dict d;
+    d["writes"] = c.writes;
+    d["syncs"] = c.syncs;
+    d["renames"] = c.renames;
+    d["faults"] = c.faults;
+    return d;
+  }, "TEST ONLY: process-wide counts of the store's write(), fsync()/fdatasync() and rename() calls.");
 }

@@ -1,6 +1,7 @@
 #include "memkern/flat_index.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 #include "memkern/errors.h"
 #include "memkern/hnsw_index.h"
+#include "memkern/io.h"
+#include "memkern/crc32.h"
 
 namespace memkern {
 
@@ -22,24 +25,6 @@ namespace {
 // comparator must stay a strict weak order whatever the data).
 inline float order_key(float d) { return std::isnan(d) ? std::numeric_limits<float>::infinity() : d; }
 
-void write_all(int fd, const char* p, size_t n, const std::string& file) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      throw IOError("write " + file + ": " + std::strerror(e));
-    }
-    if (w == 0) {
-      ::close(fd);
-      throw IOError("write " + file + ": no progress (disk full?)");
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 }  // namespace
 
 FlatIndex::FlatIndex(Space* space, size_t dim, size_t capacity)
@@ -50,7 +35,7 @@ FlatIndex::FlatIndex(Space* space, size_t dim, size_t capacity)
   }
 }
 
-FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file)
+FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file, uint64_t size, uint32_t crc)
     : dim_(dim), dist_(space->get_dist_func()), dist_param_(space->get_dist_func_param()) {
   std::string what = "flat index file " + file;
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -69,6 +54,10 @@ FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file)
     buf.append(tmp, static_cast<size_t>(r));
   }
   ::close(fd);
+  if (buf.size() != size)
+    throw CorruptedError(what + ": size " + std::to_string(buf.size()) + " != " + std::to_string(size) +
+                         " recorded in the snapshot (truncated?)");
+  if (crc32(buf.data(), buf.size()) != crc) throw CorruptedError(what + ": checksum mismatch");
   if (buf.size() < 24 || std::memcmp(buf.data(), kMagic, 8) != 0) throw CorruptedError(what + ": bad header");
   uint64_t fdim, n;
   std::memcpy(&fdim, buf.data() + 8, 8);
@@ -162,14 +151,29 @@ std::vector<std::pair<float, int64_t>> FlatIndex::knn(const float* q, size_t k, 
   return all;
 }
 
-void FlatIndex::save(const std::string& file) const {
+void FlatIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
   int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IOError("open " + file + ": " + std::strerror(errno));
-  uint64_t hdr[2] = {dim_, labels_.size()};
-  write_all(fd, kMagic, 8, file);
-  write_all(fd, reinterpret_cast<const char*>(hdr), sizeof(hdr), file);
-  write_all(fd, reinterpret_cast<const char*>(labels_.data()), labels_.size() * sizeof(int64_t), file);
-  write_all(fd, reinterpret_cast<const char*>(data_.data()), data_.size() * sizeof(float), file);
+  if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
+  try {
+    io::FdWriter w(fd, file);
+    w.put(kMagic, 8);
+    w.pod<uint64_t>(dim_);
+    w.pod<uint64_t>(labels_.size());
+    w.put(labels_.data(), labels_.size() * sizeof(int64_t));
+    w.put(data_.data(), labels_.size() * dim_ * sizeof(float));
+    w.flush();
+    if (io::fsync(fd) != 0) throw IOError("fsync " + file + ": " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + std::strerror(errno));
+    if (static_cast<uint64_t>(st.st_size) != w.bytes())
+      throw IOError("index file " + file + " holds " + std::to_string(st.st_size) + " bytes after writing " +
+                    std::to_string(w.bytes()));
+    *size = w.bytes();
+    *crc = w.crc();
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
 }
 
@@ -178,7 +182,8 @@ size_t FlatIndex::memory_bytes() const {
          pos_.size() * (sizeof(int64_t) + sizeof(uint32_t) + 2 * sizeof(void*)) + pos_.bucket_count() * sizeof(void*);
 }
 
-std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const std::string& file) {
+std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const std::string& file, uint64_t size,
+                                               uint32_t crc) {
   char head[8] = {0};
   {
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -187,7 +192,10 @@ std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const s
     ::close(fd);
     (void)r;
   }
-  if (std::memcmp(head, FlatIndex::kMagic, 8) == 0) return std::unique_ptr<VectorIndex>(new FlatIndex(space, dim, file));
+  if (std::memcmp(head, FlatIndex::kMagic, 8) == 0) {
+    return std::unique_ptr<VectorIndex>(new FlatIndex(space, dim, file, size, crc));
+  }
+  check_graph_file(file, dim, size, crc);  // size, checksum, then structure
   std::unique_ptr<VectorIndex> g(new HnswIndex(space, dim, file, 0));
   g->shrink_to_fit();
   return g;

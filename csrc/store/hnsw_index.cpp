@@ -1,10 +1,19 @@
 #include "memkern/hnsw_index.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <queue>
 
+#include "memkern/crc32.h"
 #include "memkern/errors.h"
+#include "memkern/io.h"
 
 namespace memkern {
 
@@ -14,7 +23,18 @@ HnswIndex::HnswIndex(Space* space, size_t dim, size_t M, size_t ef_construction,
 HnswIndex::HnswIndex(Space* space, size_t dim, const std::string& file, size_t min_capacity) : dim_(dim) {
   g_.reset(new Graph(space));
   try {
-    g_->loadIndex(file, space, min_capacity);
+    // hnswlib takes the file's capacity only when the one asked for is below the element count:
+    // asking for at least the element count keeps a crafted capacity from sizing allocations.
+    uint64_t cur = 0;
+    {
+      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::pread(fd, &cur, 8, 16) != 8) {
+        if (fd >= 0) ::close(fd);
+        throw CorruptedError("graph file " + file + ": cannot read its header");
+      }
+      ::close(fd);
+    }
+    g_->loadIndex(file, space, std::max<size_t>({min_capacity, static_cast<size_t>(cur), 1}));
   } catch (const std::exception& e) {
     throw CorruptedError("graph file " + file + ": " + e.what());
   }
@@ -121,7 +141,171 @@ std::vector<std::pair<float, int64_t>> HnswIndex::knn(const float* q, size_t k, 
   return out;
 }
 
-void HnswIndex::save(const std::string& file) const { g_->saveIndex(file); }
+// hnswlib 0.8 graph file layout (what its loadIndex reads), little-endian:
+//   header (96 bytes): u64 offsetLevel0 (0), u64 max_elements, u64 cur_element_count,
+//     u64 size_data_per_element, u64 label_offset, u64 offsetData, i32 maxlevel,
+//     u32 enterpoint_node, u64 maxM, u64 maxM0, u64 M, f64 mult, u64 ef_construction;
+//   level 0: cur_element_count blocks of size_data_per_element bytes, each
+//     [u16 link count, u8 deleted flag, u8 unused, maxM0 x u32 neighbour ids, dim x f32, u64 label];
+//   then per element: u32 byte size of its upper-level links (level * size_links_per_element,
+//     size_links_per_element = 4 + 4 * maxM), followed by those bytes, one
+//     [u32 count, maxM x u32 ids] block per level 1..level.
+namespace {
+constexpr size_t kGraphHeader = 96;
+}
+
+void HnswIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
+  const Graph& g = *g_;
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
+  try {
+    io::FdWriter w(fd, file);
+    size_t cur = g.cur_element_count;
+    w.pod<uint64_t>(g.offsetLevel0_);
+    w.pod<uint64_t>(cur);  // capacity: the loader grows it on demand
+    w.pod<uint64_t>(cur);
+    w.pod<uint64_t>(g.size_data_per_element_);
+    w.pod<uint64_t>(g.label_offset_);
+    w.pod<uint64_t>(g.offsetData_);
+    w.pod<int32_t>(g.maxlevel_);
+    w.pod<uint32_t>(g.enterpoint_node_);
+    w.pod<uint64_t>(g.maxM_);
+    w.pod<uint64_t>(g.maxM0_);
+    w.pod<uint64_t>(g.M_);
+    w.pod<double>(g.mult_);
+    w.pod<uint64_t>(g.ef_construction_);
+    w.put(g.data_level0_memory_, cur * g.size_data_per_element_);
+    for (size_t i = 0; i < cur; ++i) {
+      uint32_t n = g.element_levels_[i] > 0 ? static_cast<uint32_t>(g.size_links_per_element_ * g.element_levels_[i]) : 0;
+      w.pod<uint32_t>(n);
+      if (n) w.put(g.linkLists_[i], n);
+    }
+    w.flush();
+    if (io::fsync(fd) != 0) throw IOError("fsync " + file + ": " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + std::strerror(errno));
+    if (static_cast<uint64_t>(st.st_size) != w.bytes())
+      throw IOError("graph file " + file + " holds " + std::to_string(st.st_size) + " bytes after writing " +
+                    std::to_string(w.bytes()));
+    *size = w.bytes();
+    *crc = w.crc();
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
+}
+
+void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string& what) {
+  auto fail = [&](const std::string& why) { throw CorruptedError(what + ": " + why); };
+  auto u64at = [&](size_t off) {
+    uint64_t v;
+    std::memcpy(&v, p + off, 8);
+    return v;
+  };
+  auto u32at = [&](size_t off) {
+    uint32_t v;
+    std::memcpy(&v, p + off, 4);
+    return v;
+  };
+  auto u16at = [&](size_t off) {
+    uint16_t v;
+    std::memcpy(&v, p + off, 2);
+    return v;
+  };
+  if (n < kGraphHeader) fail("truncated header (" + std::to_string(n) + " bytes)");
+  uint64_t off0 = u64at(0), cur = u64at(16), size_data = u64at(24), label_off = u64at(32), data_off = u64at(40);
+  int32_t maxlevel;
+  std::memcpy(&maxlevel, p + 48, 4);
+  uint32_t enter = u32at(52);
+  uint64_t maxM = u64at(56), maxM0 = u64at(64), M = u64at(72), efc = u64at(88);
+  double mult;
+  std::memcpy(&mult, p + 80, 8);
+  if (off0 != 0) fail("level-0 offset " + std::to_string(off0) + " (expected 0)");
+  if (M < 2 || M > 4096 || maxM != M || maxM0 != 2 * M)
+    fail("bad link sizes (M " + std::to_string(M) + ", maxM " + std::to_string(maxM) + ", maxM0 " + std::to_string(maxM0) + ")");
+  if (!std::isfinite(mult) || std::fabs(mult * std::log(static_cast<double>(M)) - 1.0) > 1e-9)
+    fail("level multiplier does not match M");
+  if (efc < 1 || efc > (1u << 20)) fail("ef_construction " + std::to_string(efc) + " out of range");
+  const uint64_t links0 = maxM0 * 4 + 4, data_size = dim * sizeof(float), links = maxM * 4 + 4;
+  if (data_off != links0 || label_off != links0 + data_size || size_data != links0 + data_size + 8)
+    fail("element layout does not match dim " + std::to_string(dim) + " and M " + std::to_string(M));
+  if (cur == 0 || cur > (n - kGraphHeader) / (size_data + 4) || cur > UINT32_MAX)
+    fail("element count " + std::to_string(cur) + " does not fit the file");
+  if (maxlevel < 0 || maxlevel > 255) fail("top level " + std::to_string(maxlevel) + " out of range");
+  if (enter >= cur) fail("entry point " + std::to_string(enter) + " out of range");
+  // Upper-level link lists: sizes, hence levels, and the exact file length.
+  std::vector<uint8_t> level(cur);
+  std::vector<uint64_t> upper(cur, 0);
+  size_t off = kGraphHeader + cur * size_data;
+  for (uint64_t i = 0; i < cur; ++i) {
+    if (n - off < 4) fail("truncated link lists");
+    uint32_t sz = u32at(off);
+    off += 4;
+    if (sz % links != 0 || sz / links > static_cast<uint64_t>(maxlevel)) fail("element " + std::to_string(i) + " has a bad link list size");
+    if (sz > n - off) fail("truncated link lists");
+    level[i] = static_cast<uint8_t>(sz / links);
+    upper[i] = off;
+    off += sz;
+  }
+  if (off != n) fail("length " + std::to_string(n) + " != " + std::to_string(off) + " implied by its header");
+  if (level[enter] != maxlevel) fail("entry point is not on the top level");
+  std::unordered_set<uint64_t> labels;
+  labels.reserve(cur);
+  for (uint64_t i = 0; i < cur; ++i) {
+    const size_t e = kGraphHeader + i * size_data;
+    uint16_t c = u16at(e);
+    if (c > maxM0) fail("element " + std::to_string(i) + " has " + std::to_string(c) + " level-0 links (max " + std::to_string(maxM0) + ")");
+    for (uint16_t j = 0; j < c; ++j)
+      if (u32at(e + 4 + 4 * j) >= cur) fail("element " + std::to_string(i) + " links to an element out of range");
+    for (size_t j = 0; j < dim; ++j) {
+      float v;
+      std::memcpy(&v, p + e + data_off + 4 * j, 4);
+      if (!std::isfinite(v)) fail("element " + std::to_string(i) + " has a non-finite vector value");
+    }
+    if (!labels.insert(u64at(e + label_off)).second) fail("label " + std::to_string(u64at(e + label_off)) + " appears twice");
+    for (uint8_t l = 1; l <= level[i]; ++l) {
+      const size_t b = upper[i] + (l - 1) * links;
+      uint32_t cnt = u32at(b) & 0xffffu;
+      if (cnt > maxM) fail("element " + std::to_string(i) + " has too many links on level " + std::to_string(l));
+      for (uint32_t j = 0; j < cnt; ++j) {
+        uint32_t t = u32at(b + 4 + 4 * j);
+        if (t >= cur || level[t] < l) fail("element " + std::to_string(i) + " links to a bad element on level " + std::to_string(l));
+      }
+    }
+  }
+}
+
+void check_graph_file(const std::string& file, size_t dim, uint64_t size, uint32_t crc) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CorruptedError("graph file " + file + " cannot be opened: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw CorruptedError("graph file " + file + " cannot be read: " + std::strerror(errno));
+  }
+  size_t n = static_cast<size_t>(st.st_size);
+  if (n != size) {
+    ::close(fd);
+    throw CorruptedError("graph file " + file + ": size " + std::to_string(n) + " != " + std::to_string(size) +
+                         " recorded in the snapshot (truncated?)");
+  }
+  if (n == 0) {
+    ::close(fd);
+    throw CorruptedError("graph file " + file + " is empty");
+  }
+  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) throw CorruptedError("graph file " + file + " cannot be mapped: " + std::strerror(errno));
+  try {
+    if (crc32(m, n) != crc) throw CorruptedError("graph file " + file + ": checksum mismatch");
+    validate_graph_bytes(static_cast<const char*>(m), n, dim, "graph file " + file);
+  } catch (...) {
+    ::munmap(m, n);
+    throw;
+  }
+  ::munmap(m, n);
+}
 
 std::vector<int64_t> HnswIndex::labels() const {
   std::vector<int64_t> out;

@@ -22,6 +22,7 @@
 #include "memkern/crc32.h"
 #include "memkern/errors.h"
 #include "memkern/flat_index.h"
+#include "memkern/io.h"
 #include "memkern/serial.h"
 #include "memkern/snapshot.h"
 
@@ -98,11 +99,10 @@ Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
     throw IOError("store " + path + " is already open (by another process or another MemoryStore in this one); "
                   "close it first");
   }
-  std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) == 0) {
-    ssize_t w = ::pwrite(lock_fd_, pid.data(), pid.size(), 0);
-    (void)w;
-  }
+  // The pid is written once the store is open, so a non-empty LOCK means a store was created here
+  // (a crash in the middle of creating one leaves it empty).
+  struct stat lst;
+  opened_before_ = ::fstat(lock_fd_, &lst) == 0 && lst.st_size > 0;
   try {
     open_or_create(opt);
   } catch (...) {
@@ -110,6 +110,11 @@ Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
     ::close(lock_fd_);
     lock_fd_ = -1;
     throw;
+  }
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) == 0) {
+    ssize_t w = ::pwrite(lock_fd_, pid.data(), pid.size(), 0);
+    (void)w;
   }
 }
 
@@ -141,8 +146,10 @@ void Store::open_or_create(const StoreOptions& opt) {
     throw ValueError("ef_construction: expected 1.." + std::to_string(kMaxEfConstruction) + ", got " +
                      std::to_string(opt.ef_construction));
 
+  io::set_fault_from_env();  // test-only fault injection (memkern/io.h); off unless MEMKERN_FAULT is set
   const std::string wal_file = path_ + "/wal.log";
-  uint64_t gen = read_current(path_);
+  Current cur = read_current(path_);
+  uint64_t gen = cur.generation;
   bool have_wal = exists(wal_file);
   bool have_snapshot = gen != kNoGeneration;
   if (!have_snapshot) {
@@ -150,11 +157,37 @@ void Store::open_or_create(const StoreOptions& opt) {
       if (n.rfind("snap-", 0) == 0 && n.find(".tmp") == std::string::npos && have_wal == false)
         throw CorruptedError("store " + path_ + ": snapshot directory " + n + " exists but CURRENT is missing");
   }
+  if (!have_snapshot && !have_wal && opened_before_)
+    throw CorruptedError("store " + path_ + ": the directory held a store (its LOCK file) but wal.log and CURRENT "
+                         "are missing (deleted?): its records would be lost, so no new store is created over it; "
+                         "restore the files, or remove the directory to start a new store");
+  if (have_snapshot && !have_wal)  // a snapshot's log is replaced by rename, never removed
+    throw CorruptedError("store " + path_ + ": the write-ahead log wal.log is missing (deleted?): the writes made "
+                         "since snapshot " + std::to_string(gen) + " would be lost, so the store is not opened; "
+                         "restore wal.log");
   std::vector<std::string> entries;
-  bool torn = false;
+  WalScan scan;
   WalHeader wh;
-  if (have_wal) wh = Wal::read(wal_file, &entries, &torn);
-  torn_tail_ = torn;  // not fatal: the last write was interrupted and never acknowledged
+  if (have_wal) wh = Wal::read(wal_file, &entries, &scan);
+  torn_tail_ = scan.torn;  // not fatal: the last write was interrupted and never acknowledged
+  if (have_snapshot && have_wal) {
+    // The log must be this store's: same id, and the snapshot's generation (or the one before,
+    // left by a crash between switching CURRENT and replacing the log).
+    bool stale_legacy = wh.store_id == 0 && wh.generation < gen;  // an id-less log the snapshot holds
+    if (wh.store_id != cur.store_id && !stale_legacy)
+      throw CorruptedError("store " + path_ + ": wal.log belongs to another store (its store id " +
+                           std::to_string(wh.store_id) + ", this store's " + std::to_string(cur.store_id) +
+                           "); refusing to replay it");
+    if (wh.generation + 1 < gen)
+      throw CorruptedError("store " + path_ + ": wal.log is from generation " + std::to_string(wh.generation) +
+                           ", older than the snapshot's previous one (" + std::to_string(gen) +
+                           "): the current log was replaced, its writes would be lost");
+    store_id_ = cur.store_id;
+  } else if (have_wal) {
+    store_id_ = wh.store_id;
+  } else {
+    store_id_ = new_store_id();
+  }
 
   if (have_snapshot) {
     load_snapshot(gen);
@@ -198,8 +231,10 @@ void Store::open_or_create(const StoreOptions& opt) {
     h.dim = dim_;
     h.metric = static_cast<uint32_t>(metric_);
     h.generation = generation_;
+    h.store_id = store_id_;
     Wal::create(path_, "wal.log", h);
   }
+  if (replay_log && scan.torn) Wal::cut(wal_file, scan.good_end);  // appends start at a clean boundary
   // Leftovers of an interrupted snapshot.
   for (const auto& n : list_dir(path_)) {
     if (n.rfind("snap-", 0) == 0 && n != snapshot_dir_name(generation_)) remove_tree(path_ + "/" + n);
@@ -272,13 +307,8 @@ void Store::load_snapshot(uint64_t gen) {
     uint32_t crc = rd.u32();
     if (ns >= ns_.size() || level >= kNumLevels || name.find('/') != std::string::npos || ns_[ns]->index[level])
       rd.fail("bad graph table entry");
-    uint64_t fsize;
-    uint32_t fcrc;
-    file_size_crc(dir + "/" + name, &fsize, &fcrc);
-    if (fsize != size) throw CorruptedError("graph file " + dir + "/" + name + ": size " + std::to_string(fsize) +
-                                            " != " + std::to_string(size) + " recorded in the snapshot (truncated?)");
-    if (fcrc != crc) throw CorruptedError("graph file " + dir + "/" + name + ": checksum mismatch");
-    ns_[ns]->index[level] = load_vector_index(space_.get(), dim_, dir + "/" + name);
+    // Size, checksum, then structure (FlatIndex or hnswlib graph) before anything is allocated.
+    ns_[ns]->index[level] = load_vector_index(space_.get(), dim_, dir + "/" + name, size, crc);
   }
   if (rd.left() != 0) rd.fail("trailing bytes");
   // Cross-check records against graphs.
@@ -318,10 +348,20 @@ void Store::load_snapshot(uint64_t gen) {
 void Store::close() {
   std::unique_lock<std::shared_mutex> lk(mu_);
   if (closed_) return;
-  if (ops_since_snapshot_ > 0) {
-    snapshot_locked();  // makes the next open fast (no log replay)
-  } else {
-    wal_.sync();
+  std::string sync_error;
+  bool snapped = false;
+  if (poison_.empty()) {
+    if (ops_since_snapshot_ > 0) {
+      auto_snapshot();  // makes the next open fast (no log replay); the log holds the data anyway
+      snapped = ops_since_snapshot_ == 0;
+    }
+    if (!snapped && poison_.empty()) {
+      try {
+        wal_.sync();
+      } catch (const std::exception& e) {
+        sync_error = e.what();
+      }
+    }
   }
   wal_.close();
   if (lock_fd_ >= 0) {
@@ -333,10 +373,32 @@ void Store::close() {
   ns_by_name_.clear();
   tombstones_.clear();
   closed_ = true;
+  if (!sync_error.empty()) throw IOError("close " + path_ + ": " + sync_error);
 }
 
 void Store::check_open() const {
   if (closed_) throw ValueError("store " + path_ + " is closed");
+}
+
+void Store::check_writable() const {
+  check_open();
+  if (!poison_.empty())
+    throw IOError("store " + path_ + " refuses writes until it is reopened: " + poison_);
+}
+
+std::string Store::last_snapshot_error() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  return last_snapshot_error_;
+}
+
+uint64_t Store::snapshot_failures() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  return snapshot_failures_;
+}
+
+std::string Store::poisoned() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  return poison_;
 }
 
 // ------------------------------------------------------------------------------- helpers
@@ -487,13 +549,41 @@ void Store::encode_add(Writer& w, const std::string& ns, const std::vector<NewIt
 }
 
 void Store::commit(const std::string& payload, uint64_t ops) {
-  // Validation happened before; from here the operation is logged, then applied.
-  wal_.append(payload);
+  // Validation happened before; from here the operation is logged (and synced), then applied:
+  // if logging or syncing fails, nothing was applied and the entry is not in the log.
+  wal_.append(payload);  // a failed or short write is cut back off inside
   dirty_ = true;
-  apply(payload);
+  try {
+    maybe_sync();
+  } catch (...) {
+    wal_.undo_last();  // a write whose sync failed must not come back on reopen
+    if (wal_.poisoned()) poison_ = "the log entry of a write whose fsync failed could not be removed";
+    throw;
+  }
+  try {
+    apply(payload);
+  } catch (const std::exception& e) {
+    // Cannot happen for a validated operation short of running out of memory; the in-memory
+    // state may be half-updated, so take the entry back and refuse writes until a reopen.
+    wal_.undo_last();
+    poison_ = std::string("an operation failed while being applied: ") + e.what();
+    throw;
+  }
   ops_since_snapshot_ += ops;
-  maybe_sync();
-  if (snapshot_every_ && ops_since_snapshot_ >= snapshot_every_) snapshot_locked();
+  if (snapshot_every_ && ops_since_snapshot_ >= snapshot_every_ && ops_since_snapshot_ >= snapshot_retry_at_)
+    auto_snapshot();
+}
+
+void Store::auto_snapshot() {
+  try {
+    snapshot_locked();
+    last_snapshot_error_.clear();
+  } catch (const std::exception& e) {
+    // The write that triggered it is durable in the log: report, retry later, never raise.
+    last_snapshot_error_ = e.what();
+    ++snapshot_failures_;
+    snapshot_retry_at_ = ops_since_snapshot_ + std::max<uint64_t>(snapshot_every_, 1);
+  }
 }
 
 void Store::maybe_sync() {
@@ -664,7 +754,7 @@ void Store::apply(const std::string& payload) {
 
 std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem>& items) {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
   if (items.empty()) return {};
   validate_items(items, 0, true);
@@ -683,7 +773,7 @@ uint32_t Store::new_version(int64_t id, uint8_t op, const std::string* summary, 
                             const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
                             bool replace_children) {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   const Record& r = rec_or_throw(id, "id");
   if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
   if (embedding) {
@@ -730,7 +820,7 @@ uint32_t Store::new_version(int64_t id, uint8_t op, const std::string* summary, 
 
 void Store::invalidate(int64_t id, const std::string& reason) {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   const Record& r = rec_or_throw(id, "id");
   if (r.status == Status::Invalidated) throw ValueError("id: record " + std::to_string(id) + " is already invalidated");
   Writer w;
@@ -744,7 +834,7 @@ void Store::invalidate(int64_t id, const std::string& reason) {
 
 std::vector<int64_t> Store::remove(int64_t id) {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   const Record& r = rec_or_throw(id, "id");
   std::vector<int64_t> ids = r.children;
   ids.push_back(id);
@@ -758,7 +848,7 @@ std::vector<int64_t> Store::remove(int64_t id) {
 
 void Store::flush() {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   wal_.sync();
   dirty_ = false;
   last_sync_ = now_s();
@@ -766,79 +856,121 @@ void Store::flush() {
 
 void Store::snapshot() {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   snapshot_locked();
 }
 
 void Store::snapshot_locked() {
   uint64_t gen = generation_ + 1;
+  uint64_t id = store_id_ ? store_id_ : new_store_id();  // an old store gets its id now
   const std::string dir = path_ + "/" + snapshot_dir_name(gen);
-  if (exists(dir)) remove_tree(dir);
-  if (::mkdir(dir.c_str(), 0755) != 0) throw IOError("create " + dir + ": " + std::strerror(errno));
-  Writer b;
-  b.u32(dim_);
-  b.u32(static_cast<uint32_t>(metric_));
-  b.u32(M_);
-  b.u32(efc_);
-  b.i64(next_id_);
-  b.u64(ns_.size());
-  for (const auto& ns : ns_) b.str(ns->name);
-  b.u64(records_.size());
-  for (const auto& kv : records_) {
-    const Record& r = kv.second;
-    write_record_fields(b, r);
-    b.u64(r.history.size());
-    for (const auto& v : r.history) write_version(b, v);
-    b.u64(r.children.size());
-    for (int64_t c : r.children) b.i64(c);
+  const std::string cur_tmp = path_ + "/CURRENT.tmp", wal_tmp = path_ + "/wal.log.tmp";
+  // Phase 1: write everything the new generation needs beside the live files. A failure here
+  // leaves the store exactly as it was.
+  try {
+    if (exists(dir)) remove_tree(dir);
+    if (::mkdir(dir.c_str(), 0755) != 0) throw IOError("create " + dir + ": " + std::strerror(errno));
+    Writer b;
+    b.u32(dim_);
+    b.u32(static_cast<uint32_t>(metric_));
+    b.u32(M_);
+    b.u32(efc_);
+    b.i64(next_id_);
+    b.u64(ns_.size());
+    for (const auto& ns : ns_) b.str(ns->name);
+    b.u64(records_.size());
+    for (const auto& kv : records_) {
+      const Record& r = kv.second;
+      write_record_fields(b, r);
+      b.u64(r.history.size());
+      for (const auto& v : r.history) write_version(b, v);
+      b.u64(r.children.size());
+      for (int64_t c : r.children) b.i64(c);
+    }
+    b.u64(tombstones_.size());
+    for (int64_t t : tombstones_) b.i64(t);
+    std::vector<std::tuple<uint32_t, uint8_t, std::string>> graphs;
+    for (uint32_t i = 0; i < ns_.size(); ++i)
+      for (uint8_t l = 0; l < kNumLevels; ++l)
+        if (ns_[i]->index[l] && ns_[i]->index[l]->size() > 0)
+          graphs.emplace_back(i, l, "g" + std::to_string(i) + "_" + std::to_string(l) +
+                               ns_[i]->index[l]->file_suffix());
+    b.u64(graphs.size());
+    for (const auto& g : graphs) {
+      uint64_t size;
+      uint32_t crc;
+      ns_[std::get<0>(g)]->index[std::get<1>(g)]->save(dir + "/" + std::get<2>(g), &size, &crc);  // checked + fsynced
+      b.u32(std::get<0>(g));
+      b.u8(std::get<1>(g));
+      b.str(std::get<2>(g));
+      b.u64(size);
+      b.u32(crc);
+    }
+    Writer f;
+    f.buf.append(kSnapMagic, 8);
+    f.u32(kFormatVersion);
+    f.u64(b.buf.size());
+    f.buf.append(b.buf);
+    f.u32(crc32(f.buf.data(), f.buf.size()));
+    write_file_atomic(dir, "records.bin", f.buf);  // also fsyncs the snapshot directory
+    fsync_path(path_, true);                       // the snapshot directory's own entry
+    WalHeader h;
+    h.dim = dim_;
+    h.metric = static_cast<uint32_t>(metric_);
+    h.generation = gen;
+    h.store_id = id;
+    write_temp(path_, "wal.log", Wal::encode_header(h));
+    write_temp(path_, "CURRENT", encode_current(gen, id));
+  } catch (...) {
+    remove_tree(dir);
+    ::unlink(cur_tmp.c_str());
+    ::unlink(wal_tmp.c_str());
+    throw;
   }
-  b.u64(tombstones_.size());
-  for (int64_t t : tombstones_) b.i64(t);
-  std::vector<std::tuple<uint32_t, uint8_t, std::string>> graphs;
-  for (uint32_t i = 0; i < ns_.size(); ++i)
-    for (uint8_t l = 0; l < kNumLevels; ++l)
-      if (ns_[i]->index[l] && ns_[i]->index[l]->size() > 0)
-        graphs.emplace_back(i, l, "g" + std::to_string(i) + "_" + std::to_string(l) + ns_[i]->index[l]->file_suffix());
-  b.u64(graphs.size());
-  for (const auto& g : graphs) {
-    const std::string file = dir + "/" + std::get<2>(g);
-    ns_[std::get<0>(g)]->index[std::get<1>(g)]->save(file);
-    uint64_t size;
-    uint32_t crc;
-    file_size_crc(file, &size, &crc);
-    fsync_path(file, false);
-    b.u32(std::get<0>(g));
-    b.u8(std::get<1>(g));
-    b.str(std::get<2>(g));
-    b.u64(size);
-    b.u32(crc);
+  // Phase 2, the switch: from a successful rename of CURRENT on, generation `gen` is the store.
+  if (io::rename(cur_tmp.c_str(), (path_ + "/CURRENT").c_str()) != 0) {
+    std::string e = std::strerror(errno);
+    remove_tree(dir);
+    ::unlink(cur_tmp.c_str());
+    ::unlink(wal_tmp.c_str());
+    throw IOError("rename " + cur_tmp + ": " + e);
   }
-  Writer f;
-  f.buf.append(kSnapMagic, 8);
-  f.u32(kFormatVersion);
-  f.u64(b.buf.size());
-  f.buf.append(b.buf);
-  f.u32(crc32(f.buf.data(), f.buf.size()));
-  write_file_atomic(dir, "records.bin", f.buf);
-  write_current(path_, gen);  // the switch: from here the new snapshot is the store
-  WalHeader h;
-  h.dim = dim_;
-  h.metric = static_cast<uint32_t>(metric_);
-  h.generation = gen;
-  wal_.close();
-  Wal::create(path_, "wal.log", h);
-  wal_.open_append(path_ + "/wal.log");
-  const std::string old = path_ + "/" + snapshot_dir_name(generation_);
-  if (exists(old)) remove_tree(old);
+  const uint64_t old_gen = generation_;
   generation_ = gen;
+  store_id_ = id;
   ops_since_snapshot_ = 0;
+  snapshot_retry_at_ = 0;
+  wal_.close();
+  // The old log (generation gen - 1) is what a reopen now ignores, so nothing may be appended to
+  // it any more: if the new log cannot be put in place, refuse writes (the snapshot holds every
+  // write so far, and reopening creates a fresh log).
+  if (io::rename(wal_tmp.c_str(), (path_ + "/wal.log").c_str()) != 0) {
+    poison_ = std::string("the new log could not be put in place after snapshot ") + std::to_string(gen) + ": " +
+              std::strerror(errno);
+    try {
+      fsync_path(path_, true);  // best effort: make the switch itself durable
+    } catch (...) {
+    }
+    throw IOError("store " + path_ + ": " + poison_);
+  }
+  try {
+    wal_.open_append(path_ + "/wal.log");
+  } catch (const std::exception& e) {
+    poison_ = std::string("the new log could not be opened after snapshot ") + std::to_string(gen) + ": " + e.what();
+    throw IOError("store " + path_ + ": " + poison_);
+  }
   dirty_ = false;
   last_sync_ = now_s();
+  // Both renames durable before the previous generation goes (if this fsync fails, the old
+  // snapshot stays; the next open removes it).
+  fsync_path(path_, true);
+  const std::string old = path_ + "/" + snapshot_dir_name(old_gen);
+  if (exists(old)) remove_tree(old);
 }
 
 void Store::compact() {
   std::unique_lock<std::shared_mutex> lk(mu_);
-  check_open();
+  check_writable();
   // Drop empty namespaces and rebuild graphs that hold deleted vectors.
   std::vector<std::unique_ptr<Namespace>> keep;
   std::vector<uint32_t> remap(ns_.size(), UINT32_MAX);

@@ -50,6 +50,14 @@ class Store:
     def replayed_entries(self) -> int: ...
     @property
     def recovered_torn_tail(self) -> bool: ...
+    @property
+    def store_id(self) -> int: ...  # random id in CURRENT and the log header (0: an old store, until its next snapshot)
+    @property
+    def last_snapshot_error(self) -> str: ...  # why the last automatic snapshot failed ("" if none)
+    @property
+    def snapshot_failures(self) -> int: ...
+    @property
+    def poisoned(self) -> str: ...  # why writes are refused until a reopen ("" if they are not)
     def add(
         self,
         namespace: str,
@@ -111,3 +119,7 @@ class Store:
     def memory_bytes(self) -> int: ...
     # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level (0 topic, 1 turn).
     def index_kind(self, namespace: str, level: int) -> str: ...
+
+# Test-only hooks (csrc/include/memkern/io.h); not part of the API.
+def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
+def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)

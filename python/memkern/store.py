@@ -548,6 +548,16 @@ class MemoryStore:
     def closed(self) -> bool:
         return self._native is None or bool(self._native.closed)
 
+    @property
+    def last_snapshot_error(self) -> str | None:
+        """Why the last automatic snapshot (``snapshot_every``, or the one ``close`` writes) failed,
+        ``None`` when it succeeded or none ran. Such a failure never fails the write that triggered
+        it (the write is already durable in the log): it is logged as a warning on the
+        ``"memkern"`` logger and the snapshot is retried ``snapshot_every`` operations later."""
+        if self._native is None:
+            return None
+        return str(self._native.last_snapshot_error) or None
+
     def __repr__(self) -> str:
         if self.closed:
             return f"MemoryStore({str(self._path)!r}, closed)"
@@ -943,6 +953,10 @@ class MemoryStore:
         return int(self._n().memory_bytes())
 
     def close(self) -> None:
-        """Snapshot if the log holds anything, fsync, release the lock. Idempotent."""
+        """Snapshot if the log holds anything, fsync, release the lock. Idempotent.
+
+        A failed snapshot here is logged and kept in :attr:`last_snapshot_error`, not raised: every
+        acknowledged write is already in the log, which the next open replays. Raises only when
+        the final fsync of the log fails (the store is released all the same)."""
         if self._native is not None and not self._native.closed:
             self._native.close()

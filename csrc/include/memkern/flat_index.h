@@ -23,8 +23,9 @@ class FlatIndex : public VectorIndex {
   static constexpr char kMagic[8] = {'M', 'K', 'F', 'L', 'A', 'T', 1, 0};
 
   FlatIndex(Space* space, size_t dim, size_t capacity = 0);
-  // Loads a file written by save(); throws CorruptedError on any inconsistency.
-  FlatIndex(Space* space, size_t dim, const std::string& file);
+  // Loads a file written by save() whose size and CRC-32 the snapshot recorded; throws
+  // CorruptedError on any mismatch or inconsistency.
+  FlatIndex(Space* space, size_t dim, const std::string& file, uint64_t size, uint32_t crc);
 
   const char* kind() const override { return "flat"; }
   const char* file_suffix() const override { return ".flat"; }
@@ -37,7 +38,7 @@ class FlatIndex : public VectorIndex {
   void vector(int64_t label, float* out) const override;
   std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
                                              hnswlib::BaseFilterFunctor* f) const override;
-  void save(const std::string& file) const override;
+  void save(const std::string& file, uint64_t* size, uint32_t* crc) const override;
   size_t size() const override { return labels_.size(); }
   size_t deleted() const override { return 0; }
   size_t capacity() const override { return labels_.capacity(); }

@@ -28,7 +28,10 @@ class HnswIndex : public VectorIndex {
  public:
   using Graph = hnswlib::HierarchicalNSW<float>;
   HnswIndex(Space* space, size_t dim, size_t M, size_t ef_construction, size_t capacity, size_t seed);
-  // Loads a graph written by save(); the caller has verified the file's checksum.
+  // Loads a graph written by save(). The caller must have passed the file through
+  // check_graph_file first (then no byte pattern, even one under a valid checksum, can make
+  // hnswlib read out of bounds). The capacity is max(min_capacity, element count): the
+  // capacity recorded in the file is ignored.
   HnswIndex(Space* space, size_t dim, const std::string& file, size_t min_capacity);
 
   const char* kind() const override { return "hnsw"; }
@@ -47,7 +50,9 @@ class HnswIndex : public VectorIndex {
   // k nearest (distance ascending) among allowed labels.
   std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
                                              hnswlib::BaseFilterFunctor* f) const override;
-  void save(const std::string& file) const override;
+  // Writes the graph (hnswlib 0.8's file layout, capacity = element count) through checked
+  // writes, fsyncs it and returns its size and CRC-32; IOError on any failed or short write.
+  void save(const std::string& file, uint64_t* size, uint32_t* crc) const override;
   size_t size() const override { return g_->cur_element_count; }
   size_t deleted() const override { return g_->num_deleted_; }
   size_t capacity() const override { return g_->max_elements_; }
@@ -59,5 +64,15 @@ class HnswIndex : public VectorIndex {
   size_t dim_;
   std::unique_ptr<Graph> g_;
 };
+
+// Checks the bytes of a graph file in hnswlib 0.8's layout against everything hnswlib's loader
+// and search trust: the 96-byte header (sizes consistent with dim and M, level multiplier,
+// ef_construction, entry point), the file length, each element's link counts (<= maxM0 on level
+// 0, <= maxM above), every neighbour id (< element count, and on level l a node that has level
+// l), unique labels and finite vectors. Throws CorruptedError naming `what` and the problem.
+void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string& what);
+// Checks the file's size and CRC-32 against what the snapshot recorded, then
+// validate_graph_bytes over it (the file is mapped, not copied). CorruptedError otherwise.
+void check_graph_file(const std::string& file, size_t dim, uint64_t size, uint32_t crc);
 
 }  // namespace memkern

@@ -110,9 +110,22 @@ class Store {
   // Ids of a namespace's records at `level`, ascending.
   std::vector<int64_t> ids(const std::string& ns, bool include_invalidated, uint8_t level) const;
 
+  // Write semantics (every write: add, new_version, invalidate, remove): the entry is appended
+  // to the log (a failed or short write is cut back off), synced when fsync is "always" (or a
+  // "batch" interval is due; a failed sync removes the entry again), and only then applied in
+  // memory. So a call that raises has changed nothing, in memory or on disk, and a call that
+  // returns is durable. The automatic snapshot that may follow (snapshot_every) cannot undo
+  // that: its failure is recorded in last_snapshot_error() and retried snapshot_every logged
+  // operations later, and the write still returns. When the store cannot know its own state on
+  // disk any more (the log could not be cut back after a failed write, or the new log could not
+  // be put in place after a snapshot switched generations), it is *poisoned*: reads keep
+  // working, writes raise IOError until the store is reopened.
   void flush();     // fsync the log
-  void snapshot();  // write a snapshot now and truncate the log
+  void snapshot();  // write a snapshot now and truncate the log (raises on failure, nothing changed)
   void compact();   // drop deleted records and their vectors from the graphs, then snapshot
+  // Snapshots if the log holds anything (a failure is recorded, not raised: the log keeps the
+  // data), fsyncs the log, releases the lock. Raises IOError (after releasing everything) only
+  // when the final fsync of the log failed.
   void close();
   bool closed() const { return closed_; }
   size_t memory_bytes() const;  // approximate heap bytes (records + graphs)
@@ -122,6 +135,13 @@ class Store {
   // What opening found: log entries replayed, and whether a torn last entry was cut off.
   uint64_t replayed_entries() const { return replayed_; }
   bool recovered_torn_tail() const { return torn_tail_; }
+  // Random id of this store, in CURRENT and in the log header (0: an old store without one yet).
+  uint64_t store_id() const { return store_id_; }
+  // Why the last automatic snapshot failed ("" when it succeeded or none ran), and how many failed.
+  std::string last_snapshot_error() const;
+  uint64_t snapshot_failures() const;
+  // Why writes are refused ("" when they are not).
+  std::string poisoned() const;
 
  private:
   struct Namespace {
@@ -132,6 +152,8 @@ class Store {
   };
 
   void check_open() const;
+  void check_writable() const;  // open and not poisoned
+  void auto_snapshot();         // snapshot_locked, recording instead of raising a failure
   void open_or_create(const StoreOptions& opt);
   void load_snapshot(uint64_t gen);
   void replay(const std::string& payload);
@@ -181,6 +203,12 @@ class Store {
   bool closed_ = false;
   uint64_t replayed_ = 0;
   bool torn_tail_ = false;
+  uint64_t store_id_ = 0;
+  bool opened_before_ = false;      // LOCK held a pid: a store was created in this directory before
+  uint64_t snapshot_retry_at_ = 0;  // after a failed automatic snapshot: retry at this many ops
+  uint64_t snapshot_failures_ = 0;
+  std::string last_snapshot_error_;
+  std::string poison_;
 
   std::unique_ptr<Space> space_;
   std::vector<float> zeros_;  // [dim] (||q||^2 = l2 distance to it)

@@ -48,8 +48,10 @@ class VectorIndex {
   // (distance, label).
   virtual std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
                                                      hnswlib::BaseFilterFunctor* f) const = 0;
-  // Writes the index to `file` (the caller fsyncs it and records its size and CRC).
-  virtual void save(const std::string& file) const = 0;
+  // Writes the index to `file` through checked writes (memkern/io.h), fsyncs it, verifies its
+  // length and returns its size and CRC-32 (recorded in the snapshot); IOError on any failed or
+  // short write, so a cut file is never recorded as good.
+  virtual void save(const std::string& file, uint64_t* size, uint32_t* crc) const = 0;
   virtual size_t size() const = 0;     // vectors held, deleted ones included
   virtual size_t deleted() const = 0;  // vectors marked deleted
   size_t live() const { return size() - deleted(); }
@@ -60,8 +62,11 @@ class VectorIndex {
 };
 
 // Loads an index written by VectorIndex::save: a FlatIndex file (it starts with FlatIndex's magic)
-// or an hnswlib graph. The caller has verified the file's checksum; any other damage gives
-// CorruptedError.
-std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const std::string& file);
+// or an hnswlib graph. The file must have the `size` and `crc` recorded in the snapshot, and its
+// structure is validated before anything is allocated from it (check_graph_file for graphs,
+// FlatIndex's own checks for flat files): any damage, even under a valid checksum, gives
+// CorruptedError, never a crash.
+std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const std::string& file, uint64_t size,
+                                               uint32_t crc);
 
 }  // namespace memkern

@@ -1,0 +1,367 @@
+"""Crash campaign: SIGKILL a writer at random moments, with injected I/O faults, and check that
+every acknowledged write survives (issue 10).
+
+Each trial forks a child (the parent has ``memkern`` imported, so a trial costs milliseconds, not
+an interpreter start) that opens the store, optionally arms the test-only fault injector
+(``memkern._store._test_set_fault``: a short write, a failed write, fsync or rename, once or from
+the Nth call on), and runs random writes: add, add_batch, merge, update, invalidate, delete,
+snapshot, compact. Before each call it reports an intent line on a pipe, after it an ack (the call
+returned) or a failure (the call raised). The parent SIGKILLs the child after a random delay,
+then opens the store itself and checks:
+
+* every acknowledged write is there, exactly (summary, embedding, status, version);
+* every failed write left nothing (a failed add is absent, a failed merge/update/invalidate/delete
+  left its record as it was);
+* only the one in-flight call may or may not have happened, and if it did, it is intact;
+* the store always opens.
+
+Stores are started afresh every ``--trials-per-store`` trials so that checking stays cheap.
+
+    OMP_NUM_THREADS=1 python bench/bench_crash.py --trials 1000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+D = 16
+# one-shot faults weigh most: after one, the store must go on working (a sticky one fails all later calls)
+FAULTS = ["short:{n}", "short:{n}", "write:{n}", "fsync:{n}", "rename:{n}", "short:{n}+", "fsync:{n}+"]
+
+
+def emb(j: int) -> np.ndarray:
+    return np.random.default_rng(j).standard_normal(D).astype(np.float32)
+
+
+def _child(path: str, seed: int, start_j: int, fault: str, fsync: str, snapshot_every: int, wfd: int) -> None:
+    """The writer (runs in the forked child until it is killed)."""
+    from memkern import MemkernError, _store
+    from memkern.store import MemoryStore
+
+    def say(line: str) -> None:
+        os.write(wfd, (line + "\n").encode())
+
+    try:
+        s = MemoryStore(path, dim=D, fsync=fsync, snapshot_every=snapshot_every)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the trial
+        say(f"E open {type(e).__name__}: {e}".replace("\n", " "))
+        os._exit(3)
+    if fault:
+        _store._test_set_fault(fault)
+    rng = np.random.default_rng(seed)
+    live = [int(i) for i in s.ids("u", include_invalidated=True)]
+    active = [int(i) for i in s.ids("u")]
+    j = start_j
+    while True:
+        r = rng.random()
+        if r < 0.4 or len(live) < 3:
+            op, args = "add", (j,)
+        elif r < 0.55:
+            op, args = "batch", (j, int(rng.integers(2, 5)))
+        elif r < 0.67:
+            op, args = "merge", (live[int(rng.integers(len(live)))], j)
+        elif r < 0.77:
+            op, args = "update", (live[int(rng.integers(len(live)))], j)
+        elif r < 0.84 and active:
+            op, args = "invalidate", (active[int(rng.integers(len(active)))],)
+        elif r < 0.94:
+            op, args = "delete", (live[int(rng.integers(len(live)))],)
+        elif r < 0.985:
+            op, args = "snapshot", ()
+        else:
+            op, args = "compact", ()
+        say("I " + " ".join(map(str, (op, *args))))
+        try:
+            if op == "add":
+                i = s.add("u", f"r{j}", emb(j), [{"role": "user", "content": f"c{j}"}], {"j": j})
+                res = [i]
+                live.append(i)
+                active.append(i)
+            elif op == "batch":
+                n = args[1]
+                ids = s.add_batch("u", [f"r{j + t}" for t in range(n)], np.stack([emb(j + t) for t in range(n)]),
+                                  metas=[{"j": j + t} for t in range(n)])
+                res = [int(x) for x in ids]
+                live.extend(res)
+                active.extend(res)
+            elif op == "merge":
+                s.merge(args[0], f"m{j}", emb(j), [{"role": "user", "content": f"c{j}"}])
+                res = []
+            elif op == "update":
+                s.update(args[0], summary=f"u{j}", embedding=emb(j))
+                res = []
+            elif op == "invalidate":
+                s.invalidate(args[0], "x")
+                active.remove(args[0])
+                res = []
+            elif op == "delete":
+                s.delete(args[0])
+                live.remove(args[0])
+                if args[0] in active:
+                    active.remove(args[0])
+                res = []
+            elif op == "snapshot":
+                s.snapshot()
+                res = []
+            else:
+                s.compact()
+                res = []
+            say("A " + " ".join(map(str, res)))
+        except MemkernError as e:
+            say("F " + str(_store._test_io_counters()["faults"]))
+            if s._native.poisoned:  # writes refused until a reopen: wait for the kill
+                say("P")
+                while True:
+                    time.sleep(1)
+        if op in ("add", "merge", "update"):
+            j += 1
+        elif op == "batch":
+            j += args[1]
+
+
+@dataclass
+class Rec:
+    summary: str
+    j: int
+    status: str = "active"
+    version: int = 1
+
+
+@dataclass
+class Expected:
+    recs: dict[int, Rec] = field(default_factory=dict)
+    deleted: set[int] = field(default_factory=set)
+    failed_js: set[int] = field(default_factory=set)  # j of adds that raised: never to be seen
+    next_j: int = 1
+
+
+@dataclass
+class Stats:
+    trials: int = 0
+    acked: int = 0
+    failed: int = 0
+    faults_fired: int = 0
+    poisoned: int = 0
+    killed_in_flight: int = 0
+    in_flight_landed: int = 0
+    problems: list = field(default_factory=list)
+
+
+def _apply(exp: Expected, op: str, args: list[int], res: list[int]) -> None:
+    """An acknowledged operation."""
+    if op == "add":
+        exp.recs[res[0]] = Rec(f"r{args[0]}", args[0])
+    elif op == "batch":
+        for t, i in enumerate(res):
+            exp.recs[i] = Rec(f"r{args[0] + t}", args[0] + t)
+    elif op in ("merge", "update"):
+        r = exp.recs[args[0]]
+        r.summary, r.j, r.version = f"{op[0]}{args[1]}", args[1], r.version + 1
+    elif op == "invalidate":
+        exp.recs[args[0]].status = "invalidated"
+    elif op == "delete":
+        del exp.recs[args[0]]
+        exp.deleted.add(args[0])
+
+
+def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, stats: Stats, trial: int) -> None:
+    from memkern.store import MemoryStore
+
+    uncertain: set[int] = set()
+    if in_flight and in_flight[0] in ("merge", "update", "invalidate", "delete"):
+        uncertain.add(in_flight[1][0])
+    try:
+        s = MemoryStore(path)
+    except Exception as e:  # noqa: BLE001
+        stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
+        return
+    try:
+        present = {int(i) for i in s.ids("u", include_invalidated=True)}
+        want = set(exp.recs) - uncertain
+        lost = want - present
+        if lost:
+            stats.problems.append(f"trial {trial}: acknowledged records lost: {sorted(lost)[:10]}")
+        came_back = exp.deleted & present
+        if came_back:
+            stats.problems.append(f"trial {trial}: deleted records came back: {sorted(came_back)[:10]}")
+        ids = sorted(want & present)
+        recs = s.get_batch(ids)
+        vecs = s.embeddings(ids) if ids else np.zeros((0, D), np.float32)
+        for i, r, v in zip(ids, recs, vecs):
+            e = exp.recs[i]
+            if (r.summary, r.status, r.version) != (e.summary, e.status, e.version) or not np.array_equal(v, emb(e.j)):
+                stats.problems.append(f"trial {trial}: record {i} is {(r.summary, r.status, r.version)}, "
+                                      f"acknowledged {(e.summary, e.status, e.version)}")
+        extra = present - set(exp.recs) - uncertain - exp.deleted
+        if extra and not (in_flight and in_flight[0] in ("add", "batch")):
+            stats.problems.append(f"trial {trial}: records nobody acknowledged: {sorted(extra)[:10]}")
+        for i in sorted(extra):  # the in-flight add landed: it must be intact, then it is expected
+            r = s.get(i)
+            j = int(r.summary[1:])
+            if r.summary != f"r{j}" or not np.array_equal(r.embedding, emb(j)):
+                stats.problems.append(f"trial {trial}: in-flight record {i} is damaged")
+            if j in exp.failed_js:
+                stats.problems.append(f"trial {trial}: record {i} of an add that raised is there")
+            exp.recs[i] = Rec(r.summary, j)
+        for i in uncertain:  # the in-flight change: either state is fine, adopt what is there
+            if i in present:
+                r = s.get(i)
+                old = exp.recs.get(i)
+                j = int(r.summary[1:]) if r.summary[1:].isdigit() else (old.j if old else 0)
+                if old and (r.summary, r.status, r.version) != (old.summary, old.status, old.version):
+                    stats.in_flight_landed += 1
+                exp.recs[i] = Rec(r.summary, j, r.status, r.version)
+                if not np.array_equal(r.embedding, emb(j)):
+                    stats.problems.append(f"trial {trial}: in-flight change of {i} is damaged")
+            else:
+                exp.recs.pop(i, None)
+                exp.deleted.add(i)
+                stats.in_flight_landed += 1
+        if extra:
+            stats.in_flight_landed += 1
+    finally:
+        s.close()
+
+
+def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: int = 25, fsync: str = "always",
+                 snapshot_every: tuple[int, ...] = (7, 1000), fault_rate: float = 0.4, max_kill_s: float = 0.2,
+                 log=print) -> Stats:
+    """Runs `trials` SIGKILL trials under `root`; returns the statistics (problems must be empty).
+    Each store takes its ``snapshot_every`` from the given choices in turn: frequent snapshots put
+    kills inside snapshots, rare ones leave long logs (where garbage from a failed append would
+    stay until the next open)."""
+    import memkern.store  # noqa: F401 - imported once, before the forks
+
+    rng = np.random.default_rng(seed)
+    stats = Stats()
+    exp = Expected()
+    path = root / "s0"
+    for trial in range(trials):
+        if trial % trials_per_store == 0:
+            path = root / f"s{trial // trials_per_store}"
+            shutil.rmtree(path, ignore_errors=True)
+            exp = Expected()
+            every = snapshot_every[(trial // trials_per_store) % len(snapshot_every)]
+        fault = ""
+        if rng.random() < fault_rate:
+            fault = FAULTS[int(rng.integers(len(FAULTS)))].format(n=int(rng.integers(1, 12)))
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            try:
+                os.close(rfd)
+                _child(str(path), int(rng.integers(2**31)) + trial, exp.next_j, fault, fsync, every, wfd)
+            finally:
+                os._exit(1)
+        os.close(wfd)
+        deadline = time.monotonic() + float(rng.uniform(0.0, max_kill_s)) + 0.02
+        buf = b""
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))
+            if r:
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        while True:
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+        os.close(rfd)
+        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            stats.problems.append(f"trial {trial}: the writer exited by itself ({status}): {buf[-500:]!r}")
+        stats.trials += 1
+        in_flight = None
+        fired = 0
+        for ln in buf.decode().split("\n")[:-1]:  # a partial last line was never completed
+            parts = ln.split()
+            if parts[0] == "I":
+                in_flight = (parts[1], [int(x) for x in parts[2:]])
+                if parts[1] in ("add", "merge", "update"):
+                    exp.next_j = max(exp.next_j, in_flight[1][-1] + 1)
+                elif parts[1] == "batch":
+                    exp.next_j = max(exp.next_j, in_flight[1][0] + in_flight[1][1])
+            elif parts[0] == "A":
+                _apply(exp, in_flight[0], in_flight[1], [int(x) for x in parts[1:]])
+                stats.acked += 1
+                in_flight = None
+            elif parts[0] == "F":
+                stats.failed += 1
+                if in_flight[0] == "add":
+                    exp.failed_js.add(in_flight[1][0])
+                elif in_flight[0] == "batch":
+                    exp.failed_js.update(range(in_flight[1][0], in_flight[1][0] + in_flight[1][1]))
+                fired = max(fired, int(parts[1]))
+                in_flight = None  # it raised: nothing of it may be there (checked by _verify)
+            elif parts[0] == "P":
+                stats.poisoned += 1
+            elif parts[0] == "E":
+                stats.problems.append(f"trial {trial}: {ln}")
+        stats.faults_fired += fired
+        if in_flight is not None:
+            stats.killed_in_flight += 1
+        _verify(path, exp, in_flight, stats, trial)
+        if stats.problems:
+            if log:
+                log(stats.problems[-1])
+            break
+        if log and (trial + 1) % 100 == 0:
+            log(f"{trial + 1} trials: {stats.acked} acknowledged, {stats.failed} raised, "
+                f"{stats.killed_in_flight} kills mid-call")
+    # A campaign where (almost) nothing succeeds proves nothing: the writes must mostly work.
+    if stats.trials == trials and stats.acked < 2 * trials:
+        stats.problems.append(f"only {stats.acked} operations were acknowledged in {trials} trials")
+    if stats.trials == trials and stats.poisoned > trials // 4:
+        stats.problems.append(f"{stats.poisoned} of {trials} trials ended with the store refusing writes")
+    return stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fsync", default="always", choices=["always", "batch", "never"])
+    ap.add_argument("--trials-per-store", type=int, default=25)
+    ap.add_argument("--fault-rate", type=float, default=0.4)
+    ap.add_argument("--json", help="write the summary here")
+    a = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="memkern-crash-"))
+    t0 = time.perf_counter()
+    try:
+        st = run_campaign(a.trials, root, seed=a.seed, fsync=a.fsync, trials_per_store=a.trials_per_store,
+                          fault_rate=a.fault_rate)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    dt = time.perf_counter() - t0
+    summary = {
+        "trials": st.trials, "fsync": a.fsync, "seed": a.seed, "acknowledged_ops": st.acked,
+        "raised_ops": st.failed, "faults_fired": st.faults_fired, "poisoned_stores": st.poisoned,
+        "kills_mid_call": st.killed_in_flight, "in_flight_that_landed": st.in_flight_landed,
+        "problems": st.problems, "seconds": round(dt, 1),
+    }
+    print(json.dumps(summary, indent=1))
+    print(f"{st.trials} SIGKILL trials in {dt:.0f} s: {st.acked} acknowledged operations, {st.failed} raised "
+          f"(injected faults fired {st.faults_fired} times, {st.poisoned} stores refused writes until reopened), "
+          f"{st.killed_in_flight} kills inside a call; acknowledged writes lost or damaged: "
+          f"{'NONE' if not st.problems else len(st.problems)}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(summary, indent=1))
+    sys.exit(1 if st.problems else 0)
+
+
+if __name__ == "__main__":
+    main()
