@@ -232,12 +232,14 @@ def test_replay_buffer_is_bounded_revisited_and_persisted(tmp_path):
     assert rr.replay_len == 10
     assert [s["n_replay"] for s in stats] == [0, 3, 3, 3, 3, 3]
     assert [s["n_rows"] for s in stats] == [4, 7, 7, 7, 7, 7]
-    newest = rr._replay[-1]
+    rows = rr.trainer.replay_rows()            # FIFO order, oldest first
+    assert rows["q"].shape == (10, 8) and rows["C"].shape == (10, 6, 8) and rows["idx"].shape == (10, 2)
     rr.save(tmp_path / "r.pt")
     rr2 = Reranker.load(tmp_path / "r.pt")
     assert rr2.replay_len == 10
-    for a, b in zip(newest, rr2._replay[-1]):
-        assert torch.equal(a, b)
+    rows2 = rr2.trainer.replay_rows()
+    for k in rows:
+        assert torch.equal(rows[k], rows2[k]), k
     # replay_size=None replays as many rows as the new batch; capacity 0 disables it
     rr3 = Reranker(8, top_m=2, replay_capacity=50)
     _, _, stats = _train(task, rr3, 3, B=5)

@@ -58,6 +58,7 @@ import torch
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
 
 __all__ = [
+    "RerankScores",
     "RerankForward",
     "GumbelTopM",
     "ReinforceGrad",
@@ -395,18 +396,18 @@ def _check_logp(logp):
 # ----------------------------------------------------------------------------------------------
 # torch backend
 # ----------------------------------------------------------------------------------------------
-def _t_adapt(q2, Wq, Wm):
+def _t_adapt(q2, Wq, Wm, dt=torch.float32):
     # q' = q + Wq q ; r = q' + Wm^T q'   (row form: Q' = Q + Q Wq^T, R = Q' + Q' Wm)
-    q = q2.float()
-    qp = torch.nn.functional.linear(q, Wq.float()).add_(q)
-    r = torch.addmm(qp, qp, Wm.float())
+    q = q2.to(dt)
+    qp = torch.addmm(q, q, Wq.to(dt).t())
+    r = torch.addmm(qp, qp, Wm.to(dt))
     return q, qp, r
 
 
-def _t_cands(dense, ids, table):
+def _t_cands(dense, ids, table, dt=torch.float32):
     if dense is not None:
-        return dense.float()
-    return table[ids.clamp_min(0)].float()  # padding rows gather row 0; g is 0 there
+        return dense.to(dt)
+    return table[ids.clamp_min(0)].to(dt)  # padding rows gather row 0; g is 0 there
 
 
 def _t_scores(r, C, valid):
@@ -486,10 +487,10 @@ def _t_grads(q, qp, Wm, C, g):
 # ----------------------------------------------------------------------------------------------
 # public ops
 # ----------------------------------------------------------------------------------------------
-def _forward(backend, q2, Wq, Wm, dense, ids, table, valid):
+def _forward(backend, q2, Wq, Wm, dense, ids, table, valid, dt=torch.float32):
     if backend == "torch":
-        q, qp, r = _t_adapt(q2, Wq, Wm)
-        C = _t_cands(dense, ids, table)
+        q, qp, r = _t_adapt(q2, Wq, Wm, dt)
+        C = _t_cands(dense, ids, table, dt)
         return q, qp, r, C, _t_scores(r, C, valid)
     k = _kernels()
     q, qp, r = k.adapt(q2, Wq, Wm)
@@ -497,9 +498,78 @@ def _forward(backend, q2, Wq, Wm, dense, ids, table, valid):
     return q, qp, r, None, scores
 
 
+class RerankScores(torch.autograd.Function):
+    """Differentiable scores ``s_bi = m_bi . ((I + Wm)^T (I + Wq) q_b)`` (composable autograd op).
+
+    ``RerankScores.apply(q [B, d], Wq [d, d], Wm [d, d], candidates, ids, valid, backend)`` with
+    ``candidates`` dense ``[B, K, d]`` (``ids`` None) or a table ``[N, d]`` addressed by int64
+    ``ids [B, K]`` (``-1`` = padding), ``valid`` an optional bool ``[B, K]`` (False = padding, score
+    ``-inf``, zero gradient) and ``backend`` ``"torch"`` or ``"triton"`` (already resolved: use
+    :func:`rerank_scores`, which validates, resolves and logs the choice). Forward: the torch path
+    (batched GEMMs; float64 inputs are computed in float64, everything else in float32) or the fused
+    Triton scoring kernel after two cuBLAS GEMMs. Backward (closed form; row vectors, ``G = dL/dS``
+    with padding zeroed)::
+
+        u_b = sum_i g_bi m_bi            (dL/dr_b; Triton: one program per query)
+        dWm = Q'^T U                     (r = q' + q' Wm)
+        V   = U + U Wm^T                 (dL/dq')
+        dWq = V^T Q,  dQ = V + V Wq      (q' = q + q Wq^T)
+        dm_bi = g_bi r_b                 (dense candidates; a table gets these rows index-added)
+
+    First-order only (``once_differentiable``).
+    """
+
+    @staticmethod
+    def forward(ctx, q2, Wq, Wm, candidates, ids, valid, backend):
+        dt = torch.float64 if (backend == "torch" and q2.dtype == torch.float64) else torch.float32
+        dense, table = (candidates, None) if ids is None else (None, candidates)
+        q, qp, r, _, s = _forward(backend, q2, Wq, Wm, dense, ids, table, valid, dt)
+        ctx.backend = backend
+        ctx.dtypes = (q2.dtype, Wq.dtype, Wm.dtype, candidates.dtype)
+        ctx.save_for_backward(q, qp, r, Wq, Wm, candidates, ids, valid)
+        return s
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gs):
+        q, qp, r, Wq, Wm, cands, ids, valid = ctx.saved_tensors
+        dt = r.dtype
+        g = gs.to(dt)
+        if valid is not None:
+            g = g.masked_fill(~valid, 0.0)
+        dense, table = (cands, None) if ids is None else (None, cands)
+        if ctx.backend == "torch":
+            U = torch.bmm(g.unsqueeze(1), _t_cands(dense, ids, table, dt)).squeeze(1)
+        else:
+            U = _kernels().combine(g, dense, ids, table)
+        need = ctx.needs_input_grad
+        dq = dWq = dWm = dC = None
+        if need[2]:
+            dWm = torch.mm(qp.t(), U).to(ctx.dtypes[2])
+        if need[0] or need[1]:
+            V = torch.addmm(U, U, Wm.to(dt).t())
+            if need[1]:
+                dWq = torch.mm(V.t(), q).to(ctx.dtypes[1])
+            if need[0]:
+                dq = torch.addmm(V, V, Wq.to(dt)).to(ctx.dtypes[0])
+        if need[3]:
+            rows = g.unsqueeze(-1) * r.unsqueeze(1)                     # [B, K, d]
+            if ids is None:
+                dC = rows.to(ctx.dtypes[3])
+            else:
+                dC = torch.zeros(table.shape, dtype=dt, device=table.device)
+                dC.index_add_(0, ids.clamp_min(0).reshape(-1), rows.reshape(-1, rows.shape[-1]))
+                dC = dC.to(ctx.dtypes[3])
+        return dq, dWq, dWm, dC, None, None, None
+
+
 def rerank_scores(q, Wq, Wm, candidates, ids=None, mask=None, *, backend="auto", check=False,
                   return_intermediates=False):
     """Scores of candidates under the residual adapters, ``s_i = m_i . ((I + Wm)^T (I + Wq) q)``.
+
+    Differentiable in ``q``, ``Wq``, ``Wm`` and ``candidates`` (dense, or the table): when grad
+    mode is on and one of them requires grad, the scores come from :class:`RerankScores` (closed-form
+    backward, fused on the Triton path), so any loss and optimizer can train the adapters.
 
     Parameters
     ----------
@@ -514,12 +584,18 @@ def rerank_scores(q, Wq, Wm, candidates, ids=None, mask=None, *, backend="auto",
 
     Returns
     -------
-    scores : float32 ``[B, K]`` (``[K]`` for a 1-D ``q``); padding is ``-inf``.
+    scores : float32 ``[B, K]`` (``[K]`` for a 1-D ``q``; float64 for a float64 ``q`` on the torch
+    backend); padding is ``-inf``.
     With ``return_intermediates=True``: :class:`RerankForward` ``(qp, r, scores)``.
     """
     q2, squeezed, dense, ids, table, valid = _prepare(q, Wq, Wm, candidates, ids, mask, check)
     be = resolve_backend(backend, q2.device)
-    _, qp, r, _, s = _forward(be, q2, Wq, Wm, dense, ids, table, valid)
+    if (not return_intermediates and torch.is_grad_enabled()
+            and any(t.requires_grad for t in (q2, Wq, Wm, candidates))):
+        s = RerankScores.apply(q2, Wq, Wm, dense if dense is not None else table, ids, valid, be)
+        return s[0] if squeezed else s
+    dt = torch.float64 if (be == "torch" and q2.dtype == torch.float64) else torch.float32
+    _, qp, r, _, s = _forward(be, q2, Wq, Wm, dense, ids, table, valid, dt)
     if return_intermediates:
         return RerankForward(qp, r, s)
     return s[0] if squeezed else s
