@@ -434,8 +434,7 @@ def _t_logp(z, idx, logp):
         lse = torch.logsumexp(z, dim=1, keepdim=True)
     else:
         lse = _t_stage_lse(z, idx)[0]
-    out = zsel - lse
-    return torch.where(idx >= 0, out, torch.zeros_like(out))
+    return (zsel - lse).masked_fill(idx < 0, 0.0)
 
 
 def _t_sample(scores, m, tau, seed, offset, greedy, logp):
@@ -448,30 +447,27 @@ def _t_sample(scores, m, tau, seed, offset, greedy, logp):
         u = philox_uniform(seed, offs).clamp_min(_U_MIN)
         keys = z + (-torch.log(-torch.log(u)))
     top = torch.topk(keys, m, dim=1)
-    idx = torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
+    idx = top.indices.masked_fill(~(top.values > float("-inf")), -1)   # padding (and NaN keys) -> -1
     return idx, _t_logp(z, idx, logp)
 
 
 def _t_g(scores, idx, adv, tau, logp, B):
     """g = dL/ds [B, K] and loss, from scores (fp32, -inf padding), selection and advantages."""
+    # adv is already 0 on -1 slots (callers mask it)
     z = scores / tau
-    Bk, K = z.shape
-    adv = torch.where(idx >= 0, adv, torch.zeros_like(adv))
+    sel = idx.clamp_min(0)
     if logp == "softmax":
         p = torch.softmax(z, dim=1)                                   # [B, K]
-        onehot = torch.zeros_like(z).scatter_add_(1, idx.clamp_min(0), adv)   # sum_j A_j 1[i=sigma_j]
+        onehot = torch.zeros_like(z).scatter_add_(1, sel, adv)        # sum_j A_j 1[i=sigma_j]
         gpos = onehot - p * adv.sum(1, keepdim=True)
         lse = torch.logsumexp(z, dim=1, keepdim=True)
-        lp = z.gather(1, idx.clamp_min(0)) - lse
     else:
         lse, zz, onehot = _t_stage_lse(z, idx)                        # [B,M], [B,M,K], [B,M,K]
         P = torch.nan_to_num(torch.exp(zz - lse.unsqueeze(-1)), nan=0.0)   # stage probabilities
         gpos = torch.einsum("bm,bmk->bk", adv, onehot.float() - P)
-        lp = z.gather(1, idx.clamp_min(0)) - lse
-    lp = torch.where(idx >= 0, lp, torch.zeros_like(lp))
-    g = gpos * (-1.0 / (B * tau))
-    g = torch.nan_to_num(g, nan=0.0)  # rows with no valid candidate
-    loss = -(adv * lp).sum() / B
+    lp = (z.gather(1, sel) - lse).masked_fill(idx < 0, 0.0)
+    g = torch.nan_to_num(gpos * (-1.0 / (B * tau)), nan=0.0)  # NaN: rows with no valid candidate
+    loss = (adv * lp).sum() * (-1.0 / B)
     return g, loss
 
 
@@ -479,7 +475,7 @@ def _t_grads(q, qp, Wm, C, g):
     # u = M^T g ; dWm = Q'^T U ; V = U + U Wm^T ; dWq = V^T Q
     U = torch.bmm(g.unsqueeze(1), C).squeeze(1)
     dWm = torch.mm(qp.t(), U)
-    V = torch.nn.functional.linear(U, Wm.float()).add_(U)
+    V = torch.addmm(U, U, Wm.to(U.dtype).t())
     dWq = torch.mm(V.t(), q)
     return dWq, dWm
 

@@ -277,8 +277,7 @@ class Reranker(nn.Module):
         """
         cands, ids = self._split(candidates)
         m = self.top_m if m is None else m
-        fwd = ops.rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
-                                backend=self.backend)
+        fwd = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
         scores = fwd if fwd.dim() == 2 else fwd.unsqueeze(0)
         B, K = scores.shape
         if m > K:
@@ -298,7 +297,7 @@ class Reranker(nn.Module):
         idx, lp = sel.indices, sel.logp
         if squeezed:
             idx, lp = idx[0], lp[0]
-        return Selection(idx, fwd, lp, q.detach(), cands, ids, mask, seed_i, off, greedy, squeezed)
+        return Selection(idx, fwd, lp, q.detach() if q.requires_grad else q, cands, ids, mask, seed_i, off, greedy, squeezed)
 
     # ------------------------------------------------------------------ update
     _as_rewards = staticmethod(_as_rewards)

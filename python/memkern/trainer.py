@@ -100,6 +100,9 @@ class UpdateStats(Mapping):
             raise KeyError(key)
         if key == "reward_rate":
             pos, valid = self.tensors["n_pos"], self.tensors["n_valid"]
+            if pos is None:
+                slot = self.tensors["idx"] >= 0
+                pos, valid = (slot & (self.tensors["R"] > 0)).sum(), slot.sum()
             return float(pos) / max(float(valid), 1.0)
         v = self.tensors[key]
         if key in ("n_rows", "n_replay", "step"):
@@ -191,7 +194,7 @@ class ReinforceTrainer:
         self._rlen = 0                                 # rows in the ring
         self._rpos = 0                                 # next write position
         self._replay_draws = 0
-        self._win: torch.Tensor | None = None          # [pos, slots, non-finite steps] since the last check
+        self._win: list[torch.Tensor] | None = None    # 0-dim (pos, slots, non-finite steps) since the last check
         self._win_steps = 0
         self._since_check = 0
         # host guard state
@@ -226,9 +229,32 @@ class ReinforceTrainer:
         return [self.reranker.Wq, self.reranker.Wm]
 
     def _norm(self) -> torch.Tensor:
-        """``sqrt(|Wq|^2 + |Wm|^2)`` as a 0-dim fp32 tensor (no sync)."""
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.detach() for p in self._params]))
-                                        .float())
+        """``sqrt(|Wq|^2 + |Wm|^2)`` as a 0-dim tensor (no sync)."""
+        with torch.no_grad():
+            return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(self._params)))
+
+    def _consts(self, device):
+        """Cached 0-dim ``(0., 1.)`` on ``device`` (torch.where with them is one op, no scalar wrap)."""
+        c = self.__dict__.get("_const")
+        if c is None or c[0].device != device:
+            c = self._const = (torch.zeros((), device=device), torch.ones((), device=device))
+        return c
+
+    def _grad_buffers(self, W):
+        buf = self.__dict__.get("_gbuf")
+        if buf is None or buf[0].device != W.device or buf[0].shape != W.shape:
+            buf = self._gbuf = [torch.empty(W.shape, dtype=torch.float32, device=W.device) for _ in range(2)]
+        return buf
+
+    def _plain_sgd(self) -> bool:
+        """The optimizer is torch.optim.SGD without momentum/decay/maximize: its step is ``p -= lr g``,
+        done here as one foreach op (the optimizer's own step adds profiler and per-param ops)."""
+        opt = self.optimizer
+        if type(opt) is not torch.optim.SGD or len(opt.param_groups) != 1:
+            return False
+        g = opt.param_groups[0]
+        return (g.get("momentum", 0) == 0 and g.get("weight_decay", 0) == 0 and not g.get("maximize", False)
+                and not g.get("nesterov", False) and isinstance(g.get("lr"), float) and len(g["params"]) == 2)
 
     @property
     def rollbacks(self) -> int:
@@ -318,9 +344,7 @@ class ReinforceTrainer:
         B_new = idx_new.shape[0]
         if self.guard and self._good_state is None:
             self._good_state = self._snapshot()       # the initial adapters (zero, or the loaded state)
-        slot_new = idx_new >= 0
-        n_valid_new = slot_new.sum()
-        n_pos_new = (slot_new & (R_new > 0)).sum()
+        zero, one = self._consts(dev)
 
         n_replay = 0
         if self.replay_capacity > 0:
@@ -381,37 +405,54 @@ class ReinforceTrainer:
             # population variance (divisor n) of the slots' advantages; no scaling when n <= 1
             mu = adv.sum() / n_slot1
             var = (((adv - mu) * slot_f) ** 2).sum() / n_slot1
-            adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), torch.ones_like(var))
-        # ---- closed-form gradient
-        out = ops.reinforce_grad(q_all, rr.Wq.detach(), rr.Wm.detach(), cands, idx, adv, ids=ids, mask=mask,
-                                 tau=rr.tau, baseline=0.0, logp=rr.logp, backend=rr.backend)
-        grads = [out.dWq, out.dWm]
-        gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        finite = torch.isfinite(gnorm) & torch.isfinite(out.loss)
-        if self.clip_grad_norm is not None:
-            scale = (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0)
+            adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)
+        # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
+        Wq, Wm = rr.Wq, rr.Wm
+        q2, _, dense, ids2, table, valid2 = ops._prepare(q_all, Wq, Wm, cands, ids, mask, False)
+        be = ops.resolve_backend(rr.backend, q2.device)
+        qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+        Bn, tau = q2.shape[0], float(rr.tau)
+        if be == "torch":
+            g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+            U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
         else:
-            scale = torch.ones_like(gnorm)
-        scale = torch.where(finite, scale, torch.zeros_like(scale))
-        grads = [torch.where(finite, g, 0.0) for g in grads]      # a non-finite step moves nothing
+            _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
+        # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T, written into persistent buffers (no fresh
+        # d x d allocation per step)
+        grads = self._grad_buffers(Wq)
+        torch.mm(qp.t(), U, out=grads[1])
+        V = torch.addmm(U, U, Wm.t().to(U.dtype))
+        torch.mm(V.t(), qf, out=grads[0])
+        gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        finite = (gnorm + loss).mul(0.0).eq(0.0)          # False iff the loss or the gradient is inf/NaN
+        if self.clip_grad_norm is not None:
+            scale = torch.where(finite, (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0), zero)
+        else:
+            scale = torch.where(finite, one, zero)
+        for gb in grads:                                   # a non-finite step moves nothing
+            torch.where(finite, gb, zero, out=gb)
         torch._foreach_mul_(grads, scale)
-        for p, g in zip(self._params, grads):
-            p.grad = g.to(p.dtype)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        params = self._params
+        if self._plain_sgd():
+            lr_now = self.optimizer.param_groups[0]["lr"]
+            torch._foreach_add_(params, [g.to(p.dtype) for p, g in zip(params, grads)], alpha=-lr_now)
+        else:
+            for p, gb in zip(params, grads):
+                p.grad = gb.to(p.dtype)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            lr_now = self.optimizer.param_groups[0].get("lr", self.lr)
         # ---- decay and max-norm projection: one multiply of both adapters
-        lr_now = self.optimizer.param_groups[0].get("lr", self.lr)
-        f = min(1.0, max(0.0, 1.0 - lr_now * self.weight_decay))
+        f = min(1.0, max(0.0, 1.0 - float(lr_now) * self.weight_decay))
         if self.max_norm is not None or self.weight_decay > 0:
             n = self._norm()
             if self.max_norm is not None:
-                proj = (self.max_norm / (n * f + 1e-30)).clamp_max(1.0)
-                proj = torch.where(torch.isfinite(n), proj, torch.ones_like(proj))
-                factor = proj * f
+                # min(1, max_norm / |f W|); a non-finite norm leaves the projection to the guard
+                factor = (self.max_norm / (n * f + 1e-30)).clamp_max(1.0).nan_to_num(1.0).mul(f)
             else:
                 factor = torch.full_like(n, f)
-            factor = torch.where(finite, factor, torch.ones_like(factor))
-            torch._foreach_mul_(self._params, factor)
+            factor = torch.where(finite, factor, one)
+            torch._foreach_mul_(params, factor)
             adapter_norm = n * factor
         else:
             adapter_norm = None
@@ -419,10 +460,16 @@ class ReinforceTrainer:
         if self.replay_capacity > 0:
             self._write_ring(q, C, valid, idx_p, R_p)
         rolled = 0.0
+        n_pos_new = n_valid_new = None
         if self.guard:
+            slot_new = idx_new >= 0
+            n_valid_new = slot_new.sum()
+            n_pos_new = (slot_new & (R_new > 0)).sum()
             if self._win is None:
-                self._win = torch.zeros(3, device=dev)
-            self._win.add_(torch.stack([n_pos_new.float(), n_valid_new.float(), (~finite).float()]))
+                self._win = [torch.zeros((), device=dev) for _ in range(3)]   # positives, slots, bad steps
+            self._win[0].add_(n_pos_new)
+            self._win[1].add_(n_valid_new)
+            self._win[2].add_(~finite)
             self._win_steps += 1
             self._since_check += 1
             if self._since_check >= self.guard_every:
@@ -432,7 +479,7 @@ class ReinforceTrainer:
                     adapter_norm = None
         if adapter_norm is None:
             adapter_norm = self._norm()
-        return UpdateStats(loss=out.loss, n_pos=n_pos_new, n_valid=n_valid_new, grad_norm=gnorm,
+        return UpdateStats(loss=loss, n_pos=n_pos_new, n_valid=n_valid_new, idx=idx_new, R=R_new, grad_norm=gnorm,
                            adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
                            baseline=base_stat, rolled_back=rolled, step=self.steps)
 
@@ -462,12 +509,13 @@ class ReinforceTrainer:
 
     def _reset_window(self) -> None:
         if self._win is not None:
-            self._win.zero_()
+            torch._foreach_zero_(self._win)
         self._win_steps = 0
 
     def _check(self) -> bool:
         """The guard's periodic check: one device-to-host read of (norm, window sums). True = rolled back."""
-        norm, pos, slots, bad = torch.cat([self._norm().reshape(1), self._win]).tolist()
+        # the one host read of the step: norm, window sums (ONE transfer, every guard_every updates)
+        norm, pos, slots, bad = torch.stack([self._norm().float(), *self._win]).tolist()
         if bad > 0:
             self._win[2].zero_()
             log.warning("memkern.Reranker.update: %d of the last %d steps had a non-finite loss/gradient and "
@@ -518,7 +566,7 @@ class ReinforceTrainer:
             replay = {k: v.cpu() for k, v in rows.items()}
             replay["K"] = torch.full((n,), rows["C"].shape[1], dtype=torch.int64)
             replay["M"] = torch.full((n,), rows["idx"].shape[1], dtype=torch.int64)
-        win = self._win.tolist() if self._win is not None else [0.0, 0.0, 0.0]
+        win = torch.stack(self._win).tolist() if self._win is not None else [0.0, 0.0, 0.0]
         return {"steps": self.steps, "running_baseline": None if self._rb is None else float(self._rb),
                 "replay": replay, "replay_pos": self._rpos, "replay_draws": self._replay_draws,
                 "window": [(win[0], win[1])], "window_steps": self._win_steps, "since_check": self._since_check,
@@ -555,8 +603,8 @@ class ReinforceTrainer:
                                  R.to(dev).float())
         self._replay_draws = int(state["replay_draws"])
         window = list(state["window"])
-        self._win = torch.tensor([float(sum(w[0] for w in window)), float(sum(w[1] for w in window)), 0.0],
-                                 device=dev)
+        self._win = [torch.tensor(float(v), device=dev)
+                     for v in (sum(w[0] for w in window), sum(w[1] for w in window), 0.0)]
         self._win_steps = int(state.get("window_steps", len(window)))
         self._since_check = int(state.get("since_check", 0))
         self._best_rate = state["best_rate"]
