@@ -281,3 +281,24 @@ def test_files_saved_by_format_1_still_load_and_train(tmp_path):
     rr.save(tmp_path / "r.pt")
     assert torch.load(tmp_path / "r.pt", weights_only=True)["_extra_state"]["format_version"] == 2
     assert Reranker.load(tmp_path / "r.pt").steps == 11
+
+
+def test_update_reuses_the_selection_forward_only_while_the_adapters_are_unchanged(device):
+    # select() hands its q' and scores to update(); if the adapters (or inputs) changed in between, the
+    # gradient must be taken at the current adapters, like memkern.ops.reinforce_grad
+    d, M = 10, 3
+    q, C, mask = _batch(d=d, device=device)
+    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
+    for change in (False, True):
+        rr = _bare(d, M, device)
+        sel = rr.select(q, C, mask=mask, seed=3)
+        assert "_forward" in sel.__dict__
+        if change:
+            with torch.no_grad():
+                rr.Wm.mul_(-2.0)
+        W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
+        slot = sel.indices.cpu() >= 0
+        dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+        rr.update(sel, R)
+        torch.testing.assert_close(rr.Wq.detach().cpu().double(), W0[0] - 0.1 * dWq, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(rr.Wm.detach().cpu().double(), W0[1] - 0.1 * dWm, rtol=1e-5, atol=1e-6)

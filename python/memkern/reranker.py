@@ -138,6 +138,14 @@ class Selection:
         return out[0] if self.squeezed else out
 
 
+def _forward_key(*tensors):
+    """Identity and in-place version of each tensor (None entries skipped); None if unavailable."""
+    try:
+        return tuple((id(t), t._version) for t in tensors if t is not None)
+    except RuntimeError:             # inference-mode tensors have no version counter
+        return None
+
+
 class Reranker(nn.Module):
     """Residual-adapter reranker trained online by REINFORCE from citation rewards.
 
@@ -277,8 +285,9 @@ class Reranker(nn.Module):
         """
         cands, ids = self._split(candidates)
         m = self.top_m if m is None else m
-        fwd = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
-        scores = fwd if fwd.dim() == 2 else fwd.unsqueeze(0)
+        inter = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
+                                  return_intermediates=True)
+        scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
         if m > K:
             raise bad_arg("m", f"m <= K = {K} (number of candidates); top_m is {self.top_m}", m)
@@ -297,7 +306,16 @@ class Reranker(nn.Module):
         idx, lp = sel.indices, sel.logp
         if squeezed:
             idx, lp = idx[0], lp[0]
-        return Selection(idx, fwd, lp, q.detach() if q.requires_grad else q, cands, ids, mask, seed_i, off, greedy, squeezed)
+        qd = q.detach() if q.requires_grad else q
+        out = Selection(idx, scores[0] if squeezed else scores, lp, qd, cands, ids, mask, seed_i, off, greedy,
+                        squeezed)
+        # the forward intermediates, reused by update() while nothing they depend on has changed (checked
+        # by the tensors' in-place version counters); not a dataclass field, so copies/concatenations of
+        # the selection (e.g. RMM's reward buffer) never carry a stale one
+        key = _forward_key(self.Wq, self.Wm, qd, cands, ids, mask)
+        if key is not None:
+            out.__dict__["_forward"] = (key, inter.qp, scores)
+        return out
 
     # ------------------------------------------------------------------ update
     _as_rewards = staticmethod(_as_rewards)

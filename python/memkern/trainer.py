@@ -42,6 +42,12 @@ import torch
 from . import ops
 from .errors import MemkernTypeError, bad_arg
 
+
+def _forward_key(*tensors):
+    from .reranker import _forward_key as key
+
+    return key(*tensors)
+
 __all__ = ["ReinforceTrainer", "UpdateStats", "TRAINER_PRESETS"]
 
 log = logging.getLogger("memkern")
@@ -410,7 +416,14 @@ class ReinforceTrainer:
         Wq, Wm = rr.Wq, rr.Wm
         q2, _, dense, ids2, table, valid2 = ops._prepare(q_all, Wq, Wm, cands, ids, mask, False)
         be = ops.resolve_backend(rr.backend, q2.device)
-        qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+        cached = selection.__dict__.get("_forward") if n_replay == 0 and self.replay_capacity == 0 else None
+        if cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, selection.candidates,
+                                                            selection.ids, selection.mask):
+            # select() computed q' and the scores at these very adapters and inputs: reuse them
+            qf, qp, scores = q2.float(), cached[1], cached[2]
+            Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
+        else:
+            qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
         Bn, tau = q2.shape[0], float(rr.tau)
         if be == "torch":
             g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
