@@ -85,11 +85,22 @@ def _resolve_optimizer(spec, params, lr):
                   MemkernTypeError)
 
 
+class _LazyNorm:
+    """The adapters' norm, computed when read (``float()``); for steps that did not compute it."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def __float__(self):
+        return float(self.trainer._norm())
+
+
 class UpdateStats(Mapping):
     """Statistics of one update, read lazily: values stay device tensors until a key is read.
 
     Keys: ``loss``, ``reward_rate`` (fraction of the new valid slots with reward > 0),
-    ``grad_norm`` (before clipping), ``adapter_norm`` (after the step), ``n_rows`` (new +
+    ``grad_norm`` (before clipping), ``adapter_norm`` (after the step; for settings without decay,
+    max-norm or guard it is the adapters' norm when read), ``n_rows`` (new +
     replayed), ``n_replay``, ``baseline`` (the baseline used), ``rolled_back`` (0/1; only guard
     check steps can roll back), ``step``. Reading a key returns a Python float (int for ``n_rows``,
     ``n_replay``, ``step``) and synchronises with the device; :attr:`tensors` gives the raw values.
@@ -438,13 +449,10 @@ class ReinforceTrainer:
         torch.mm(V.t(), qf, out=grads[0])
         gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         finite = (gnorm + loss).mul(0.0).eq(0.0)          # False iff the loss or the gradient is inf/NaN
-        if self.clip_grad_norm is not None:
-            scale = torch.where(finite, (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0), zero)
-        else:
-            scale = torch.where(finite, one, zero)
         for gb in grads:                                   # a non-finite step moves nothing
             torch.where(finite, gb, zero, out=gb)
-        torch._foreach_mul_(grads, scale)
+        if self.clip_grad_norm is not None:
+            torch._foreach_mul_(grads, (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0))
         params = self._params
         if self._plain_sgd():
             lr_now = self.optimizer.param_groups[0]["lr"]
@@ -490,8 +498,8 @@ class ReinforceTrainer:
                 rolled = float(self._check())
                 if rolled:
                     adapter_norm = None
-        if adapter_norm is None:
-            adapter_norm = self._norm()
+        if adapter_norm is None:       # not computed by the step: read from the adapters when asked for
+            adapter_norm = _LazyNorm(self)
         return UpdateStats(loss=loss, n_pos=n_pos_new, n_valid=n_valid_new, idx=idx_new, R=R_new, grad_norm=gnorm,
                            adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
                            baseline=base_stat, rolled_back=rolled, step=self.steps)
