@@ -44,6 +44,10 @@ on ``logging.getLogger("memkern")``). Both backends draw the *same* uniforms for
 ``(seed, offset)`` (the torch path implements Triton's Philox4x32-10 bit for bit), so they select
 the same items except where two keys differ only by float rounding.
 
+``rerank_scores`` is also a composable autograd op (:class:`RerankScores`, closed-form backward;
+fused on the Triton path): gradients reach ``q``, ``Wq``, ``Wm`` and the candidates whenever one of
+them requires grad.
+
 Naive float64 references (explicit ``m'``, autograd) used by the tests live in
 ``memkern._reference``; the Triton kernels are in ``memkern.kernels.rerank``.
 """

@@ -54,12 +54,19 @@ Example (one online step; ``store.search`` gives ``ids [B, K]`` with ``-1`` padd
     rr.save(path)                                               # one file per namespace
 
 ``select(..., greedy=True)`` ranks without sampling (use it for evaluation). ``update`` returns
-``loss``, ``reward_rate``, ``grad_norm``, ``adapter_norm``, ``n_rows``, ``n_replay``, ``baseline``,
-``rolled_back`` and ``step``.
+an :class:`memkern.trainer.UpdateStats` mapping with ``loss``, ``reward_rate``, ``grad_norm``,
+``adapter_norm``, ``n_rows``, ``n_replay``, ``baseline``, ``rolled_back`` and ``step`` (values are
+device tensors until read; reading one synchronises).
+
+Any loss can train the module instead (``forward`` is differentiable)::
+
+    loss = torch.nn.functional.cross_entropy(rr(q, cands), gold_position)    # supervised warm start
+    loss.backward(); opt.step()
 
 Persistence: ``state_dict()`` holds ``Wq``, ``Wm`` and an extra state (settings, counters,
-optimizer state, running baseline, replay buffer, guard state); ``save(path)`` /
-``Reranker.load(path)`` write/read it atomically, so each namespace can keep its own file.
+optimizer state, running baseline, replay ring, guard state; format 2, format-1 files still load);
+``save(path)`` / ``Reranker.load(path)`` write/read it atomically, so each namespace can keep its
+own file.
 """
 from __future__ import annotations
 
