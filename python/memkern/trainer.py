@@ -441,23 +441,30 @@ class ReinforceTrainer:
             U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
         else:
             _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
-        # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T, written into persistent buffers (no fresh
-        # d x d allocation per step)
+        # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T. Non-finite inputs are caught on the small
+        # factors ([B, d]): a non-finite loss or factor zeroes them all, so the step moves nothing
+        # (and no d x d pass is spent on masking). The products go into persistent buffers.
+        V = torch.addmm(U, U, Wm.t().to(U.dtype))
+        small = torch.cat([U, V, qp, qf])
+        finite = (small.sum() + loss).mul(0.0).eq(0.0)    # False iff something is inf/NaN
+        U, V, qp, qf = torch.where(finite, small, zero).split(Bn)
         grads = self._grad_buffers(Wq)
         torch.mm(qp.t(), U, out=grads[1])
-        V = torch.addmm(U, U, Wm.t().to(U.dtype))
         torch.mm(V.t(), qf, out=grads[0])
         gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        finite = (gnorm + loss).mul(0.0).eq(0.0)          # False iff the loss or the gradient is inf/NaN
-        for gb in grads:                                   # a non-finite step moves nothing
-            torch.where(finite, gb, zero, out=gb)
+        coef = None
         if self.clip_grad_norm is not None:
-            torch._foreach_mul_(grads, (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0))
+            coef = (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0)
         params = self._params
-        if self._plain_sgd():
+        if self._plain_sgd() and params[0].dtype == torch.float32 and params[1].dtype == torch.float32:
             lr_now = self.optimizer.param_groups[0]["lr"]
-            torch._foreach_add_(params, [g.to(p.dtype) for p, g in zip(params, grads)], alpha=-lr_now)
+            if coef is None:
+                torch._foreach_add_(params, grads, alpha=-lr_now)
+            else:                                      # W -= lr * min(1, clip / |g|) * g, one pass
+                torch._foreach_addcmul_(params, grads, [coef, coef], value=-lr_now)
         else:
+            if coef is not None:
+                torch._foreach_mul_(grads, coef)
             for p, gb in zip(params, grads):
                 p.grad = gb.to(p.dtype)
             self.optimizer.step()
