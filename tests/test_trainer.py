@@ -64,10 +64,11 @@ def test_advantage_normalisation_uses_the_population_std_of_the_valid_slots(devi
     sel = rr.select(q, C, mask=mask, seed=4)
     idx = sel.indices.cpu()
     assert int((idx < 0).sum()) == 1            # one -1 slot: it must not count in the mean or the variance
-    R = torch.tensor([[1.0, -1.0, -1.0], [1.0, 1.0, -1.0], [-1.0, 1.0, 7.0]])   # 7.0 sits on the -1 slot
+    R = torch.tensor([[1.0, -1.0, -1.0], [1.0, 1.0, -1.0], [-1.0, 1.0, float("nan")]])   # NaN on the -1 slot
     W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
     slot = idx >= 0
     a = torch.where(slot, R.double() - 0.5, torch.zeros((), dtype=torch.float64))
+    assert int(slot.sum()) == 8 and bool(torch.isnan(R[~slot]).all())
     n = int(slot.sum())
     mu = a.sum() / n
     std = math.sqrt(float((((a - mu) * slot) ** 2).sum()) / n)        # divisor n (population), not n - 1

@@ -399,29 +399,27 @@ class ReinforceTrainer:
                     mask = mask.unsqueeze(0)
             idx, R = idx_new, R_new
 
-        # ---- advantages (tensor ops; no branch on values)
+        # ---- advantages (tensor ops; no branch on values). Rewards of -1 slots are ignored, even NaN.
         slot = idx >= 0
-        slot_f = slot.float()
-        n_slot = slot_f.sum()
-        n_slot1 = n_slot.clamp_min(1.0)
+        n_slot = slot.sum()
+        n_slot1 = n_slot.clamp_min(1)
+        Rm = torch.where(slot, R, zero)
         if isinstance(self.baseline, float):
-            base = self.baseline
-            adv = (R - base) * slot_f
-            base_stat = base
+            base = base_stat = self.baseline
         else:
-            mean_now = (R * slot_f).sum() / n_slot1
+            mean_now = Rm.sum() / n_slot1
             if self.baseline == "batch_mean":
                 base = mean_now
             else:   # running_mean: the first batch uses its own mean
                 base = mean_now if self._rb is None else self._rb
                 mom = self.baseline_momentum
                 self._rb = mean_now.clone() if self._rb is None else self._rb * mom + mean_now * (1.0 - mom)
-            adv = (R - base) * slot_f
             base_stat = base
+        adv = torch.where(slot, Rm - base, zero)
         if self.normalize_advantages:
             # population variance (divisor n) of the slots' advantages; no scaling when n <= 1
             mu = adv.sum() / n_slot1
-            var = (((adv - mu) * slot_f) ** 2).sum() / n_slot1
+            var = torch.where(slot, adv - mu, zero).square().sum() / n_slot1
             adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)
         # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
         Wq, Wm = rr.Wq, rr.Wm
