@@ -303,3 +303,35 @@ def test_update_reuses_the_selection_forward_only_while_the_adapters_are_unchang
         rr.update(sel, R)
         torch.testing.assert_close(rr.Wq.detach().cpu().double(), W0[0] - 0.1 * dWq, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(rr.Wm.detach().cpu().double(), W0[1] - 0.1 * dWm, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
+@pytest.mark.parametrize("form", ["ids", "dense"])
+def test_replay_steps_that_reuse_the_selection_forward_equal_full_forward_steps(logp, form, device):
+    # with replay, update() scores only the replayed rows and takes the new rows' q' and scores from
+    # select(); a twin that drops that hand-over (full forward of all rows) must follow the same path,
+    # also when the adapters change between select and update (then nothing may be reused)
+    task = ref.SyntheticCitationTask(d=12, N=80, K=8, device=device)
+    kw = dict(top_m=3, replay_capacity=16, logp=logp, guard_window=4, guard_every=2, device=device)
+    a, b = Reranker(12, **kw), Reranker(12, **kw)
+    gen = torch.Generator().manual_seed(5)
+    table = task.table.to(device)
+    for step in range(9):
+        q, ids, gold = task.queries(4, gen)
+        q, ids = q.to(device), ids.to(device)
+        cands = (ids, table) if form == "ids" else table[ids]
+        mask = None if form == "ids" else (torch.arange(8, device=device) < 7).expand(4, 8)
+        R = task.rewards(torch.zeros(4, 3, dtype=torch.long), gold, gen)
+        sa = a.select(q, cands, mask=mask)
+        sb = b.select(q, cands, mask=mask)
+        sb.__dict__.pop("_forward")                 # b: no hand-over
+        if step == 5:
+            for r in (a, b):
+                with torch.no_grad():
+                    r.Wm.mul_(0.5)
+        a.update(sa, R)
+        b.update(sb, R)
+        assert a.trainer.replay_len == b.trainer.replay_len
+        torch.testing.assert_close(a.Wq, b.Wq, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a.Wm, b.Wm, rtol=1e-5, atol=1e-6)
+    assert float(a.Wq.detach().abs().sum()) > 0

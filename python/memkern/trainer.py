@@ -364,6 +364,7 @@ class ReinforceTrainer:
         zero, one = self._consts(dev)
 
         n_replay = 0
+        reuse = None
         if self.replay_capacity > 0:
             q, C, valid = _dense_rows(selection)
             K, M = C.shape[1], idx_new.shape[1]
@@ -378,12 +379,19 @@ class ReinforceTrainer:
             if size > 0:
                 pick = self._draw(size, q.device)
                 ring = self._ring
-                q_all = torch.cat([q, ring["q"].index_select(0, pick)])
-                C_all = torch.cat([C, ring["C"].index_select(0, pick)])
-                valid_all = torch.cat([valid, ring["valid"].index_select(0, pick)])
+                q_r, C_r, valid_r = (ring[k].index_select(0, pick) for k in ("q", "C", "valid"))
                 idx = torch.cat([idx_p, ring["idx"].index_select(0, pick)])
                 R = torch.cat([R_p, ring["R"].index_select(0, pick)])
                 n_replay = size
+                cached = selection.__dict__.get("_forward")
+                if (cached is not None and K == Kr
+                        and cached[0] == _forward_key(rr.Wq, rr.Wm, selection.q, selection.candidates,
+                                                      selection.ids, selection.mask)):
+                    # select() scored the new rows at these adapters: only the replayed rows need a forward
+                    reuse = (q, C, cached[1], cached[2])
+                    q_all, C_all, valid_all = q_r, C_r, valid_r
+                else:
+                    q_all, C_all, valid_all = (torch.cat(p) for p in ((q, q_r), (C, C_r), (valid, valid_r)))
             else:
                 q_all, C_all, valid_all, idx, R = q, C, valid, idx_p, R_p
             cands, ids, mask = C_all, None, valid_all
@@ -425,20 +433,37 @@ class ReinforceTrainer:
         Wq, Wm = rr.Wq, rr.Wm
         q2, _, dense, ids2, table, valid2 = ops._prepare(q_all, Wq, Wm, cands, ids, mask, False)
         be = ops.resolve_backend(rr.backend, q2.device)
-        cached = selection.__dict__.get("_forward") if n_replay == 0 and self.replay_capacity == 0 else None
-        if cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, selection.candidates,
-                                                            selection.ids, selection.mask):
-            # select() computed q' and the scores at these very adapters and inputs: reuse them
-            qf, qp, scores = q2.float(), cached[1], cached[2]
-            Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
+        tau = float(rr.tau)
+        cached = selection.__dict__.get("_forward") if self.replay_capacity == 0 else None
+        if reuse is not None:
+            # new rows from select() (q', scores at these adapters) + a forward of the replayed rows
+            qn, Cn, qp_n, s_n = reuse
+            qf_r, qp_r, _, Cf_r, s_r = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            qf, qp, scores = torch.cat([qn, qf_r]), torch.cat([qp_n, qp_r]), torch.cat([s_n, s_r])
+            Bn = qf.shape[0]
+            if be == "torch":
+                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                U = torch.cat([torch.bmm(g[:B_new].unsqueeze(1), Cn).squeeze(1),
+                               torch.bmm(g[B_new:].unsqueeze(1), Cf_r).squeeze(1)])
+            else:
+                k = ops._kernels()
+                _, l_n, U_n = k.reinforce_u(s_n, idx[:B_new], adv[:B_new], Cn, None, None, tau, rr.logp, Bn)
+                _, l_r, U_r = k.reinforce_u(s_r, idx[B_new:], adv[B_new:], dense, None, None, tau, rr.logp, Bn)
+                loss, U = l_n + l_r, torch.cat([U_n, U_r])
         else:
-            qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
-        Bn, tau = q2.shape[0], float(rr.tau)
-        if be == "torch":
-            g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
-            U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
-        else:
-            _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
+            if cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, selection.candidates,
+                                                                selection.ids, selection.mask):
+                # select() computed q' and the scores at these very adapters and inputs: reuse them
+                qf, qp, scores = q2.float(), cached[1], cached[2]
+                Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
+            else:
+                qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            Bn = q2.shape[0]
+            if be == "torch":
+                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
+            else:
+                _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
         # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T. Non-finite inputs are caught on the small
         # factors ([B, d]): a non-finite loss or factor zeroes them all, so the step moves nothing
         # (and no d x d pass is spent on masking). The products go into persistent buffers.
@@ -682,5 +707,19 @@ def _dense_rows(sel):
         mk = sel.mask if sel.mask.dim() == 2 else sel.mask.unsqueeze(0)
         valid = mk if valid is None else valid & mk
     if valid is None:
-        valid = torch.ones(C.shape[:2], dtype=torch.bool, device=C.device)
+        valid = _ones(C.shape[:2], C.device)
     return q, C, valid
+
+
+_ONES: dict = {}
+
+
+def _ones(shape, device):
+    """A cached all-True bool tensor (read only) of ``shape``."""
+    key = (tuple(shape), device)
+    t = _ONES.get(key)
+    if t is None:
+        if len(_ONES) > 16:
+            _ONES.clear()
+        t = _ONES[key] = torch.ones(key[0], dtype=torch.bool, device=device)
+    return t
