@@ -36,3 +36,13 @@ if not _cuda_available():
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """Where kernel and reranker tests put their tensors: CUDA when present, else the CPU (with the
+    Triton interpreter, TRITON_INTERPRET=1, set above)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -25,7 +25,7 @@ except Exception:  # pragma: no cover
 BACKENDS = ["torch", pytest.param("triton", marks=[
     pytest.mark.interpret, pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")])]
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DEV = "cuda" if torch.cuda.is_available() else "cpu"   # (the `device` fixture of conftest.py, for module-level use)
 
 
 def _inputs(B, K, d, N=None, dtype=torch.float32, seed=0, scale=0.3, mask_p=0.0):
@@ -144,7 +144,7 @@ def test_numpy_and_torch_philox_agree(monkeypatch):
 
 def test_zero_adapters_give_retriever_scores_and_greedy_order():
     x = _inputs(4, 10, 16, seed=3)
-    Z = torch.zeros(16, 16)
+    Z = torch.zeros(16, 16, device=DEV)
     s = ops.rerank_scores(x["q"], Z, Z, x["C"], backend="torch")
     torch.testing.assert_close(s, torch.einsum("bkd,bd->bk", x["C"], x["q"]), rtol=1e-6, atol=1e-6)
     d = ops.gumbel_topm(s, 10, greedy=True)
@@ -292,7 +292,7 @@ def test_one_dimensional_query():
     x = _inputs(1, 6, 5)
     s = ops.rerank_scores(x["q"][0], x["Wq"], x["Wm"], x["C"][0], backend="torch")
     assert s.shape == (6,)
-    st = ops.rerank_step(x["q"][0], x["Wq"], x["Wm"], x["C"][0], torch.ones(2), 2, backend="torch")
+    st = ops.rerank_step(x["q"][0], x["Wq"], x["Wm"], x["C"][0], torch.ones(2, device=DEV), 2, backend="torch")
     assert st.indices.shape == (2,) and st.dWq.shape == (5, 5)
 
 

@@ -89,27 +89,27 @@ def test_select_shapes_padding_and_seeds():
 @pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
     pytest.mark.interpret, pytest.mark.skipif(not _TRITON, reason="needs CUDA or TRITON_INTERPRET=1")])])
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
-def test_paper_update_is_one_sgd_step_on_the_reference_gradient(backend, logp):
+def test_paper_update_is_one_sgd_step_on_the_reference_gradient(backend, logp, device):
     g = torch.Generator().manual_seed(2)
     B, K, M, d = 3, 7, 3, 10
-    rr = Reranker.from_preset("paper", d, top_m=M, logp=logp, backend=backend)
+    rr = Reranker.from_preset("paper", d, top_m=M, logp=logp, backend=backend, device=device)
     with torch.no_grad():
         rr.Wq.copy_(torch.randn(d, d, generator=g) * 0.1)
         rr.Wm.copy_(torch.randn(d, d, generator=g) * 0.1)
-    Wq0, Wm0 = rr.Wq.detach().clone(), rr.Wm.detach().clone()
+    Wq0, Wm0 = rr.Wq.detach().cpu().clone(), rr.Wm.detach().cpu().clone()
     q = torch.randn(B, d, generator=g)
     C = torch.randn(B, K, d, generator=g)
     mask = torch.ones(B, K, dtype=torch.bool)
     mask[2, 4:] = False
-    sel = rr.select(q, C, mask=mask, seed=3)
+    sel = rr.select(q.to(device), C.to(device), mask=mask.to(device), seed=3)
     R = torch.tensor([[1.0, -1.0, -1.0], [-1.0, -1.0, 1.0], [1.0, 1.0, -1.0]])
-    st = rr.update(sel, R)
-    loss, dWq, dWm, _, lp = ref.reference_loss_and_grads(q, Wq0, Wm0, C, sel.indices, R, tau=0.5, baseline=0.5,
-                                                         logp=logp, valid=mask)
-    torch.testing.assert_close(sel.logp.double(), lp, rtol=1e-5, atol=1e-5)
+    st = rr.update(sel, R)          # CPU rewards for a selection on `device`
+    loss, dWq, dWm, _, lp = ref.reference_loss_and_grads(q, Wq0, Wm0, C, sel.indices.cpu(), R, tau=0.5,
+                                                         baseline=0.5, logp=logp, valid=mask)
+    torch.testing.assert_close(sel.logp.cpu().double(), lp, rtol=1e-5, atol=1e-5)
     assert abs(st["loss"] - float(loss)) < 1e-5
-    torch.testing.assert_close(rr.Wq.detach().double(), Wq0.double() - 1e-3 * dWq, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(rr.Wm.detach().double(), Wm0.double() - 1e-3 * dWm, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(rr.Wq.detach().cpu().double(), Wq0.double() - 1e-3 * dWq, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(rr.Wm.detach().cpu().double(), Wm0.double() - 1e-3 * dWm, rtol=1e-6, atol=1e-7)
     assert st["baseline"] == 0.5 and st["n_replay"] == 0 and st["step"] == 1
     assert abs(st["reward_rate"] - 4 / 9) < 1e-9
 
@@ -232,12 +232,14 @@ def test_replay_buffer_is_bounded_revisited_and_persisted(tmp_path):
     assert rr.replay_len == 10
     assert [s["n_replay"] for s in stats] == [0, 3, 3, 3, 3, 3]
     assert [s["n_rows"] for s in stats] == [4, 7, 7, 7, 7, 7]
-    newest = rr._replay[-1]
+    rows = rr.trainer.replay_rows()            # FIFO order, oldest first
+    assert rows["q"].shape == (10, 8) and rows["C"].shape == (10, 6, 8) and rows["idx"].shape == (10, 2)
     rr.save(tmp_path / "r.pt")
     rr2 = Reranker.load(tmp_path / "r.pt")
     assert rr2.replay_len == 10
-    for a, b in zip(newest, rr2._replay[-1]):
-        assert torch.equal(a, b)
+    rows2 = rr2.trainer.replay_rows()
+    for k in rows:
+        assert torch.equal(rows[k], rows2[k]), k
     # replay_size=None replays as many rows as the new batch; capacity 0 disables it
     rr3 = Reranker(8, top_m=2, replay_capacity=50)
     _, _, stats = _train(task, rr3, 3, B=5)
@@ -298,10 +300,10 @@ def test_unguarded_paper_setting_collapses_on_the_same_task():
 
 @pytest.mark.skipif(not _TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
-def test_triton_and_torch_rerankers_follow_the_same_trajectory():
-    task = Task(d=8, N=40, K=5)
-    a = Reranker(8, top_m=2, backend="torch", replay_capacity=4)
-    b = Reranker(8, top_m=2, backend="triton", replay_capacity=4)
+def test_triton_and_torch_rerankers_follow_the_same_trajectory(device):
+    task = Task(d=8, N=40, K=5, device=device)
+    a = Reranker(8, top_m=2, backend="torch", replay_capacity=4, device=device)
+    b = Reranker(8, top_m=2, backend="triton", replay_capacity=4, device=device)
     _, ra, sa = _train(task, a, 3, B=2, n_eval=8)
     _, rb, sb = _train(task, b, 3, B=2, n_eval=8)
     assert [s["n_replay"] for s in sb] == [0, 2, 2] and ra == rb

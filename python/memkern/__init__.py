@@ -28,12 +28,14 @@ _LAZY = {
     "Record": "memkern.store",
     "Reranker": "memkern.reranker",
     "Selection": "memkern.reranker",
+    "ReinforceTrainer": "memkern.trainer",
     "Embedder": "memkern.models",
     "ChatModel": "memkern.models",
     "OpenAIChatModel": "memkern.models",
     "RMM": "memkern.rmm",
     "MemReread": "memkern.memreread",
     "ops": "memkern.ops",
+    "rerank_scores": "memkern.ops",
     "data": "memkern.data",
 }
 
@@ -67,6 +69,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import data, ops
     from .memreread import MemReread
     from .models import ChatModel, Embedder, OpenAIChatModel
+    from .ops import rerank_scores
     from .reranker import Reranker, Selection
+    from .trainer import ReinforceTrainer
     from .rmm import RMM
     from .store import MemoryStore, Record

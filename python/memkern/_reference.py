@@ -144,8 +144,9 @@ class SyntheticCitationTask:
     (reward +1 cited, -1 not). Recall@m: the gold memory is among the greedy top-``m`` of the reranker.
     """
 
-    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0, p_hit=0.9, p_miss=0.1):
+    def __init__(self, d=32, N=400, K=20, seed=0, distort=2.0, noise=1.0, p_hit=0.9, p_miss=0.1, device=None):
         g = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device or "cpu")   # where queries/table are handed to the reranker
         self.p_hit, self.p_miss = p_hit, p_miss
         self.d, self.N, self.K = d, N, K
         self.table = torch.nn.functional.normalize(torch.randn(N, d, generator=g), dim=-1)
@@ -166,8 +167,9 @@ class SyntheticCitationTask:
         return torch.where(torch.rand(p.shape, generator=gen) < p, 1.0, -1.0)
 
     def recall(self, rr, q, ids, gold, m=5):
-        sel = rr.select(q, (ids, self.table), greedy=True, m=m)
-        return float((sel.selected_ids == gold[:, None]).any(1).float().mean())
+        dev = self.device
+        sel = rr.select(q.to(dev), (ids.to(dev), self.table.to(dev)), greedy=True, m=m)
+        return float((sel.selected_ids.cpu() == gold[:, None]).any(1).float().mean())
 
     def train(self, rr, steps, B=4, seed=1, n_eval=400, eval_seed=999):
         """One online pass of ``steps`` batches; returns ``(recall_before, recall_after, stats)``
@@ -176,8 +178,11 @@ class SyntheticCitationTask:
         qe, ide, goe = self.queries(n_eval, torch.Generator().manual_seed(eval_seed))
         r0 = self.recall(rr, qe, ide, goe)
         stats = []
+        dev = self.device
+        table = self.table.to(dev)
         for _ in range(steps):
             q, ids, gold = self.queries(B, gen)
-            sel = rr.select(q, (ids, self.table))
-            stats.append(rr.update(sel, self.rewards(sel.selected_ids, gold, gen, self.p_hit, self.p_miss)))
+            sel = rr.select(q.to(dev), (ids.to(dev), table))
+            # rewards are computed on the CPU and handed over as they are (update accepts any device)
+            stats.append(rr.update(sel, self.rewards(sel.selected_ids.cpu(), gold, gen, self.p_hit, self.p_miss)))
         return r0, self.recall(rr, qe, ide, goe), stats

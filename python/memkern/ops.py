@@ -44,6 +44,10 @@ on ``logging.getLogger("memkern")``). Both backends draw the *same* uniforms for
 ``(seed, offset)`` (the torch path implements Triton's Philox4x32-10 bit for bit), so they select
 the same items except where two keys differ only by float rounding.
 
+``rerank_scores`` is also a composable autograd op (:class:`RerankScores`, closed-form backward;
+fused on the Triton path): gradients reach ``q``, ``Wq``, ``Wm`` and the candidates whenever one of
+them requires grad.
+
 Naive float64 references (explicit ``m'``, autograd) used by the tests live in
 ``memkern._reference``; the Triton kernels are in ``memkern.kernels.rerank``.
 """
@@ -58,6 +62,7 @@ import torch
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
 
 __all__ = [
+    "RerankScores",
     "RerankForward",
     "GumbelTopM",
     "ReinforceGrad",
@@ -395,18 +400,18 @@ def _check_logp(logp):
 # ----------------------------------------------------------------------------------------------
 # torch backend
 # ----------------------------------------------------------------------------------------------
-def _t_adapt(q2, Wq, Wm):
+def _t_adapt(q2, Wq, Wm, dt=torch.float32):
     # q' = q + Wq q ; r = q' + Wm^T q'   (row form: Q' = Q + Q Wq^T, R = Q' + Q' Wm)
-    q = q2.float()
-    qp = torch.nn.functional.linear(q, Wq.float()).add_(q)
-    r = torch.addmm(qp, qp, Wm.float())
+    q = q2.to(dt)
+    qp = torch.addmm(q, q, Wq.to(dt).t())
+    r = torch.addmm(qp, qp, Wm.to(dt))
     return q, qp, r
 
 
-def _t_cands(dense, ids, table):
+def _t_cands(dense, ids, table, dt=torch.float32):
     if dense is not None:
-        return dense.float()
-    return table[ids.clamp_min(0)].float()  # padding rows gather row 0; g is 0 there
+        return dense.to(dt)
+    return table[ids.clamp_min(0)].to(dt)  # padding rows gather row 0; g is 0 there
 
 
 def _t_scores(r, C, valid):
@@ -433,8 +438,7 @@ def _t_logp(z, idx, logp):
         lse = torch.logsumexp(z, dim=1, keepdim=True)
     else:
         lse = _t_stage_lse(z, idx)[0]
-    out = zsel - lse
-    return torch.where(idx >= 0, out, torch.zeros_like(out))
+    return (zsel - lse).masked_fill(idx < 0, 0.0)
 
 
 def _t_sample(scores, m, tau, seed, offset, greedy, logp):
@@ -447,30 +451,27 @@ def _t_sample(scores, m, tau, seed, offset, greedy, logp):
         u = philox_uniform(seed, offs).clamp_min(_U_MIN)
         keys = z + (-torch.log(-torch.log(u)))
     top = torch.topk(keys, m, dim=1)
-    idx = torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
+    idx = top.indices.masked_fill(~(top.values > float("-inf")), -1)   # padding (and NaN keys) -> -1
     return idx, _t_logp(z, idx, logp)
 
 
 def _t_g(scores, idx, adv, tau, logp, B):
     """g = dL/ds [B, K] and loss, from scores (fp32, -inf padding), selection and advantages."""
+    # adv is already 0 on -1 slots (callers mask it)
     z = scores / tau
-    Bk, K = z.shape
-    adv = torch.where(idx >= 0, adv, torch.zeros_like(adv))
+    sel = idx.clamp_min(0)
     if logp == "softmax":
         p = torch.softmax(z, dim=1)                                   # [B, K]
-        onehot = torch.zeros_like(z).scatter_add_(1, idx.clamp_min(0), adv)   # sum_j A_j 1[i=sigma_j]
+        onehot = torch.zeros_like(z).scatter_add_(1, sel, adv)        # sum_j A_j 1[i=sigma_j]
         gpos = onehot - p * adv.sum(1, keepdim=True)
         lse = torch.logsumexp(z, dim=1, keepdim=True)
-        lp = z.gather(1, idx.clamp_min(0)) - lse
     else:
         lse, zz, onehot = _t_stage_lse(z, idx)                        # [B,M], [B,M,K], [B,M,K]
         P = torch.nan_to_num(torch.exp(zz - lse.unsqueeze(-1)), nan=0.0)   # stage probabilities
         gpos = torch.einsum("bm,bmk->bk", adv, onehot.float() - P)
-        lp = z.gather(1, idx.clamp_min(0)) - lse
-    lp = torch.where(idx >= 0, lp, torch.zeros_like(lp))
-    g = gpos * (-1.0 / (B * tau))
-    g = torch.nan_to_num(g, nan=0.0)  # rows with no valid candidate
-    loss = -(adv * lp).sum() / B
+    lp = (z.gather(1, sel) - lse).masked_fill(idx < 0, 0.0)
+    g = torch.nan_to_num(gpos * (-1.0 / (B * tau)), nan=0.0)  # NaN: rows with no valid candidate
+    loss = (adv * lp).sum() * (-1.0 / B)
     return g, loss
 
 
@@ -478,7 +479,7 @@ def _t_grads(q, qp, Wm, C, g):
     # u = M^T g ; dWm = Q'^T U ; V = U + U Wm^T ; dWq = V^T Q
     U = torch.bmm(g.unsqueeze(1), C).squeeze(1)
     dWm = torch.mm(qp.t(), U)
-    V = torch.nn.functional.linear(U, Wm.float()).add_(U)
+    V = torch.addmm(U, U, Wm.to(U.dtype).t())
     dWq = torch.mm(V.t(), q)
     return dWq, dWm
 
@@ -486,10 +487,10 @@ def _t_grads(q, qp, Wm, C, g):
 # ----------------------------------------------------------------------------------------------
 # public ops
 # ----------------------------------------------------------------------------------------------
-def _forward(backend, q2, Wq, Wm, dense, ids, table, valid):
+def _forward(backend, q2, Wq, Wm, dense, ids, table, valid, dt=torch.float32):
     if backend == "torch":
-        q, qp, r = _t_adapt(q2, Wq, Wm)
-        C = _t_cands(dense, ids, table)
+        q, qp, r = _t_adapt(q2, Wq, Wm, dt)
+        C = _t_cands(dense, ids, table, dt)
         return q, qp, r, C, _t_scores(r, C, valid)
     k = _kernels()
     q, qp, r = k.adapt(q2, Wq, Wm)
@@ -497,9 +498,78 @@ def _forward(backend, q2, Wq, Wm, dense, ids, table, valid):
     return q, qp, r, None, scores
 
 
+class RerankScores(torch.autograd.Function):
+    """Differentiable scores ``s_bi = m_bi . ((I + Wm)^T (I + Wq) q_b)`` (composable autograd op).
+
+    ``RerankScores.apply(q [B, d], Wq [d, d], Wm [d, d], candidates, ids, valid, backend)`` with
+    ``candidates`` dense ``[B, K, d]`` (``ids`` None) or a table ``[N, d]`` addressed by int64
+    ``ids [B, K]`` (``-1`` = padding), ``valid`` an optional bool ``[B, K]`` (False = padding, score
+    ``-inf``, zero gradient) and ``backend`` ``"torch"`` or ``"triton"`` (already resolved: use
+    :func:`rerank_scores`, which validates, resolves and logs the choice). Forward: the torch path
+    (batched GEMMs; float64 inputs are computed in float64, everything else in float32) or the fused
+    Triton scoring kernel after two cuBLAS GEMMs. Backward (closed form; row vectors, ``G = dL/dS``
+    with padding zeroed)::
+
+        u_b = sum_i g_bi m_bi            (dL/dr_b; Triton: one program per query)
+        dWm = Q'^T U                     (r = q' + q' Wm)
+        V   = U + U Wm^T                 (dL/dq')
+        dWq = V^T Q,  dQ = V + V Wq      (q' = q + q Wq^T)
+        dm_bi = g_bi r_b                 (dense candidates; a table gets these rows index-added)
+
+    First-order only (``once_differentiable``).
+    """
+
+    @staticmethod
+    def forward(ctx, q2, Wq, Wm, candidates, ids, valid, backend):
+        dt = torch.float64 if (backend == "torch" and q2.dtype == torch.float64) else torch.float32
+        dense, table = (candidates, None) if ids is None else (None, candidates)
+        q, qp, r, _, s = _forward(backend, q2, Wq, Wm, dense, ids, table, valid, dt)
+        ctx.backend = backend
+        ctx.dtypes = (q2.dtype, Wq.dtype, Wm.dtype, candidates.dtype)
+        ctx.save_for_backward(q, qp, r, Wq, Wm, candidates, ids, valid)
+        return s
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gs):
+        q, qp, r, Wq, Wm, cands, ids, valid = ctx.saved_tensors
+        dt = r.dtype
+        g = gs.to(dt)
+        if valid is not None:
+            g = g.masked_fill(~valid, 0.0)
+        dense, table = (cands, None) if ids is None else (None, cands)
+        if ctx.backend == "torch":
+            U = torch.bmm(g.unsqueeze(1), _t_cands(dense, ids, table, dt)).squeeze(1)
+        else:
+            U = _kernels().combine(g, dense, ids, table)
+        need = ctx.needs_input_grad
+        dq = dWq = dWm = dC = None
+        if need[2]:
+            dWm = torch.mm(qp.t(), U).to(ctx.dtypes[2])
+        if need[0] or need[1]:
+            V = torch.addmm(U, U, Wm.to(dt).t())
+            if need[1]:
+                dWq = torch.mm(V.t(), q).to(ctx.dtypes[1])
+            if need[0]:
+                dq = torch.addmm(V, V, Wq.to(dt)).to(ctx.dtypes[0])
+        if need[3]:
+            rows = g.unsqueeze(-1) * r.unsqueeze(1)                     # [B, K, d]
+            if ids is None:
+                dC = rows.to(ctx.dtypes[3])
+            else:
+                dC = torch.zeros(table.shape, dtype=dt, device=table.device)
+                dC.index_add_(0, ids.clamp_min(0).reshape(-1), rows.reshape(-1, rows.shape[-1]))
+                dC = dC.to(ctx.dtypes[3])
+        return dq, dWq, dWm, dC, None, None, None
+
+
 def rerank_scores(q, Wq, Wm, candidates, ids=None, mask=None, *, backend="auto", check=False,
                   return_intermediates=False):
     """Scores of candidates under the residual adapters, ``s_i = m_i . ((I + Wm)^T (I + Wq) q)``.
+
+    Differentiable in ``q``, ``Wq``, ``Wm`` and ``candidates`` (dense, or the table): when grad
+    mode is on and one of them requires grad, the scores come from :class:`RerankScores` (closed-form
+    backward, fused on the Triton path), so any loss and optimizer can train the adapters.
 
     Parameters
     ----------
@@ -514,12 +584,18 @@ def rerank_scores(q, Wq, Wm, candidates, ids=None, mask=None, *, backend="auto",
 
     Returns
     -------
-    scores : float32 ``[B, K]`` (``[K]`` for a 1-D ``q``); padding is ``-inf``.
+    scores : float32 ``[B, K]`` (``[K]`` for a 1-D ``q``; float64 for a float64 ``q`` on the torch
+    backend); padding is ``-inf``.
     With ``return_intermediates=True``: :class:`RerankForward` ``(qp, r, scores)``.
     """
     q2, squeezed, dense, ids, table, valid = _prepare(q, Wq, Wm, candidates, ids, mask, check)
     be = resolve_backend(backend, q2.device)
-    _, qp, r, _, s = _forward(be, q2, Wq, Wm, dense, ids, table, valid)
+    if (not return_intermediates and torch.is_grad_enabled()
+            and any(t.requires_grad for t in (q2, Wq, Wm, candidates))):
+        s = RerankScores.apply(q2, Wq, Wm, dense if dense is not None else table, ids, valid, be)
+        return s[0] if squeezed else s
+    dt = torch.float64 if (be == "torch" and q2.dtype == torch.float64) else torch.float32
+    _, qp, r, _, s = _forward(be, q2, Wq, Wm, dense, ids, table, valid, dt)
     if return_intermediates:
         return RerankForward(qp, r, s)
     return s[0] if squeezed else s
