@@ -15,6 +15,7 @@ OpenAI-compatible server (:class:`OpenAIChatModel`: vLLM, llama.cpp server, ...)
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import importlib.util
@@ -386,17 +387,35 @@ class Embedder:
     query_prefix, passage_prefix : strings prepended to queries / passages (e.g. ``"query: "`` for
         E5-style models; MiniLM needs none).
     normalize : L2-normalise the outputs (then dot product == cosine similarity).
+    query_cache : keep the embeddings of the last ``query_cache`` distinct query texts (an LRU
+        cache; ``0``, the default, disables it). A repeated query is then returned from the cache
+        (~10 us instead of a model forward); results are exactly those of the first computation.
+        Only ``kind="query"`` is cached. Hits and misses are counted in ``cache_hits`` /
+        ``cache_misses``.
+    quantize : ``None`` (default, float32) or ``"int8"``: dynamic int8 quantisation of the
+        model's ``nn.Linear`` layers (``torch.ao.quantization.quantize_dynamic``; CPU only). Faster
+        on CPU; embeddings differ slightly from float32 (cosine ~0.99): do not mix vectors of the two
+        modes in one store. Measured in ``bench/RESULTS.md`` (query embedding).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, device: str | None = None,
                  batch_size: int = 32, max_length: int = 256, query_prefix: str = "",
-                 passage_prefix: str = "", normalize: bool = True):
+                 passage_prefix: str = "", normalize: bool = True, query_cache: int = 0,
+                 quantize: str | None = None):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         self.batch_size = _check_positive_int("batch_size", batch_size)
         self.max_length = _check_positive_int("max_length", max_length)
+        if isinstance(query_cache, bool) or not isinstance(query_cache, (int, np.integer)) or query_cache < 0:
+            raise bad_arg("query_cache", "an int >= 0 (0 disables the cache)", query_cache)
+        if quantize not in (None, "int8"):
+            raise bad_arg("quantize", "None or 'int8'", quantize)
+        self.query_cache = int(query_cache)
+        self.quantize = quantize
+        self._qcache: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+        self.cache_hits = self.cache_misses = 0
         if not isinstance(query_prefix, str) or not isinstance(passage_prefix, str):
             raise bad_arg("query_prefix/passage_prefix", "str", (query_prefix, passage_prefix), MemkernTypeError)
         self.query_prefix, self.passage_prefix, self.normalize = query_prefix, passage_prefix, bool(normalize)
@@ -407,14 +426,22 @@ class Embedder:
             raise bad_arg("model", "None, a local folder or a model id", type(model).__name__, MemkernTypeError)
         self.model_name = str(model)
         self.device = _resolve_device(device)
+        if quantize == "int8" and self.device != "cpu":
+            raise bad_arg("quantize", "None on a CUDA device ('int8' dynamic quantisation runs on CPU)",
+                          f"{quantize!r} with device {self.device!r}")
         t0 = time.perf_counter()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name, local_files_only=local_only)
         with _transformers_progress(False):
             self.model = AutoModel.from_pretrained(self.model_name, local_files_only=local_only)
         self.model.to(self.device).eval()
+        if quantize == "int8":
+            from torch.ao.quantization import quantize_dynamic
+
+            self.model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
         self._torch = torch
-        log.info("Embedder: %s on %s (dim %d, loaded in %.1f s)", self.model_name, self.device, self.dim,
-                 time.perf_counter() - t0)
+        log.info("Embedder: %s on %s (dim %d, %s weights, query cache %d, loaded in %.1f s)", self.model_name,
+                 self.device, self.dim, "int8 dynamic-quantised linear" if quantize else "float32",
+                 self.query_cache, time.perf_counter() - t0)
 
     @property
     def dim(self) -> int:
@@ -445,6 +472,32 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         texts = [prefix + t for t in texts]
+        if kind == "query" and self.query_cache > 0:
+            return self._encode_cached(texts, bs, progress)
+        return self._encode(texts, bs, progress)
+
+    def _encode_cached(self, texts: list[str], bs: int, progress: bool) -> np.ndarray:
+        """Queries through the LRU cache: only texts not in it go through the model."""
+        cache = self._qcache
+        todo = list(dict.fromkeys(t for t in texts if t not in cache))
+        self.cache_misses += len(todo)
+        self.cache_hits += len(texts) - len(todo)
+        fresh = dict(zip(todo, self._encode(todo, bs, progress))) if todo else {}
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            v = fresh.get(t)
+            if v is None:
+                v = cache[t]
+                cache.move_to_end(t)
+            else:
+                cache[t] = v.copy()
+            out[i] = v
+        while len(cache) > self.query_cache:
+            cache.popitem(last=False)
+        return out
+
+    def _encode(self, texts: list[str], bs: int, progress: bool) -> np.ndarray:
+        """The model forward: float32 ``[n, d]`` for prefixed ``texts`` (non-empty)."""
         torch = self._torch
         # Sort by length so each batch pads little; results are put back in input order.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -476,7 +529,9 @@ class Embedder:
         return self.encode(texts, kind="passage", **kw)
 
     def __repr__(self) -> str:
-        return f"Embedder(model={self.model_name!r}, device={self.device!r}, dim={self.dim})"
+        extra = (f", quantize={self.quantize!r}" if self.quantize else "") + \
+            (f", query_cache={self.query_cache}" if self.query_cache else "")
+        return f"Embedder(model={self.model_name!r}, device={self.device!r}, dim={self.dim}{extra})"
 
 
 # --------------------------------------------------------------------------------------------
