@@ -26,6 +26,7 @@ settings, as they build the same graph with the same seed).
 
 Run: ``OMP_NUM_THREADS=1 python bench/bench_peers.py [--quick] [--n N] [--json out.json]``, or the
 pytest-benchmark form ``python -m pytest bench/bench_peers.py -q -s`` (MEMKERN_BENCH_N, default 5,000).
+``MEMKERN_BENCH_PEERS=hnswlib,faiss`` restricts the peers.
 """
 from __future__ import annotations
 
@@ -332,8 +333,13 @@ PEER_CLASSES = (Hnswlib, Faiss, Chroma)
 
 
 def peers_available(log=print) -> list:
+    """Peer classes that are installed, restricted to ``MEMKERN_BENCH_PEERS`` (comma list) when set."""
+    only = [p for p in os.environ.get("MEMKERN_BENCH_PEERS", "").split(",") if p]
     out = []
     for cls in PEER_CLASSES:
+        if only and cls.name not in only:
+            log(f"skipping {cls.name}: not in MEMKERN_BENCH_PEERS={','.join(only)}")
+            continue
         why = cls().available()
         if why:
             log(f"skipping {cls.name}: {why}")
@@ -363,7 +369,7 @@ def batched_add(sides: list, x, q, exact, chunk: int) -> dict:
             return p
         return fn
 
-    rounds = len(x) // chunk - 1  # the first chunk is the warm-up
+    rounds = -(-len(x) // chunk) - 1  # the first chunk is the warm-up
     c = compare(*[Side(p.name, adder(p), threads=p.threads) for p in sides], check=None, rounds=rounds,
                 warmup=1, label="batched add")
     for p in sides:
@@ -474,7 +480,8 @@ def run(n: int = 5000, n_queries: int = 200, quick: bool = True, log=print, tmp:
     tmp = Path(tempfile.mkdtemp(prefix="memkern-peers-")) if own_tmp else Path(tmp)
     x, q = make_data(n, n_queries)
     exact = exact_top(q, x)
-    chunk = max(250, n // 20)
+    chunks = min(20, max(3, n // 250))
+    chunk = -(-n // chunks)  # the last chunk may be smaller; the median per chunk is robust to it
     rounds = 5 if quick else 9
     res: dict = {"machine": machine_info(), "n": n, "queries": n_queries, "dim": D, "M": M_,
                  "ef_construction": EFC, "ef": EF, "k": K, "all_threads": ALL,
@@ -499,7 +506,8 @@ def run(n: int = 5000, n_queries: int = 200, quick: bool = True, log=print, tmp:
             res["batch_search_all"] = batch_search(base, q, exact, ALL, rounds)
         res["recall"] = {p.name: recall(p.search(q), exact) for p in base}
         log("one-at-a-time add ...")
-        res["one_at_a_time"] = one_at_a_time(classes, tmp, x, per_round=20 if quick else 50, rounds=rounds)
+        res["one_at_a_time"] = one_at_a_time(classes, tmp, x, per_round=max(1, min(20 if quick else 50, n // (rounds + 1))),
+                                             rounds=rounds)
         log("reopen in fresh processes ...")
         for p in base:
             p.save()
@@ -546,7 +554,7 @@ def batched_add_nocheck(sides, x, chunk):
         if p.name == "faiss":
             p.threads = ALL
     c = compare(*[Side(p.name, adder(p), threads=getattr(p, "threads", 1)) for p in sides], check=None,
-                rounds=len(x) // chunk - 1, warmup=1, label="batched add at defaults")
+                rounds=-(-len(x) // chunk) - 1, warmup=1, label="batched add at defaults")
     for p in sides:
         assert p.count() == len(x), (p.name, p.count())
     return {"comparison": c, "per_s": {s.name: chunk / s.median for s in c.sides}}
