@@ -45,7 +45,7 @@ def run_part(name: str, quick: bool, n: int | None, queries: int | None, log=pri
     if name == "peers":
         import bench_peers as P
 
-        n_ = n or (5000 if quick else 100_000)
+        n_ = n or (10_000 if quick else 100_000)
         res = P.run(n=n_, n_queries=queries or (200 if quick else 1000), quick=quick, log=log)
         md = P.format_tables(res)
         mk = "memkern[always]"
@@ -73,7 +73,7 @@ def run_part(name: str, quick: bool, n: int | None, queries: int | None, log=pri
     elif name == "rmm":
         import bench_rmm as R
 
-        res = R.respond_split(n_memories=2000 if quick else 10_000, n_queries=15 if quick else 40)
+        res = R.respond_split(n_memories=10_000, n_queries=20 if quick else 40)
         md = R.format_respond_split(res)
         names = list(res["split_ms"])
         if len(names) > 1:
@@ -98,7 +98,7 @@ def run_part(name: str, quick: bool, n: int | None, queries: int | None, log=pri
         raise ValueError(f"part: expected one of {PARTS}, got {name!r}")
     del np
     return {"name": name, "seconds": time.perf_counter() - t0, "markdown": md, "ratios": ratios, "raw": raw,
-            "args": cmd_part}
+            "args": cmd_part, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 TITLES = {
@@ -152,7 +152,7 @@ def write_report(parts: list, path: Path, command: str, machine: dict, failures:
          "that the sides computed the same thing (`bench/harness.py`).", ""]
     for p in parts:
         L += [f"## {TITLES[p['name']]}", "",
-              f"Part run in {p['seconds']:.0f} s; load average after: {[round(x, 2) for x in os.getloadavg()]}.", "",
+              f"Part run in {p['seconds']:.0f} s; load average after it: {p['loadavg_after']}.", "",
               p["markdown"], ""]
         png = path.parent / f"report-{p['name']}.png"
         try:

@@ -17,11 +17,11 @@ PARTS = ("peers", "embedder", "rmm", "memreread")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes (5,000 records, small eval data; ~5 min on 2 cores)")
+                        help="small sizes (10,000 records, small eval data; ~3-5 min on 2 shared cores)")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
     parser.add_argument("--n", type=int, default=None, help="records for the store comparison "
-                        "(default 5,000 with --quick, else 100,000)")
+                        "(default 10,000 with --quick, else 100,000)")
     parser.add_argument("--queries", type=int, default=None, help="queries for the store comparison")
     parser.add_argument("--out", default=None, help="report path (default <bench-dir>/REPORT.md)")
     parser.add_argument("--bench-dir", default=None, help="the repository's bench/ folder (found "
