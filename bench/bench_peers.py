@@ -31,6 +31,7 @@ pytest-benchmark form ``python -m pytest bench/bench_peers.py -q -s`` (MEMKERN_B
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -715,8 +716,9 @@ def _world():
     if not hasattr(_world, "w"):
         n = _bench_n()
         x, q = make_data(n, 100)
-        _world.w = {"x": x, "q": q, "exact": exact_top(q, x), "tmp": Path(tempfile.mkdtemp(prefix="memkern-peers-")),
-                    "built": {}}
+        tmp = Path(tempfile.mkdtemp(prefix="memkern-peers-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        _world.w = {"x": x, "q": q, "exact": exact_top(q, x), "tmp": tmp, "built": {}}
     return _world.w
 
 
