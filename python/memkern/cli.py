@@ -27,6 +27,7 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("models",), "memkern.commands.models", "set up / list the offline default models"),
     (("eval", "memory"), "memkern.commands.eval_memory", "retrieval experiments (LongMemEval/LoCoMo/generated)"),
     (("eval", "reread"), "memkern.commands.eval_reread", "MemReread vs MemAgent on long-context QA"),
+    (("bench",), "memkern.commands.bench", "run the benchmark suite; writes bench/REPORT.md and charts"),
 ]
 
 
