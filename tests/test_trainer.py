@@ -335,3 +335,49 @@ def test_replay_steps_that_reuse_the_selection_forward_equal_full_forward_steps(
         torch.testing.assert_close(a.Wq, b.Wq, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a.Wm, b.Wm, rtol=1e-5, atol=1e-6)
     assert float(a.Wq.detach().abs().sum()) > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# mechanisms one at a time where another one could hide them (mutants trainer-no-normalisation and
+# trainer-decay-off in bench/mutants.py)
+# ------------------------------------------------------------------------------------------------
+def test_advantage_normalisation_scales_by_the_std_when_it_is_not_one(device):
+    # With as many positive as negative slots the rewards' std is exactly 1 and normalisation is
+    # invisible; here 2 of 8 slots are positive (std = sqrt(3)/2 * 2 = 0.866...).
+    d, M = 10, 3
+    rr = _bare(d, M, device, normalize_advantages=True)
+    q, C, mask = _batch(d=d, device=device)
+    sel = rr.select(q, C, mask=mask, seed=4)
+    idx = sel.indices.cpu()
+    slot = idx >= 0
+    R = torch.tensor([[1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, 1.0, 0.0]])
+    R = torch.where(slot, R, torch.zeros_like(R))
+    a = torch.where(slot, R.double() - 0.5, torch.zeros((), dtype=torch.float64))
+    n = int(slot.sum())
+    mu = a.sum() / n
+    std = math.sqrt(float((((a - mu) * slot) ** 2).sum()) / n)
+    assert abs(std - 1.0) > 0.1
+    adv = torch.where(slot, a / (std + 1e-6), torch.zeros_like(a))
+    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
+    dWq, dWm = _reference_step(rr, q, C, mask, idx, adv)
+    rr.update(sel, R)
+    torch.testing.assert_close(rr.Wq.detach().cpu().double(), W0[0] - 0.1 * dWq, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rr.Wm.detach().cpu().double(), W0[1] - 0.1 * dWm, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_decay_alone_is_exact(device):
+    # Without max-norm the decay is the only multiplier (with it, the projection's rescaling would
+    # hide a missing decay).
+    d, M = 10, 3
+    rr = _bare(d, M, device, lr=0.5, weight_decay=0.2, max_norm=None)
+    q, C, mask = _batch(d=d, seed=3, device=device)
+    sel = rr.select(q, C, mask=mask, seed=5)
+    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
+    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
+    slot = sel.indices.cpu() >= 0
+    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+    st = rr.update(sel, R)
+    torch.testing.assert_close(rr.Wq.detach().cpu().double(), (W0[0] - 0.5 * dWq) * 0.9, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rr.Wm.detach().cpu().double(), (W0[1] - 0.5 * dWm) * 0.9, rtol=1e-5, atol=1e-6)
+    n = math.sqrt(float(((W0[0] - 0.5 * dWq) ** 2).sum() + ((W0[1] - 0.5 * dWm) ** 2).sum())) * 0.9
+    assert abs(st["adapter_norm"] - n) < 1e-5 * max(n, 1.0)
