@@ -157,3 +157,30 @@ def test_top_level_export_and_reranker_is_an_ordinary_module():
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0]
     assert bool((rr.select(q, C, greedy=True, m=1).indices[:, 0] == 3).all())
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
+    pytest.mark.interpret, pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")])])
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "ids"])
+def test_padding_gets_no_gradient_whatever_the_upstream_gradient(backend, dense, device):
+    """The op's contract: padded candidates (mask False, id -1) have zero gradient, even when the
+    upstream gradient there is not zero (here: s.backward(ones), so -inf scores get gradient 1).
+    Without the masking in backward, a -1 id would add gradient into table row 0 and a masked
+    dense candidate would get one, and q / Wq / Wm would move with them."""
+    B, K, d = 3, 6, 5
+    x = _inputs(B, K, d, N=2 * K, seed=17, dtype=torch.float32, mask_p=0.4, device=device)
+    keys = ("q", "Wq", "Wm", "C" if dense else "T")
+    leaves = {k: x[k].clone().requires_grad_(True) for k in keys}
+    if dense:
+        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["C"], mask=x["mask"], backend=backend)
+        valid = x["mask"]
+    else:
+        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["T"], ids=x["ids"], backend=backend)
+        valid = x["ids"] >= 0
+    assert bool((~valid).any())
+    s.backward(torch.ones_like(s))
+    _, g64 = _ref_grads(x, torch.ones(B, K), dense)      # reference: loss over the valid entries only
+    for k in keys:
+        got = leaves[k].grad.cpu().double()
+        want = g64[k]
+        assert (got - want).abs().max().item() <= 1e-5 * max(1.0, want.abs().max().item()), k
