@@ -88,6 +88,17 @@ def _ref_grads(x, w, dense, ids=None, T=None):
     return s.detach(), {k: v.grad for k, v in leaves.items()}
 
 
+def _scores_with_grad(x, dense, backend):
+    """Scores of ``x`` (dense candidates + mask, or table + ids) with every input a fresh leaf."""
+    keys = ("q", "Wq", "Wm", "C" if dense else "T")
+    leaves = {k: x[k].clone().requires_grad_(True) for k in keys}
+    if dense:
+        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["C"], mask=x["mask"], backend=backend)
+        return keys, leaves, s, x["mask"]
+    s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["T"], ids=x["ids"], backend=backend)
+    return keys, leaves, s, x["ids"] >= 0
+
+
 # block boundaries of the Triton kernels: K 16/17/33 (BLOCK_K = next power of two), d 128/130
 # (BLOCK_D = 128), B = 1
 TRITON_SHAPES = [(1, 3, 5), (2, 16, 8), (2, 17, 16), (3, 33, 7), (1, 4, 128), (2, 5, 130)]
@@ -100,14 +111,7 @@ TRITON_SHAPES = [(1, 3, 5), (2, 16, 8), (2, 17, 16), (3, 33, 7), (1, 4, 128), (2
 def test_backward_matches_float64_reference(backend, B, K, d, dense, device):
     x = _inputs(B, K, d, N=2 * K, seed=B + K + d, dtype=torch.float32, device=device)
     w = torch.randn(B, K, generator=torch.Generator().manual_seed(3)).to(device)
-    keys = ("q", "Wq", "Wm", "C" if dense else "T")
-    leaves = {k: x[k].clone().requires_grad_(True) for k in keys}
-    if dense:
-        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["C"], mask=x["mask"], backend=backend)
-        valid = x["mask"]
-    else:
-        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["T"], ids=x["ids"], backend=backend)
-        valid = x["ids"] >= 0
+    keys, leaves, s, valid = _scores_with_grad(x, dense, backend)
     assert s.dtype == torch.float32 and s.grad_fn is not None
     assert torch.equal(torch.isinf(s), ~valid)
     (w * s.masked_fill(~valid, 0.0)).sum().backward()
@@ -169,14 +173,7 @@ def test_padding_gets_no_gradient_whatever_the_upstream_gradient(backend, dense,
     dense candidate would get one, and q / Wq / Wm would move with them."""
     B, K, d = 3, 6, 5
     x = _inputs(B, K, d, N=2 * K, seed=17, dtype=torch.float32, mask_p=0.4, device=device)
-    keys = ("q", "Wq", "Wm", "C" if dense else "T")
-    leaves = {k: x[k].clone().requires_grad_(True) for k in keys}
-    if dense:
-        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["C"], mask=x["mask"], backend=backend)
-        valid = x["mask"]
-    else:
-        s = ops.rerank_scores(leaves["q"], leaves["Wq"], leaves["Wm"], leaves["T"], ids=x["ids"], backend=backend)
-        valid = x["ids"] >= 0
+    keys, leaves, s, valid = _scores_with_grad(x, dense, backend)
     assert bool((~valid).any())
     s.backward(torch.ones_like(s))
     _, g64 = _ref_grads(x, torch.ones(B, K), dense)      # reference: loss over the valid entries only

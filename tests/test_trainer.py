@@ -342,27 +342,23 @@ def test_replay_steps_that_reuse_the_selection_forward_equal_full_forward_steps(
 # trainer-decay-off in bench/mutants.py)
 # ------------------------------------------------------------------------------------------------
 def test_advantage_normalisation_scales_by_the_std_when_it_is_not_one(device):
-    # With as many positive as negative slots the rewards' std is exactly 1 and normalisation is
-    # invisible; here 2 of 8 slots are positive (std = sqrt(3)/2 * 2 = 0.866...).
+    # With as many positive as negative slots (the test above) the rewards' std is exactly 1 and
+    # normalisation is invisible; here 2 of 8 slots are positive.
     d, M = 10, 3
     rr = _bare(d, M, device, normalize_advantages=True)
     q, C, mask = _batch(d=d, device=device)
     sel = rr.select(q, C, mask=mask, seed=4)
-    idx = sel.indices.cpu()
-    slot = idx >= 0
-    R = torch.tensor([[1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, 1.0, 0.0]])
-    R = torch.where(slot, R, torch.zeros_like(R))
-    a = torch.where(slot, R.double() - 0.5, torch.zeros((), dtype=torch.float64))
+    slot = sel.indices.cpu() >= 0
+    R = torch.where(slot, torch.tensor([[1.0, -1.0, -1.0], [-1.0, -1.0, -1.0], [-1.0, 1.0, 0.0]]), 0.0)
+    a = torch.where(slot, R.double() - 0.5, 0.0)
     n = int(slot.sum())
-    mu = a.sum() / n
-    std = math.sqrt(float((((a - mu) * slot) ** 2).sum()) / n)
+    std = math.sqrt(float((((a - a.sum() / n) * slot) ** 2).sum()) / n)
     assert abs(std - 1.0) > 0.1
-    adv = torch.where(slot, a / (std + 1e-6), torch.zeros_like(a))
     W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
-    dWq, dWm = _reference_step(rr, q, C, mask, idx, adv)
+    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices.cpu(), torch.where(slot, a / (std + 1e-6), 0.0))
     rr.update(sel, R)
-    torch.testing.assert_close(rr.Wq.detach().cpu().double(), W0[0] - 0.1 * dWq, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(rr.Wm.detach().cpu().double(), W0[1] - 0.1 * dWm, rtol=1e-5, atol=1e-6)
+    for got, w0, dw in ((rr.Wq, W0[0], dWq), (rr.Wm, W0[1], dWm)):
+        torch.testing.assert_close(got.detach().cpu().double(), w0 - 0.1 * dw, rtol=1e-5, atol=1e-6)
 
 
 def test_weight_decay_alone_is_exact(device):

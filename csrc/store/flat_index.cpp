@@ -152,29 +152,13 @@ std::vector<std::pair<float, int64_t>> FlatIndex::knn(const float* q, size_t k, 
 }
 
 void FlatIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
-  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
-  try {
-    io::FdWriter w(fd, file);
+  io::write_file_checked(file, "index file", [&](io::FdWriter& w) {
     w.put(kMagic, 8);
     w.pod<uint64_t>(dim_);
     w.pod<uint64_t>(labels_.size());
     w.put(labels_.data(), labels_.size() * sizeof(int64_t));
     w.put(data_.data(), labels_.size() * dim_ * sizeof(float));
-    w.flush();
-    if (io::fsync(fd) != 0) throw IOError("fsync " + file + ": " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + std::strerror(errno));
-    if (static_cast<uint64_t>(st.st_size) != w.bytes())
-      throw IOError("index file " + file + " holds " + std::to_string(st.st_size) + " bytes after writing " +
-                    std::to_string(w.bytes()));
-    *size = w.bytes();
-    *crc = w.crc();
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
+  }, size, crc);
 }
 
 size_t FlatIndex::memory_bytes() const {

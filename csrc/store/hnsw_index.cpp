@@ -156,10 +156,7 @@ constexpr size_t kGraphHeader = 96;
 
 void HnswIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
   const Graph& g = *g_;
-  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
-  try {
-    io::FdWriter w(fd, file);
+  io::write_file_checked(file, "graph file", [&](io::FdWriter& w) {
     size_t cur = g.cur_element_count;
     w.pod<uint64_t>(g.offsetLevel0_);
     w.pod<uint64_t>(cur);  // capacity: the loader grows it on demand
@@ -180,20 +177,7 @@ void HnswIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) con
       w.pod<uint32_t>(n);
       if (n) w.put(g.linkLists_[i], n);
     }
-    w.flush();
-    if (io::fsync(fd) != 0) throw IOError("fsync " + file + ": " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + std::strerror(errno));
-    if (static_cast<uint64_t>(st.st_size) != w.bytes())
-      throw IOError("graph file " + file + " holds " + std::to_string(st.st_size) + " bytes after writing " +
-                    std::to_string(w.bytes()));
-    *size = w.bytes();
-    *crc = w.crc();
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
+  }, size, crc);
 }
 
 void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string& what) {

@@ -1,6 +1,8 @@
 #include "memkern/io.h"
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -187,6 +189,29 @@ void FdWriter::flush() {
   if (buf_.empty()) return;
   write_all(fd_, buf_.data(), buf_.size(), what_);
   buf_.clear();
+}
+
+void write_file_checked(const std::string& file, const std::string& what, const std::function<void(FdWriter&)>& body,
+                        uint64_t* size, uint32_t* crc) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
+  try {
+    FdWriter w(fd, file);
+    body(w);
+    w.flush();
+    if (io::fsync(fd) != 0) throw IOError("fsync " + file + ": " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + std::strerror(errno));
+    if (static_cast<uint64_t>(st.st_size) != w.bytes())
+      throw IOError(what + " " + file + " holds " + std::to_string(st.st_size) + " bytes after writing " +
+                    std::to_string(w.bytes()));
+    *size = w.bytes();
+    *crc = w.crc();
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
 }
 
 }  // namespace io

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace memkern {
@@ -64,6 +65,12 @@ class FdWriter {
   uint64_t bytes_ = 0;
   uint32_t crc_ = 0;
 };
+
+// Creates (truncates) `file`, lets `body` write its bytes through an FdWriter, then flushes, fsyncs
+// and checks the file's length against what was written; returns the size and CRC-32. Any failed,
+// short or unsynced write raises IOError (naming `what`), so a cut file is never reported as good.
+void write_file_checked(const std::string& file, const std::string& what, const std::function<void(FdWriter&)>& body,
+                        uint64_t* size, uint32_t* crc);
 
 }  // namespace io
 }  // namespace memkern
