@@ -462,9 +462,12 @@ def format_tables(res: dict) -> str:
          "| measure | memkern[always] | " + " | ".join(peers) + " | memkern / peer |",
          "|---|---|" + "---|" * len(peers) + "---|"]
 
+    behind: list[str] = []
+
     def row(label, mk_val, peer_vals, ratios):
         L.append(f"| {label} | {mk_val} | " + " | ".join(peer_vals) + " | "
                  + "; ".join(f"{p}: {r:.2f} ({_verdict(r)})" for p, r in ratios) + " |")
+        behind.extend(f"{label.split(' (')[0]} vs {p} ({r:.2f}x)" for p, r in ratios if np.isfinite(r) and r > 1.05)
 
     a = res["add"]
     c = a["comparison"]
@@ -492,7 +495,8 @@ def format_tables(res: dict) -> str:
         [f"{1e3 * ro[p]['open_first_query_s']:,.1f}" for p in peers],
         [(p, ro[mk]["open_first_query_s"] / ro[p]["open_first_query_s"]) for p in peers])
     L += ["", f"The raw vectors alone are {4 * res['dim']:,} bytes per record. Open times are medians of "
-          f"{len(res['reopen']['comparison'].side(mk).times)} fresh processes per side, interleaved."]
+          f"{len(res['reopen']['comparison'].side(mk).times)} fresh processes per side, interleaved.", "",
+          "**Where memkern is behind** (ratio > 1.05): " + ("; ".join(behind) if behind else "nowhere in this run") + "."]
     return "\n".join(L)
 
 

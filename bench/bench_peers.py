@@ -624,9 +624,12 @@ def format_tables(res: dict) -> str:
     L.append("| measure | memkern | " + " | ".join(peers) + " | memkern / peer (time) |")
     L.append("|---|---|" + "---|" * len(peers) + "---|")
 
+    behind: list[str] = []
+
     def row(label, mk_val, peer_vals, ratios):
         L.append(f"| {label} | {mk_val} | " + " | ".join(peer_vals) + " | "
                  + "; ".join(f"{p}: {_num(r)} ({_verdict(r)})" for p, r in ratios) + " |")
+        behind.extend(f"{label.split(' (')[0]} vs {p} ({_num(r)}x)" for p, r in ratios if np.isfinite(r) and r > 1.05)
 
     ba = res["batched_add"]
     c = ba["comparison"]
@@ -681,6 +684,9 @@ def format_tables(res: dict) -> str:
              f"{res['all_threads']}`), hnswlib (`num_threads={res['all_threads']}`) and faiss "
              f"(`omp_set_num_threads({res['all_threads']})`) all get {res['all_threads']} at the same ef; chromadb 1.x "
              "exposes no thread setting in its collection configuration (its CPU/wall shows what it used).")
+    L.append("")
+    L.append("**Where memkern is behind** (same settings, ratio > 1.05): "
+             + ("; ".join(behind) if behind else "nowhere in this run") + ".")
     L.append("")
     L.append("Durability of the one-at-a-time adds: " + "; ".join(f"{k}: {v}" for k, v in oa["durable"].items())
              + f". Each side adds {oa['records']} records to an empty store.")

@@ -145,3 +145,34 @@ def test_write_section_states_command_date_machine(tmp_path):
         report.write_section("nope", "T", "", "cmd", sections_dir=tmp_path)
     with pytest.raises(report.SectionError, match="title"):
         report.write_section("peers", "two\nlines", "", "cmd", sections_dir=tmp_path)
+
+
+def _bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"memkern_{name}_t", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    return mod
+
+
+def test_namespaces_bench_exact_reference_and_failing_check(tmp_path, monkeypatch):
+    """The many-namespaces comparison's reference is an exact per-namespace scan, and a side that
+    answers from the wrong namespace fails the run instead of being timed."""
+    pytest.importorskip("hnswlib")
+    NS = _bench_module("bench_namespaces")
+    x = NS.make_data(5, 20)
+    q = NS.make_data(4, 1, seed=2)
+    ns = NS.np.array([3, 0, 3, 4])
+    got = NS.exact_in_ns(x, 20, ns, q)
+    for j in range(4):
+        sc = x @ q[j]
+        sc[NS.np.arange(100) // 20 != ns[j]] = -NS.np.inf
+        assert got[j].tolist() == NS.np.argsort(-sc, kind="stable")[:10].tolist()
+    monkeypatch.setenv("MEMKERN_BENCH_PEERS", "hnswlib")
+    orig = NS.Memkern.search
+    monkeypatch.setattr(NS.Memkern, "search", lambda self, i, qq: orig(self, (i + 1) % 12, qq))
+    with pytest.raises(AssertionError, match="memkern"):
+        NS.run(n_ns=12, per=20, n_queries=10, log=lambda m: None, tmp=tmp_path)
