@@ -439,7 +439,10 @@ def batch_search(sides: list, q, exact, threads: int, rounds: int) -> dict:
     for p in sides:
         if isinstance(p, Memkern):
             p.set_threads(threads)
-    c = compare(*[Side(p.name, (lambda p=p: p.search(q, threads=threads)), threads=threads)
+    def side_threads(p):  # what each side really runs with: memkern's store setting, chromadb has none
+        return p.threads if isinstance(p, Memkern) else ("no setting" if isinstance(p, Chroma) else threads)
+
+    c = compare(*[Side(p.name, (lambda p=p: p.search(q, threads=threads)), threads=side_threads(p))
                   for p in sides], check=_agree(exact), rounds=rounds, warmup=1,
                 label=f"batch search, {len(q)} queries, {threads} thread(s)")
     for p in sides:
@@ -662,6 +665,8 @@ def format_tables(res: dict) -> str:
         row(label, f"{bs['qps'][mk]:,.0f}", [f"{bs['qps'][p]:,.0f}" for p in peers], [(p, _paired(c, mk, p)) for p in peers])
         L.append(f"| ... CPU/wall of that batch search | {c.side(mk).cpu_per_wall:.2f} | "
                  + " | ".join(f"{c.side(p).cpu_per_wall:.2f}" for p in peers) + " | |")
+        L.append(f"| ... threads of that batch search | {c.side(mk).threads} | "
+                 + " | ".join(f"{c.side(p).threads}" for p in peers) + " | |")
     rc = res["recall"]
     L.append(f"| recall@10 vs exact | {rc[mk]:.4f} | " + " | ".join(f"{rc[p]:.4f}" for p in peers) + " | "
              + (f"same ids as hnswlib: {res['same_ids_as_hnswlib']:.4f}" if "same_ids_as_hnswlib" in res else "") + " |")
