@@ -179,12 +179,24 @@ def test_query_embedding_routes():
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small eval data, fewer rounds")
-    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--json", default=None, help="raw numbers (default bench/results/embedder.json)")
+    ap.add_argument("--write-section", action="store_true",
+                    help="write bench/sections/embedder.md (then `memkern bench --assemble`)")
     a = ap.parse_args(argv)
     res = run(quick=a.quick)
-    print(format_tables(res))
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1, default=float))
+    md = format_tables(res)
+    print(md)
+    js = Path(a.json) if a.json else Path(__file__).resolve().parent / "results" / "embedder.json"
+    js.parent.mkdir(parents=True, exist_ok=True)
+    js.write_text(json.dumps(res, indent=1, default=float))
+    if a.write_section:
+        import report
+        from harness import machine_info
+
+        p = report.write_section("embedder", "Query embedding routes (`bench/bench_embedder.py`)", md,
+                                 "OMP_NUM_THREADS=1 python bench/bench_embedder.py" + (" --quick" if a.quick else "")
+                                 + " --write-section", machine_info(), raw_json="bench/results/embedder.json")
+        print(f"wrote {p}")
     return 0
 
 

@@ -177,10 +177,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="4 items of 512 tokens instead of 8 of ~2K")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--write-section", action="store_true",
+                    help="write bench/sections/memreread-batched.md (then `memkern bench --assemble`)")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     r = compare_batched(tiny_chat_model(seed=0), QUICK if a.quick else EQUAL, a.rounds)
-    print(format_batched(r))
+    md = format_batched(r)
+    print(md)
+    if a.write_section:
+        import report
+        from harness import machine_info
+
+        p = report.write_section("memreread-batched", "MemReread batched vs one at a time (`bench/bench_memreread.py`)",
+                                 "Tiny random 2-layer Llama (real SmolLM2 tokenizer), every call generated.\n\n" + md,
+                                 "OMP_NUM_THREADS=1 python bench/bench_memreread.py" + (" --quick" if a.quick else "")
+                                 + f" --rounds {a.rounds} --write-section", machine_info())
+        print(f"wrote {p}")
     return 0
 
 

@@ -12,7 +12,8 @@ Table 1, same settings (M, ef_construction, ef and threads equal on every side):
 * one-at-a-time add into fresh, empty stores (memkern per fsync mode; hnswlib and faiss keep
   nothing on disk until saved, chromadb writes to its own SQLite log: durability differs, stated);
 * single-query latency p50/p99 (queries alternate side by side);
-* batch search at 1 thread and at all cores;
+* batch search at 1 thread and at all cores (every side at the same thread count; memkern through its
+  store's ``num_threads``);
 * recall@10 vs exact search;
 * reopen + first query in a fresh process (raw ``hnswlib.Index.load_index``, ``faiss.read_index``,
   a new ``PersistentClient``), plus RSS growth of that process (RAM per record) and bytes on disk.
@@ -24,7 +25,8 @@ Every comparison asserts that the sides computed the same thing: all sides hold 
 reach recall@10 within 0.03 of each other (and memkern returns exactly hnswlib's ids at equal
 settings, as they build the same graph with the same seed).
 
-Run: ``OMP_NUM_THREADS=1 python bench/bench_peers.py [--quick] [--n N] [--json out.json]``, or the
+Run: ``OMP_NUM_THREADS=1 python bench/bench_peers.py [--quick] [--n N] [--json out.json]
+[--write-section]`` (``--write-section`` refreshes ``bench/sections/peers.md``), or the
 pytest-benchmark form ``python -m pytest bench/bench_peers.py -q -s`` (MEMKERN_BENCH_N, default 5,000).
 ``MEMKERN_BENCH_PEERS=hnswlib,faiss`` restricts the peers.
 """
@@ -126,6 +128,18 @@ class Memkern(Peer):
         rid = self.s.add("bench", f"record {i}", v)
         self.pos[rid] = i
         self.n += 1
+
+    def set_threads(self, threads: int) -> None:
+        """Reopen the store with ``num_threads=threads`` (the store's search threads are an open-time
+        setting; the graph and so the results do not change)."""
+        if threads == self.threads:
+            return
+        from memkern.store import MemoryStore
+
+        self.s.close()
+        self.s = MemoryStore(self.path, fsync=self.fsync, num_threads=threads,
+                             **({} if self.defaults else {"ef_search": self.ef}))
+        self.threads = threads
 
     def search(self, q, k=K, threads=1):
         ids, _ = self.s.search("bench", q, k=k)
@@ -420,11 +434,21 @@ def single_query(sides: list, q, exact, n: int) -> dict:
 
 
 def batch_search(sides: list, q, exact, threads: int, rounds: int) -> dict:
-    c = compare(*[Side(p.name, (lambda p=p: p.search(q, threads=threads)),
-                       threads=(threads if not p.name.startswith("memkern") else "1 (serial loop)"))
+    """Every side answers the whole batch in one call with ``threads`` threads (memkern: its store's
+    ``num_threads``, which parallelises a search call once it is worth >= 2**15 distance evaluations)."""
+    for p in sides:
+        if isinstance(p, Memkern):
+            p.set_threads(threads)
+    def side_threads(p):  # what each side really runs with: memkern's store setting, chromadb has none
+        return p.threads if isinstance(p, Memkern) else ("no setting" if isinstance(p, Chroma) else threads)
+
+    c = compare(*[Side(p.name, (lambda p=p: p.search(q, threads=threads)), threads=side_threads(p))
                   for p in sides], check=_agree(exact), rounds=rounds, warmup=1,
                 label=f"batch search, {len(q)} queries, {threads} thread(s)")
-    return {"comparison": c, "qps": {s.name: len(q) / s.median for s in c.sides}}
+    for p in sides:
+        if isinstance(p, Memkern):
+            p.set_threads(1)
+    return {"comparison": c, "qps": {s.name: len(q) / s.median for s in c.sides}, "threads": threads}
 
 
 REOPEN_HEAD = r"""
@@ -603,9 +627,12 @@ def format_tables(res: dict) -> str:
     L.append("| measure | memkern | " + " | ".join(peers) + " | memkern / peer (time) |")
     L.append("|---|---|" + "---|" * len(peers) + "---|")
 
+    behind: list[str] = []
+
     def row(label, mk_val, peer_vals, ratios):
         L.append(f"| {label} | {mk_val} | " + " | ".join(peer_vals) + " | "
                  + "; ".join(f"{p}: {_num(r)} ({_verdict(r)})" for p, r in ratios) + " |")
+        behind.extend(f"{label.split(' (')[0]} vs {p} ({_num(r)}x)" for p, r in ratios if np.isfinite(r) and r > 1.05)
 
     ba = res["batched_add"]
     c = ba["comparison"]
@@ -629,8 +656,8 @@ def format_tables(res: dict) -> str:
     row("single query p99 (ms)", f"{1e3 * sq[mk]['p99_s']:.3f}", [f"{1e3 * sq[p]['p99_s']:.3f}" for p in peers],
         [(p, sq[mk]["p99_s"] / sq[p]["p99_s"]) for p in peers])
     for key, label in (("batch_search_1", "batch search, 1 thread (queries/s)"),
-                       ("batch_search_all", f"batch search, peers at {res['all_threads']} threads; memkern's batch "
-                                            "search is a serial loop on this branch (queries/s)")):
+                       ("batch_search_all", f"batch search, {res['all_threads']} threads on every side "
+                                            "(queries/s)")):
         if key not in res:
             continue
         bs = res[key]
@@ -638,6 +665,8 @@ def format_tables(res: dict) -> str:
         row(label, f"{bs['qps'][mk]:,.0f}", [f"{bs['qps'][p]:,.0f}" for p in peers], [(p, _paired(c, mk, p)) for p in peers])
         L.append(f"| ... CPU/wall of that batch search | {c.side(mk).cpu_per_wall:.2f} | "
                  + " | ".join(f"{c.side(p).cpu_per_wall:.2f}" for p in peers) + " | |")
+        L.append(f"| ... threads of that batch search | {c.side(mk).threads} | "
+                 + " | ".join(f"{c.side(p).threads}" for p in peers) + " | |")
     rc = res["recall"]
     L.append(f"| recall@10 vs exact | {rc[mk]:.4f} | " + " | ".join(f"{rc[p]:.4f}" for p in peers) + " | "
              + (f"same ids as hnswlib: {res['same_ids_as_hnswlib']:.4f}" if "same_ids_as_hnswlib" in res else "") + " |")
@@ -654,11 +683,15 @@ def format_tables(res: dict) -> str:
     row("bytes per record in RAM (RSS growth over open + first query)", f"{ram[mk]:,.0f}", [f"{ram[p]:,.0f}" for p in peers],
         [(p, ram[mk] / ram[p]) for p in peers])
     L.append("")
-    L.append("Threads: every side runs one thread (hnswlib `num_threads=1`, faiss `omp_set_num_threads(1)`, "
-             "memkern `num_threads=1`, torch/OMP/MKL pinned to 1) except the 'all threads' row, where hnswlib and "
-             f"faiss get {res['all_threads']}; memkern's batch search on this branch is a serial loop (its "
-             "`num_threads` only parallelises inserts), and chromadb 1.x exposes no thread setting in its "
-             "collection configuration (its CPU/wall shows what it used).")
+    L.append("Threads per side: every side runs one thread (hnswlib `num_threads=1`, faiss `omp_set_num_threads(1)`, "
+             "memkern `num_threads=1`, torch/OMP/MKL pinned to 1) except the row 'batch search, "
+             f"{res['all_threads']} threads', where memkern (its store reopened with `num_threads="
+             f"{res['all_threads']}`), hnswlib (`num_threads={res['all_threads']}`) and faiss "
+             f"(`omp_set_num_threads({res['all_threads']})`) all get {res['all_threads']} at the same ef; chromadb 1.x "
+             "exposes no thread setting in its collection configuration (its CPU/wall shows what it used).")
+    L.append("")
+    L.append("**Where memkern is behind** (same settings, ratio > 1.05): "
+             + ("; ".join(behind) if behind else "nowhere in this run") + ".")
     L.append("")
     L.append("Durability of the one-at-a-time adds: " + "; ".join(f"{k}: {v}" for k, v in oa["durable"].items())
              + f". Each side adds {oa['records']} records to an empty store.")
@@ -787,13 +820,26 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="5,000 records, fewer rounds")
     ap.add_argument("--n", type=int, default=None, help="records (default 5,000 quick, 100,000 otherwise)")
     ap.add_argument("--queries", type=int, default=None)
-    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--json", default=None, help="raw numbers (default bench/results/peers.json)")
+    ap.add_argument("--write-section", action="store_true",
+                    help="write bench/sections/peers.md (then `memkern bench --assemble`)")
     a = ap.parse_args(argv)
     n = a.n or (5000 if a.quick else 100_000)
-    res = run(n=n, n_queries=a.queries or (200 if a.quick else 1000), quick=a.quick)
-    print(format_tables(res))
-    if a.json:
-        Path(a.json).write_text(json.dumps(to_jsonable(res), indent=1))
+    nq = a.queries or (200 if a.quick else 1000)
+    res = run(n=n, n_queries=nq, quick=a.quick)
+    md = format_tables(res)
+    print(md)
+    js = Path(a.json) if a.json else Path(__file__).resolve().parent / "results" / "peers.json"
+    js.parent.mkdir(parents=True, exist_ok=True)
+    js.write_text(json.dumps(to_jsonable(res), indent=1, default=str))
+    if a.write_section:
+        import report
+
+        cmd = ("OMP_NUM_THREADS=1 python bench/bench_peers.py" + (" --quick" if a.quick else "")
+               + f" --n {n} --queries {nq} --write-section")
+        p = report.write_section("peers", "Store vs peers, one namespace (`bench/bench_peers.py`)", md, cmd,
+                                 res["machine"], raw_json="bench/results/peers.json")
+        print(f"wrote {p}")
     return 0
 
 

@@ -1,4 +1,8 @@
-"""``memkern bench``: run the benchmark suite and write ``bench/REPORT.md`` plus PNG charts.
+"""``memkern bench``: run the benchmark suite, write ``bench/REPORT.md`` plus PNG charts, and
+regenerate ``bench/RESULTS.md`` (fragments in ``bench/sections/`` + the report).
+
+``memkern bench --assemble`` runs nothing: it only regenerates RESULTS.md (``--check``: exit 1 if
+the file on disk differs, i.e. it was edited by hand or a fragment changed without reassembling).
 
 The suite lives in the repository's ``bench/`` folder (``bench/report.py`` drives it), so this
 command needs a source checkout (an editable install finds it; otherwise pass ``--bench-dir``).
@@ -12,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-PARTS = ("peers", "embedder", "rmm", "memreread")
+PARTS = ("peers", "namespaces", "embedder", "rmm", "memreread")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,10 +27,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=None, help="records for the store comparison "
                         "(default 10,000 with --quick, else 100,000)")
     parser.add_argument("--queries", type=int, default=None, help="queries for the store comparison")
+    parser.add_argument("--namespaces", type=int, default=None, help="namespaces of 20 records for the many-small-"
+                        "namespaces comparison (default 300 with --quick, else 2,000)")
     parser.add_argument("--out", default=None, help="report path (default <bench-dir>/REPORT.md)")
     parser.add_argument("--bench-dir", default=None, help="the repository's bench/ folder (found "
                         "automatically for a source checkout)")
     parser.add_argument("--threads", type=int, default=1, help="OMP/MKL/torch threads of the process (default 1)")
+    parser.add_argument("--assemble", action="store_true", help="run nothing: regenerate RESULTS.md from "
+                        "bench/sections/*.md and the report (--out, default bench/REPORT.md)")
+    parser.add_argument("--results", default=None, help="RESULTS.md path to write (default beside the report)")
+    parser.add_argument("--check", action="store_true", help="with --assemble: write nothing, exit 1 when the "
+                        "RESULTS.md on disk differs from the assembled one")
 
 
 def find_bench_dir(explicit: str | None) -> Path | None:
@@ -46,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if bad or not parts:
         print(f"memkern bench: --parts: expected names from {','.join(PARTS)}, got {args.parts!r}")
         return 2
-    for name in ("n", "queries", "threads"):
+    for name in ("n", "queries", "namespaces", "threads"):
         v = getattr(args, name)
         if v is not None and v < 1:
             print(f"memkern bench: --{name}: expected an int >= 1, got {v}")
@@ -57,23 +68,59 @@ def run(args: argparse.Namespace) -> int:
               "checkout of memkern or pass --bench-dir <repo>/bench"
               + (f" (not in {args.bench_dir})" if args.bench_dir else ""))
         return 2
+    if args.check and not args.assemble:
+        print("memkern bench: --check: expected together with --assemble")
+        return 2
+    if args.assemble:
+        return _assemble(args, bench)
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[k] = str(args.threads)
     import torch
 
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location("memkern_bench_report", bench / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = _load_report(bench)
     out = Path(args.out) if args.out else bench / "REPORT.md"
     cmd = "memkern bench" + " ".join(
         [""] + (["--quick"] if args.quick else []) + ([f"--parts {args.parts}"] if args.parts != ",".join(PARTS) else [])
         + ([f"--n {args.n}"] if args.n else []) + ([f"--queries {args.queries}"] if args.queries else [])
+        + ([f"--namespaces {args.namespaces}"] if args.namespaces else [])
         + ([f"--threads {args.threads}"] if args.threads != 1 else []))
-    path, raw = report.run_suite(quick=args.quick, parts=parts, out=out, n=args.n, queries=args.queries, command=cmd)
-    print(f"memkern bench: wrote {path} (charts beside it, raw numbers in {raw['json']})")
+    path, raw = report.run_suite(quick=args.quick, parts=parts, out=out, n=args.n, queries=args.queries, command=cmd,
+                                 namespaces=args.namespaces,
+                                 results=Path(args.results) if args.results else None)
+    print(f"memkern bench: wrote {path} (charts beside it, raw numbers in {raw['json']}) and {raw['results']}")
     if raw["failures"]:
         print(f"memkern bench: parts not measured: {', '.join(raw['failures'])} (see the report)")
         return 1
+    return 0
+
+
+def _load_report(bench: Path):
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location("memkern_bench_report", bench / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    return report
+
+
+def _assemble(args: argparse.Namespace, bench: Path) -> int:
+    report = _load_report(bench)
+    rep = Path(args.out) if args.out else bench / "REPORT.md"
+    target = Path(args.results) if args.results else rep.parent / "RESULTS.md"
+    try:
+        text = report.assemble_results(bench, rep)
+    except report.SectionError as e:
+        print(f"memkern bench: {e}")
+        return 2
+    if args.check:
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            print(f"memkern bench: {target} differs from what --assemble generates (edited by hand, or a fragment "
+                  f"changed without reassembling): run `memkern bench --assemble`")
+            return 1
+        print(f"memkern bench: {target} is up to date")
+        return 0
+    target.write_text(text, encoding="utf-8")
+    print(f"memkern bench: wrote {target} from {bench / 'sections'} and {rep}")
     return 0
