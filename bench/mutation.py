@@ -17,7 +17,7 @@ uncommitted changes; every file is restored afterwards)::
     .venv/bin/python bench/mutation.py                  # all mutants, report to stdout
     .venv/bin/python bench/mutation.py --check          # only check that every mutant applies
     .venv/bin/python bench/mutation.py --only wal-no-sync,rr-clip-unused
-    .venv/bin/python bench/mutation.py --report bench/results/mutation.md
+    .venv/bin/python bench/mutation.py --write-section     # refresh bench/sections/mutation.md
 
 Not part of CI (it takes tens of minutes on 2 cores); its score and date go in bench/RESULTS.md.
 """
@@ -145,7 +145,7 @@ def report(outcomes: list[Outcome]) -> str:
     lines = [
         f"# Mutation check ({_dt.date.today().isoformat()}, {os.cpu_count()} cores)",
         "",
-        f"Command: `.venv/bin/python bench/mutation.py`. Mutants: {len(outcomes)}; killed {killed}; "
+        f"Mutants: {len(outcomes)}; killed {killed}; "
         f"survived {scored - killed}; equivalent (explained) {equiv}; not applicable {len(errors)}.",
         f"**Score: {killed}/{scored} = {100 * score:.1f}% killed** (equivalent mutants excluded).",
         "",
@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the catalogue")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
     ap.add_argument("--report", default="", help="write the markdown report here too")
+    ap.add_argument("--write-section", action="store_true",
+                    help="write the report as bench/sections/mutation.md (then: memkern bench --assemble)")
     a = ap.parse_args(argv)
     ids = [s for s in a.only.split(",") if s]
     unknown = sorted(set(ids) - {m.id for m in CATALOGUE})
@@ -189,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     text = report(outcomes)
     print(text)
+    if a.write_section:
+        if ids or a.area:
+            ap.error("--write-section: only for a run of the whole catalogue (no --only / --area)")
+        import report as _report
+
+        body = text.split("\n", 2)[2]          # the report without its own heading
+        p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body,
+                                  ".venv/bin/python bench/mutation.py --write-section")
+        print(f"mutation: wrote {p}; reassemble with `memkern bench --assemble`")
     if a.report:
         Path(a.report).parent.mkdir(parents=True, exist_ok=True)
         Path(a.report).write_text(text)

@@ -237,6 +237,7 @@ SECTIONS = (
     "memory-experiments",  # memkern eval memory
     "stable-reranker",     # memkern eval memory + Reranker stability
     "crash",               # bench_crash.py
+    "mutation",            # bench/mutation.py --write-section: the mutation score and survivors
     "reranker-trainer",    # issue 11 (the reranker engineer's)
     "suite",               # issue 16 summary: peers, embedder, respond split, MemReread
     "peers",               # bench_peers.py --write-section: the full-size peers tables
