@@ -210,10 +210,10 @@ def test_at_most_two_host_syncs_in_sixteen_steady_state_steps(preset, device):
         assert reads == ["tolist"] * len(reads) and len(reads) >= 1   # only the guard's periodic check
 
 
-def test_stats_are_lazy_and_read_as_floats():
-    rr = Reranker(8, top_m=2)
-    q, C = torch.randn(3, 8), torch.randn(3, 5, 8)
-    st = rr.update(rr.select(q, C), torch.tensor([[True, False], [False, False], [True, True]]))
+def test_stats_are_lazy_and_read_as_floats(device):
+    rr = Reranker(8, top_m=2, device=device)
+    q, C = torch.randn(3, 8, device=device), torch.randn(3, 5, 8, device=device)
+    st = rr.update(rr.select(q, C), torch.tensor([[True, False], [False, False], [True, True]], device=device))
     assert isinstance(st, UpdateStats) and isinstance(st.tensors["loss"], torch.Tensor)
     d = dict(st)
     assert set(d) == {"loss", "reward_rate", "grad_norm", "adapter_norm", "n_rows", "n_replay", "baseline",
