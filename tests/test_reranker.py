@@ -380,3 +380,30 @@ def test_capture_mode_round_trips_and_switches_off(tmp_path, device):
     c = Reranker.load(tmp_path / "r.pt", map_location=device, device=device)   # eager, from the same file
     _online(c, task, 4, 3, "ids", gen_seed=9)
     assert torch.equal(c.Wm, a.Wm)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need CUDA")
+@pytest.mark.parametrize("preset", ["paper", "stable"])
+def test_cuda_graph_replays_follow_the_eager_trajectory(preset, caplog):
+    dev = torch.device("cuda")
+    task = Task(d=16, N=120, K=10, device=dev)
+    kw = dict(top_m=3, device=dev)
+    if preset == "stable":
+        kw.update(replay_capacity=8, guard_window=4, guard_every=3)
+    eager = Reranker.from_preset(preset, 16, **kw)
+    capt = Reranker.from_preset(preset, 16, capture=True, **kw)
+    sa = _online(eager, task, 30, 4, "ids")
+    sb = _online(capt, task, 30, 4, "ids")
+    g = capt._graphs
+    assert g is not None and g.sel_g is not None and g.upd_g is not None          # both were captured
+    assert all(torch.equal(x, y) for x, y in zip(sa, sb))
+    torch.testing.assert_close(capt.Wq, eager.Wq, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(capt.Wm, eager.Wm, rtol=1e-5, atol=1e-6)
+    assert capt._offset == eager._offset == int(capt._offset_t) and capt.steps == eager.steps == 30
+    assert capt.trainer._rpos == eager.trainer._rpos and capt.trainer._replay_draws == eager.trainer._replay_draws
+    # other shapes run eagerly (logged), then get their own capture
+    with caplog.at_level(logging.INFO, logger="memkern"):
+        _online(eager, task, 4, 2, "ids", gen_seed=5)
+        _online(capt, task, 4, 2, "ids", gen_seed=5)
+    assert any("warming up and capturing again" in r.getMessage() for r in caplog.records)
+    torch.testing.assert_close(capt.Wm, eager.Wm, rtol=1e-5, atol=1e-6)

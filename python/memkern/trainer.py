@@ -372,22 +372,20 @@ class ReinforceTrainer:
         self._rlen = min(cap, self._rlen + n)
 
     def _draw(self, size, device):
-        """``size`` distinct ring rows, uniformly: the ``size`` largest of Philox uniforms keyed by
-        ``(seed', draws * capacity + row)`` over the filled rows. The draw counter is a host int, or a
-        device tensor in the capturable mode (same values, so the same rows); the fill count is a
-        shape, known on the host (it depends only on the batch sizes)."""
+        """``size`` distinct ring rows, uniformly: the rows of the ``size`` largest keys
+        ``splitmix64(seed' + (draws * capacity + row) * golden)`` over the filled rows
+        (:func:`_replay_keys`). The draw counter is a host int, or a device tensor in the capturable
+        mode (the same values, so the same rows); the fill count is a shape, known on the host (it
+        depends only on the batch sizes)."""
         cap = self.replay_capacity
         draws = self._counter("_replay_draws", device)
-        ar = self.__dict__.get("_ring_ar")
-        if ar is None or ar.device != device or ar.shape[0] != cap:
-            ar = self._ring_ar = torch.arange(cap, dtype=torch.int64, device=device)
-        u = ops.philox_uniform((self.reranker.seed * 1_000_003 + 7) % (2**63), ar + draws * cap)
+        keys = _replay_keys(self.reranker.seed, draws, cap, device)
         if self._rlen < cap:
-            u = u[:self._rlen]
+            keys = keys[:self._rlen]
         if isinstance(draws, torch.Tensor):
             draws.add_(1)
         self._replay_draws += 1
-        return torch.topk(u, size).indices
+        return torch.topk(keys, size).indices
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
@@ -467,7 +465,13 @@ class ReinforceTrainer:
             else:   # running_mean: the first batch uses its own mean
                 base = mean_now if self._rb is None else self._rb
                 mom = self.baseline_momentum
-                self._rb = mean_now.clone() if self._rb is None else self._rb * mom + mean_now * (1.0 - mom)
+                if self._rb is None:
+                    self._rb = mean_now.clone()
+                elif self._capturable:   # updated in place: a captured graph keeps reading this storage
+                    base = self._rb.clone()
+                    self._rb.copy_(self._rb * mom + mean_now * (1.0 - mom))
+                else:
+                    self._rb = self._rb * mom + mean_now * (1.0 - mom)
             base_stat = base
         adv = torch.where(slot, Rm - base, zero)
         if self.normalize_advantages:
@@ -571,6 +575,16 @@ class ReinforceTrainer:
                             adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
                             baseline=base_stat, rolled_back=0.0, step=None)
         return stats if _defer_host else self._finish(stats)
+
+    def _advance_host(self, n_new: int, n_replay: int) -> None:
+        """The host values a step advances (ring position and fill, replay-draw counter), for a step
+        whose tensor part ran as a CUDA-graph replay (they depend only on the batch sizes)."""
+        cap = self.replay_capacity
+        if cap > 0:
+            if n_replay > 0:
+                self._replay_draws += 1
+            self._rpos = (self._rpos + n_new) % cap
+            self._rlen = min(cap, self._rlen + n_new)
 
     def _finish(self, stats: UpdateStats) -> UpdateStats:
         """The host part that ends a step (counters and the collapse guard's periodic check); kept
@@ -725,6 +739,52 @@ class ReinforceTrainer:
             self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError) as exc:
             log.warning("memkern.Reranker: optimizer state not restored (%s); starting it fresh", exc)
+
+
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_KEYS_NP: dict = {}
+_KEYS_T: dict = {}
+
+
+def _i64(c: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 with the same bits."""
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+def _replay_keys(seed: int, draws, cap: int, device) -> torch.Tensor:
+    """Random int64 keys ``[cap]`` in ``[0, 2**63)`` of one replay draw (its counter ``draws``).
+
+    ``z = seed' + (draws * cap + i) * golden`` (mod 2**64), then the splitmix64 finaliser
+    ``z ^= z >> 30; z *= C1; z ^= z >> 27; z *= C2; z ^= z >> 31`` (logical shifts), and the top 63
+    bits. With a host int counter on the CPU it runs in numpy (no aten ops, a few microseconds);
+    otherwise as int64 torch ops (wrapping multiplies, masked arithmetic shifts), which read a device
+    counter without a host read and give the same bits.
+    """
+    seed_u = (seed * 1_000_003 + 7) % (1 << 64)
+    if not isinstance(draws, torch.Tensor) and torch.device(device).type == "cpu":
+        import numpy as np
+
+        i = _KEYS_NP.get(cap)
+        if i is None:
+            i = _KEYS_NP[cap] = np.arange(cap, dtype=np.uint64)
+        z = (i + np.uint64(draws * cap)) * np.uint64(_GOLDEN) + np.uint64(seed_u)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+        z = z ^ (z >> np.uint64(31))
+        return torch.from_numpy((z >> np.uint64(1)).astype(np.int64))
+    key = (cap, torch.device(device))
+    ar = _KEYS_T.get(key)
+    if ar is None:
+        if len(_KEYS_T) > 16:
+            _KEYS_T.clear()
+        ar = _KEYS_T[key] = torch.arange(cap, dtype=torch.int64, device=device)
+    z = (ar + draws * cap) * _i64(_GOLDEN) + _i64(seed_u)
+    z = z ^ (torch.bitwise_right_shift(z, 30) & ((1 << 34) - 1))
+    z = z * _i64(_MIX1)
+    z = z ^ (torch.bitwise_right_shift(z, 27) & ((1 << 37) - 1))
+    z = z * _i64(_MIX2)
+    z = z ^ (torch.bitwise_right_shift(z, 31) & ((1 << 33) - 1))
+    return torch.bitwise_right_shift(z, 1) & ((1 << 63) - 1)
 
 
 def _as_rewards(rewards, indices):
