@@ -338,7 +338,7 @@ def _online(rr, task, steps, B, form, gen_seed=3, spoil_at=None):
     return out
 
 
-@pytest.mark.parametrize("preset", ["paper", "stable"])
+@pytest.mark.parametrize("preset", ["paper", "stable", "running_mean"])
 @pytest.mark.parametrize("form", ["ids", "dense"])
 def test_capturable_path_reads_its_state_on_the_device_and_equals_the_eager_path(preset, form, device):
     # Reranker(capture=True) reads the draw counter, the ring position and the replay-draw counter from
@@ -346,8 +346,10 @@ def test_capturable_path_reads_its_state_on_the_device_and_equals_the_eager_path
     # bit over many steps (ring filling and wrapping, guard checks), even with its host copies spoiled.
     task = Task(d=12, N=80, K=8, device=device)
     kw = dict(top_m=3, device=device)
-    if preset == "stable":
+    if preset != "paper":
         kw.update(replay_capacity=16, guard_window=4, guard_every=3)
+    if preset == "running_mean":
+        preset, kw["baseline"] = "stable", "running_mean"
     eager = Reranker.from_preset(preset, 12, **kw)
     capt = Reranker.from_preset(preset, 12, capture=True, **kw)
     capt._graphs = None                    # the capturable path itself (the graphs are tested on CUDA)
