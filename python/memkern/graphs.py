@@ -99,8 +99,9 @@ class GraphRunner:
         if any(not isinstance(t, torch.Tensor) or t.device != dev for t in ts):
             return self._eager("select", "inputs not on the adapters' CUDA device")
         table_ptr = cands.data_ptr() if ids is not None else None
+        off_t = rr._offset_tensor()                # exists before any capture (no host copy inside)
         key = ("select", _sig(q), _sig(cands), _sig(ids), _sig(mask), table_ptr, m, rr.Wq.data_ptr(),
-               rr.Wm.data_ptr(), rr.tau, rr.logp, rr.backend, rr.seed)
+               rr.Wm.data_ptr(), off_t.data_ptr(), rr.tau, rr.logp, rr.backend, rr.seed)
         g = self.sel_g
         B, K = q.shape[0], (ids.shape[1] if ids is not None else cands.shape[1])
         off = rr._offset
@@ -138,10 +139,11 @@ class GraphRunner:
         g.cands = cands.clone() if ids is None else cands      # a table is read in place
         g.ids = None if ids is None else ids.clone()
         g.mask = None if mask is None else mask.clone()
-        rr._offset_tensor()                                    # exists before capture (no copy inside)
         torch.cuda.synchronize(q.device)
         with torch.cuda.graph(g.graph):
             g.sel = rr._select(g.q, g.cands, g.ids, g.mask, None, False, m, None)
+        fw = g.sel.__dict__.get("_forward")
+        g.qp = None if fw is None else fw[1]                   # q' of the selection (update reuses it)
         g.graph.replay()
         return g
 
@@ -157,11 +159,13 @@ class GraphRunner:
             return self._eager("update", "only plain SGD on float32 adapters is captured")
         if tr.replay_capacity > 0 and tr._rlen < tr.replay_capacity:
             return self._eager("update", "the replay ring is not full yet (replayed rows are a shape)")
+        sg = last[2]
+        if sg.qp is None:
+            return self._eager("update", "the select graph kept no forward intermediates (inference mode)")
         if tr.steps == 0 or (tr.guard and (tr._good_state is None or tr._win is None)) or (
                 tr.baseline == "running_mean" and tr._rb is None):
             return self._eager("update", "the trainer's state is created by its first eager step")
         R = _as_rewards(rewards, selection.indices)
-        sg = last[2]
         state = [rr.Wq, rr.Wm, tr._rb, tr._rpos_t, tr._draws_t, rr._offset_t,
                  *(tr._win or ()), *(tr.__dict__.get("_gbuf") or ()), *((tr._ring or {}).values())]
         key = ("update", sg.key, id(sg), tr.optimizer.param_groups[0]["lr"], tr._rlen,
@@ -169,7 +173,7 @@ class GraphRunner:
         B = selection.indices.shape[0]
         n_replay = min(B if tr.replay_size is None else tr.replay_size, tr._rlen) if tr.replay_capacity else 0
         # the select graph's buffers hold this selection's inputs and outputs, at these adapters
-        sg.sel.__dict__["_forward"] = (_forward_key(rr.Wq, rr.Wm, sg.q, sg.cands, sg.ids, sg.mask), sg.sel.qp,
+        sg.sel.__dict__["_forward"] = (_forward_key(rr.Wq, rr.Wm, sg.q, sg.cands, sg.ids, sg.mask), sg.qp,
                                        sg.sel.scores)
         g = self.upd_g
         if g is None or g.key != key:
