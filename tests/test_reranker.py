@@ -409,3 +409,94 @@ def test_cuda_graph_replays_follow_the_eager_trajectory(preset, caplog):
         _online(capt, task, 4, 2, "ids", gen_seed=5)
     assert any("warming up and capturing again" in r.getMessage() for r in caplog.records)
     torch.testing.assert_close(capt.Wm, eager.Wm, rtol=1e-5, atol=1e-6)
+
+
+class _FakeGraph:
+    """Stands in for torch.cuda.CUDAGraph on the CPU: the recorded function's tensor work runs at
+    each replay (outputs copied into the static ones) but its host effects (the reranker's host
+    counters) are undone, as a real replay runs no Python. The capture itself runs the work once,
+    so the first replay after it does nothing."""
+
+    def replay(self):
+        if self.fresh:
+            self.fresh = False
+            return
+        rr = self.rr
+        tr = rr.trainer
+        host = (rr._offset, tr._rpos, tr._rlen, tr._replay_draws)
+        new = self.fn()
+        rr._offset, tr._rpos, tr._rlen, tr._replay_draws = host
+        if isinstance(new, Selection):
+            for k in ("indices", "scores", "logp"):
+                getattr(self.out, k).copy_(getattr(new, k))
+            self.out.__dict__["_forward"][1].copy_(new.__dict__["_forward"][1])
+        else:
+            for k, v in self.out.tensors.items():
+                if isinstance(v, torch.Tensor):
+                    v.copy_(new.tensors[k])
+
+
+def _emulated_runner(rr, monkeypatch):
+    from memkern import graphs
+
+    class Stream:
+        device = None
+
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+    class Emulated(graphs.GraphRunner):
+        def _record(self, graph, fn):
+            out = fn()
+            graph.fn, graph.out, graph.fresh, graph.rr = fn, out, True, self.rr
+            return out
+
+    rr._graphs = Emulated(rr)
+    return rr._graphs
+
+
+@pytest.mark.parametrize("preset", ["paper", "stable"])
+def test_graph_runner_bookkeeping_follows_the_eager_path(preset, monkeypatch, caplog):
+    # memkern.graphs' logic (warm-up, capture, replay, host counters, stats, fallbacks) on the CPU with
+    # an emulated graph (_FakeGraph); the CUDA test above runs the real capture
+    task = Task(d=12, N=80, K=8)
+    kw = dict(top_m=3)
+    if preset == "stable":
+        kw.update(replay_capacity=8, guard_window=4, guard_every=3)
+    eager = Reranker.from_preset(preset, 12, **kw)
+    capt = Reranker.from_preset(preset, 12, capture=True, **kw)
+    runner = _emulated_runner(capt, monkeypatch)
+    sa = _online(eager, task, 30, 4, "ids")
+    sb = _online(capt, task, 30, 4, "ids")
+    assert runner.sel_g is not None and runner.upd_g is not None          # both were captured
+    assert all(torch.equal(x, y) for x, y in zip(sa, sb))
+    assert torch.equal(capt.Wq, eager.Wq) and torch.equal(capt.Wm, eager.Wm)
+    assert capt._offset == eager._offset == int(capt._offset_t) and capt.steps == eager.steps == 30
+    tr, te = capt.trainer, eager.trainer
+    assert (tr._rpos, tr._rlen, tr._replay_draws) == (te._rpos, te._rlen, te._replay_draws)
+    if preset == "stable":
+        assert int(tr._rpos_t) == te._rpos and int(tr._draws_t) == te._replay_draws
+        assert torch.equal(tr._ring["R"], te._ring["R"])
+    # stats of replayed steps are the step's own (not overwritten by the next replay)
+    gen = torch.Generator().manual_seed(11)
+    q, ids, gold = task.queries(4, gen)
+    sel = capt.select(q, (ids, task.table))
+    st1 = capt.update(sel, torch.ones(4, 3))
+    loss1 = float(st1["loss"]) if preset == "paper" else st1.tensors["loss"].clone()
+    capt.update(capt.select(q, (ids, task.table)), -torch.ones(4, 3))
+    assert (float(st1["loss"]) == loss1) if preset == "paper" else torch.equal(st1.tensors["loss"], loss1)
+    # an update of an older selection, and other shapes, run eagerly (logged)
+    runner._logged.clear()
+    with caplog.at_level(logging.INFO, logger="memkern"):
+        old = capt.select(q, (ids, task.table))
+        capt.select(q, (ids, task.table))
+        capt.update(old, torch.ones(4, 3))
+        capt.select(q[:2], (ids[:2], task.table))
+    msgs = " ".join(r.getMessage() for r in caplog.records)
+    assert "not the last replayed select's" in msgs and "warming up and capturing again" in msgs

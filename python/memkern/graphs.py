@@ -86,6 +86,13 @@ class GraphRunner:
         cur.wait_stream(self.stream)
         return out
 
+    @staticmethod
+    def _record(graph, fn):
+        """Capture ``fn``'s kernels into ``graph`` (they run at its first replay); ``fn``'s outputs are
+        the graph's static outputs."""
+        with torch.cuda.graph(graph):
+            return fn()
+
     # ------------------------------------------------------------------ select
     def select(self, q, cands, ids, mask, seed, greedy, m, offset):
         rr = self.rr
@@ -140,8 +147,7 @@ class GraphRunner:
         g.ids = None if ids is None else ids.clone()
         g.mask = None if mask is None else mask.clone()
         torch.cuda.synchronize(q.device)
-        with torch.cuda.graph(g.graph):
-            g.sel = rr._select(g.q, g.cands, g.ids, g.mask, None, False, m, None)
+        g.sel = self._record(g.graph, lambda: rr._select(g.q, g.cands, g.ids, g.mask, None, False, m, None))
         fw = g.sel.__dict__.get("_forward")
         g.qp = None if fw is None else fw[1]                   # q' of the selection (update reuses it)
         g.graph.replay()
@@ -186,8 +192,7 @@ class GraphRunner:
             g = self.upd_g = _Captured(key)
             g.R = R.clone()
             torch.cuda.synchronize(R.device)
-            with torch.cuda.graph(g.graph):
-                g.stats = tr.step(sg.sel, g.R, _defer_host=True)
+            g.stats = self._record(g.graph, lambda: tr.step(sg.sel, g.R, _defer_host=True))
         else:
             g.R.copy_(R)
             tr._advance_host(B, n_replay)          # the host values the step's Python advanced at capture
