@@ -63,6 +63,11 @@ Any loss can train the module instead (``forward`` is differentiable)::
     loss = torch.nn.functional.cross_entropy(rr(q, cands), gold_position)    # supervised warm start
     loss.backward(); opt.step()
 
+Capture mode (``Reranker(dim, capture=True)`` or ``set_capture()``): the draw counter, the replay
+ring's write position and the replay-draw counter are read on the device, so that on CUDA
+``select``/``update`` run as CUDA-graph replays for fixed shapes (:mod:`memkern.graphs`); results
+equal the eager mode's.
+
 Persistence: ``state_dict()`` holds ``Wq``, ``Wm`` and an extra state (settings, counters,
 optimizer state, running baseline, replay ring, guard state; format 2, format-1 files still load);
 ``save(path)`` / ``Reranker.load(path)`` write/read it atomically, so each namespace can keep its
@@ -229,6 +234,8 @@ class Reranker(nn.Module):
         CUDA tensors they are (memkern.graphs), and replayed while the shapes, dtypes and devices
         stay the same (other calls run eagerly; the reason is logged once). On other devices the same
         capturable path runs eagerly. Draws, replay picks and adapters equal those of the eager mode.
+        Call it after moving the module to its device (the graphs are set up for the adapters'
+        device at this call).
         """
         self.capture = bool(on)
         self.trainer._capturable = self.capture
