@@ -221,6 +221,32 @@ def test_stats_are_lazy_and_read_as_floats(device):
     assert all(isinstance(v, (int, float)) for v in d.values()) and d["reward_rate"] == 0.5 and d["step"] == 1
 
 
+def test_replay_draws_are_uniform_distinct_and_equal_in_numpy_and_torch(device):
+    # the replay draw: the rows of the `size` largest splitmix64 keys. The host (numpy) keys and the
+    # device-counter (torch) keys of the capturable mode must be the same bits; the picks distinct and
+    # uniform over the filled rows (never past them).
+    from memkern.trainer import _replay_keys
+
+    for draws in (0, 1, 77, 2**40 + 3):
+        a = _replay_keys(5, draws, 256, "cpu")
+        b = _replay_keys(5, torch.tensor(draws, device=device), 256, device)
+        assert torch.equal(a, b.cpu()) and int(a.min()) >= 0
+    rr = Reranker(4, top_m=2, replay_capacity=64, device=device)
+    tr = rr.trainer
+    tr._rlen = 50                               # 50 of 64 rows filled
+    counts = torch.zeros(64)
+    n = 1500
+    for _ in range(n):
+        pick = tr._draw(10, device).cpu()
+        assert len(set(pick.tolist())) == 10
+        counts[pick] += 1
+    assert counts[50:].sum() == 0
+    expect = n * 10 / 50
+    chi2 = float(((counts[:50] - expect) ** 2 / expect).sum())
+    assert chi2 < 90, chi2                      # chi-square(49): 0.9999 quantile ~ 90
+    assert tr._replay_draws == n
+
+
 # ------------------------------------------------------------------------------------------------
 # inputs, presets, persistence
 # ------------------------------------------------------------------------------------------------
@@ -336,28 +362,3 @@ def test_replay_steps_that_reuse_the_selection_forward_equal_full_forward_steps(
         torch.testing.assert_close(a.Wm, b.Wm, rtol=1e-5, atol=1e-6)
     assert float(a.Wq.detach().abs().sum()) > 0
 
-
-def test_replay_draws_are_uniform_distinct_and_equal_in_numpy_and_torch(device):
-    # the replay draw: the rows of the `size` largest splitmix64 keys. The host (numpy) keys and the
-    # device-counter (torch) keys of the capturable mode must be the same bits; the picks distinct and
-    # uniform over the filled rows (never past them).
-    from memkern.trainer import _replay_keys
-
-    for draws in (0, 1, 77, 2**40 + 3):
-        a = _replay_keys(5, draws, 256, "cpu")
-        b = _replay_keys(5, torch.tensor(draws, device=device), 256, device)
-        assert torch.equal(a, b.cpu()) and int(a.min()) >= 0
-    rr = Reranker(4, top_m=2, replay_capacity=64, device=device)
-    tr = rr.trainer
-    tr._rlen = 50                               # 50 of 64 rows filled
-    counts = torch.zeros(64)
-    n = 1500
-    for _ in range(n):
-        pick = tr._draw(10, device).cpu()
-        assert len(set(pick.tolist())) == 10
-        counts[pick] += 1
-    assert counts[50:].sum() == 0
-    expect = n * 10 / 50
-    chi2 = float(((counts[:50] - expect) ** 2 / expect).sum())
-    assert chi2 < 90, chi2                      # chi-square(49): 0.9999 quantile ~ 90
-    assert tr._replay_draws == n
