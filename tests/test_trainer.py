@@ -361,4 +361,3 @@ def test_replay_steps_that_reuse_the_selection_forward_equal_full_forward_steps(
         torch.testing.assert_close(a.Wq, b.Wq, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a.Wm, b.Wm, rtol=1e-5, atol=1e-6)
     assert float(a.Wq.detach().abs().sum()) > 0
-
