@@ -14,6 +14,16 @@ Run (default: the target point B=64, K=20, M=5, d=768 plus two small ones)::
     OMP_NUM_THREADS=1 python bench/bench_reranker.py --stability [paper|default] [--steps N]   # learning stability
     OMP_NUM_THREADS=1 python bench/bench_reranker.py --select-update [--rounds R]   # Reranker vs naive (issue 11)
 
+``--harness [--rounds R] [--B 1,64] [--no-compile] [--json PATH]`` (issue 16): through
+``bench/harness.py`` (interleaved A, B, C rounds after a warm-up round, median, IQR, CPU/wall,
+pinned threads), ``ops.rerank_step`` and both presets' select+update against naive eager and
+``torch.compile`` of the naive code (``dynamic=True``: one compilation for the grid), at B in
+{1, 64, 1024}, d in {384, 768, 1024}, K=20, M=5. Checked: the same items drawn and the same
+gradients (rerank_step); the same selections (select+update, each call from the same saved
+steady state and the same uniforms; for the paper preset the adapters after the first step are
+also compared with the naive ones before timing). The stable preset's update replays B ring rows
+that the naive (paper) step does not: its ratio is what a user gets, not like-for-like work.
+
 ``--select-update``: one online step as users run it, ``Reranker.select`` + ``Reranker.update``, for
 the paper preset and the stable default (steady state: replay ring full), against the naive eager
 step (``naive_select_update``: explicit ``m'``, autograd, then the SGD update), at B in {1, 64, 256},
@@ -257,6 +267,106 @@ def test_select_update(benchmark, impl, B, d):
         benchmark(memkern_select_update, rr, q, C)
 
 
+# ------------------------------------------------------------------------------------------------
+# Comparisons through bench/harness.py (issue 16): interleaved, checked, vs naive eager and
+# torch.compile(naive)
+# ------------------------------------------------------------------------------------------------
+HX_GRID = [(B, d) for B in (1, 64, 1024) for d in (384, 768, 1024)]
+
+
+def _same_step(a, b):
+    """rerank_step results: the same draw and gradients within float32 summation noise."""
+    assert torch.equal(a[0], b[0]), "different items drawn"
+    for x, y in zip(a[1:], b[1:]):
+        err = (x - y).abs().max().item()
+        assert err <= 1e-4 * max(1.0, y.abs().max().item()), f"gradient differs by {err}"
+
+
+def _same_selection(a, b):
+    assert torch.equal(a, b), "different items selected"
+
+
+def _state_restorer(rr):
+    """Snapshot a reranker's full state (adapters, counters, replay ring, guard) and return a callable
+    that restores it: every timed call then runs the same steady-state step."""
+    import copy
+
+    sd = copy.deepcopy(rr.state_dict())
+    return lambda: rr.load_state_dict(sd)
+
+
+def harness_cases(B, d, compiled=True, rounds=5, K=SU_K, M=SU_M):
+    """Three comparisons at ``(B, d)``: ``ops.rerank_step`` and both presets' select+update, each
+    against naive eager and (``compiled``) ``torch.compile`` of the naive code, interleaved by
+    :func:`harness.compare`. Yields :class:`harness.Comparison`."""
+    from harness import Side, compare
+    from memkern.reranker import Reranker
+
+    naive_c = torch.compile(naive, dynamic=True) if compiled else None
+    su_c = torch.compile(naive_select_update, dynamic=True) if compiled else None
+    # 1. the functional step (same uniforms, same gradients)
+    q, Wq, Wm, C, u = make(B, K, M, d)
+    sides = [Side("memkern", lambda: fast(q, Wq, Wm, C, M)), Side("naive eager", lambda: naive(q, Wq, Wm, C, M, u))]
+    if compiled:
+        sides.append(Side("compile(naive)", lambda: naive_c(q, Wq, Wm, C, M, u)))
+    yield compare(*sides, check=_same_step, rounds=rounds, warmup=1, label=f"rerank_step B={B} d={d}",
+                  extra=dict(op="rerank_step", B=B, d=d, K=K, M=M))
+    # 2./3. Reranker.select + update in steady state, every call from the same saved state
+    qs, Cs = su_data(B, d, K)
+    for preset in ("paper", "stable"):
+        rr = Reranker.from_preset(preset, d, backend="torch")
+        for _ in range(256 // B + 2 if preset == "stable" else 3):     # fills the stable preset's ring
+            memkern_select_update(rr, qs, Cs)
+        restore = _state_restorer(rr)
+        W0 = [rr.Wq.detach().clone(), rr.Wm.detach().clone()]
+        uu = ops.philox_uniform(rr.seed, rr._offset + torch.arange(B * K)).view(B, K)   # its next draw
+        W = [W0[0].clone(), W0[1].clone()]
+
+        def reset_w(W=W, W0=W0):
+            W[0].copy_(W0[0])
+            W[1].copy_(W0[1])
+
+        sides = [Side("memkern", lambda rr=rr: memkern_select_update(rr, qs, Cs), setup=restore),
+                 Side("naive eager", lambda W=W, uu=uu: naive_select_update(W, qs, Cs, M, uu), setup=reset_w)]
+        if compiled:
+            sides.append(Side("compile(naive)", lambda W=W, uu=uu: su_c(W, qs, Cs, M, uu), setup=reset_w))
+        # paper: the naive step is the same computation (selection and adapters are compared before
+        # timing by su_check); stable: the naive step is the paper's, so only the selections (same
+        # adapters, same uniforms) are equal; its update replays B ring rows besides
+        yield compare(*sides, check=_same_selection, rounds=rounds, warmup=1,
+                      label=f"{preset} select+update B={B} d={d}",
+                      extra=dict(op=f"{preset} select+update", B=B, d=d, K=K, M=M))
+
+
+def harness_table(grid=HX_GRID, compiled=True, rounds=5, out_json=None):
+    import json
+
+    from harness import fmt_machine, machine_info, pin_threads
+
+    with pin_threads(1):
+        print(fmt_machine(machine_info()))
+        print(f"K={SU_K}, M={SU_M}, {rounds} interleaved rounds after 1 warm-up round; median ms per call")
+        cols = "| op | B | d | memkern (ms) | naive eager (ms) |" + (" compile(naive) (ms) |" if compiled else "")
+        print(cols + " eager / memkern |" + (" compile / memkern |" if compiled else "") + " cpu/wall | checked |")
+        print("|---" * (cols.count("|") - 1 + (4 if compiled else 3)) + "|")
+        rows = []
+        for B, d in grid:
+            if B <= 64:
+                su_check(B, d)       # the presets' first step against the naive versions (adapters too)
+            # one call per round (select+update sides restore their state before each call);
+            # millisecond calls get more rounds instead
+            for c in harness_cases(B, d, compiled=compiled, rounds=rounds * 3 if B == 1 else rounds):
+                ms = [s.median * 1e3 for s in c.sides]
+                ratios = [ms[i] / ms[0] for i in range(1, len(ms))]
+                cpu = min(s.cpu_per_wall for s in c.sides)
+                print(f"| {c.extra['op']} | {B} | {d} | " + " | ".join(f"{x:.3f}" for x in ms) + " | "
+                      + " | ".join(f"{r:.2f}x" for r in ratios) + f" | {cpu:.2f} | {c.checked} |", flush=True)
+                rows.append(c.to_dict())
+        if out_json:
+            with open(out_json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+
 STABILITY = [("paper", "sgd", 1e-3), ("paper", "sgd", 1e-2), ("paper", "sgd", 1e-1), ("paper", "adam", 1e-3),
              ("paper", "adam", 1e-2), ("default", "sgd", 5e-2), ("default", "sgd", 1e-4), ("default", "sgd", 1e-3),
              ("default", "sgd", 1e-2), ("default", "sgd", 1e-1), ("default", "adam", 1e-4),
@@ -299,6 +409,16 @@ def main(argv):
         only = argv[i + 1] if len(argv) > i + 1 and argv[i + 1] in ("paper", "default") else None
         steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 10_000
         stability(steps=steps, only=only, checkpoints=tuple(c for c in (1000, 10_000) if c < steps) + (steps,))
+        return 0
+    if "--harness" in argv:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 5
+        grid = HX_GRID
+        if "--B" in argv:
+            bs = {int(x) for x in argv[argv.index("--B") + 1].split(",")}
+            grid = [(b, d) for b, d in grid if b in bs]
+        out = argv[argv.index("--json") + 1] if "--json" in argv else None
+        harness_table(grid=grid, compiled="--no-compile" not in argv, rounds=rounds, out_json=out)
         return 0
     if "--select-update" in argv:
         rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 5

@@ -239,6 +239,7 @@ SECTIONS = (
     "crash",               # bench_crash.py
     "mutation",            # bench/mutation.py --write-section: the mutation score and survivors
     "reranker-trainer",    # issue 11 (the reranker engineer's)
+    "reranker-capture",    # issue 11 part 2: capture mode, learning rerun, harness comparisons
     "suite",               # issue 16 summary: peers, embedder, respond split, MemReread
     "peers",               # bench_peers.py --write-section: the full-size peers tables
     "embedder",            # bench_embedder.py --write-section (optional until first written)

@@ -51,10 +51,10 @@ _ROW_CONFIGS = [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8)]
 
 @_autotune(_ROW_CONFIGS, key=["K", "D", "M"])
 @triton.jit
-def _score_sample_kernel(R, C, IDS, MASK, S_IN, SCORES, IDX, LOGP,
+def _score_sample_kernel(R, C, IDS, MASK, S_IN, SCORES, IDX, LOGP, OFF,
                          K, D, seed, offset, tau,
                          s_rb, s_cb, s_ck, s_idb, s_mb, s_sb,
-                         M: tl.constexpr, HAS_IDS: tl.constexpr, HAS_MASK: tl.constexpr,
+                         M: tl.constexpr, HAS_IDS: tl.constexpr, HAS_MASK: tl.constexpr, OFF_PTR: tl.constexpr,
                          FROM_SCORES: tl.constexpr, GREEDY: tl.constexpr, PL: tl.constexpr,
                          BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
@@ -88,7 +88,11 @@ def _score_sample_kernel(R, C, IDS, MASK, S_IN, SCORES, IDX, LOGP,
         if GREEDY:
             key = z
         else:
-            offs = offset + b * K + ks.to(tl.int64)
+            if OFF_PTR:          # the counter base lives in device memory (CUDA-graph replays)
+                base = tl.load(OFF).to(tl.int64)
+            else:
+                base = offset
+            offs = base + b * K + ks.to(tl.int64)
             u = tl.maximum(tl.rand(seed, offs), 1e-10)
             key = z - tl.log(-tl.log(u))
         key = tl.where(valid, key, float("-inf"))
@@ -251,11 +255,13 @@ def score_sample(r, dense, ids, table, valid, m, tau, seed, offset, greedy, logp
     lp = torch.empty(B, max(m, 1), dtype=torch.float32, device=dev)
     mk = valid.to(torch.int8).contiguous() if valid is not None else None
     rr = r.contiguous()
+    off_t = offset if isinstance(offset, torch.Tensor) else None
     _score_sample_kernel[(B,)](
         rr, c, idc if idc is not None else rr, mk if mk is not None else rr, rr, sc, idx, lp,
-        K, D, int(seed), int(offset), float(tau),
+        off_t if off_t is not None else idx,
+        K, D, int(seed), 0 if off_t is not None else int(offset), float(tau),
         rr.stride(0), s_cb, s_ck, s_idb, mk.stride(0) if mk is not None else 0, 0,
-        M=int(m), HAS_IDS=idc is not None, HAS_MASK=mk is not None, FROM_SCORES=False,
+        M=int(m), HAS_IDS=idc is not None, HAS_MASK=mk is not None, OFF_PTR=off_t is not None, FROM_SCORES=False,
         GREEDY=bool(greedy), PL=(logp == "plackett_luce"), BLOCK_K=_pow2(K), BLOCK_D=_block_d(D))
     return sc, idx[:, :m], lp[:, :m]
 
@@ -266,11 +272,12 @@ def sample(scores_: torch.Tensor, m: int, tau: float, seed: int, offset: int, gr
     B, K = s.shape
     idx = torch.empty(B, m, dtype=torch.int64, device=s.device)
     lp = torch.empty(B, m, dtype=torch.float32, device=s.device)
+    off_t = offset if isinstance(offset, torch.Tensor) else None   # 0-dim int64 on the device, or an int
     _score_sample_kernel[(B,)](
-        s, s, s, s, s, s, idx, lp,
-        K, 1, int(seed), int(offset), float(tau),
+        s, s, s, s, s, s, idx, lp, off_t if off_t is not None else idx,
+        K, 1, int(seed), 0 if off_t is not None else int(offset), float(tau),
         0, 0, 0, 0, 0, s.stride(0),
-        M=int(m), HAS_IDS=False, HAS_MASK=False, FROM_SCORES=True,
+        M=int(m), HAS_IDS=False, HAS_MASK=False, OFF_PTR=off_t is not None, FROM_SCORES=True,
         GREEDY=bool(greedy), PL=(logp == "plackett_luce"), BLOCK_K=_pow2(K), BLOCK_D=1)
     return idx, lp
 

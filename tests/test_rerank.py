@@ -25,10 +25,7 @@ except Exception:  # pragma: no cover
 BACKENDS = ["torch", pytest.param("triton", marks=[
     pytest.mark.interpret, pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")])]
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"   # (the `device` fixture of conftest.py, for module-level use)
-
-
-def _inputs(B, K, d, N=None, dtype=torch.float32, seed=0, scale=0.3, mask_p=0.0):
+def _inputs(B, K, d, N=None, dtype=torch.float32, seed=0, scale=0.3, mask_p=0.0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, d, generator=g)
     Wq = torch.randn(d, d, generator=g) * scale / math.sqrt(d)
@@ -41,7 +38,7 @@ def _inputs(B, K, d, N=None, dtype=torch.float32, seed=0, scale=0.3, mask_p=0.0)
         ids = torch.randint(0, N, (B, K), generator=g)
         ids = torch.where(mask, ids, torch.full_like(ids, -1))
         out.update(T=T, ids=ids)
-    return {k: (v.to(dtype) if v.is_floating_point() else v).to(DEV) for k, v in out.items()}
+    return {k: (v.to(dtype) if v.is_floating_point() else v).to(device) for k, v in out.items()}
 
 
 def _close(a, b, tol):
@@ -62,9 +59,9 @@ SHAPES = [(1, 1, 1, 1), (2, 5, 5, 3), (3, 7, 4, 37), (1, 17, 3, 16), (2, 16, 16,
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("B,K,M,d", SHAPES)
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
-def test_step_matches_float64_reference(backend, B, K, M, d, logp):
-    x = _inputs(B, K, d, seed=B * 1000 + K * 10 + d, mask_p=0.2 if K > 3 else 0.0)
-    R = torch.randn(B, M, generator=torch.Generator().manual_seed(1)).to(DEV)
+def test_step_matches_float64_reference(backend, B, K, M, d, logp, device):
+    x = _inputs(B, K, d, seed=B * 1000 + K * 10 + d, mask_p=0.2 if K > 3 else 0.0, device=device)
+    R = torch.randn(B, M, generator=torch.Generator().manual_seed(1)).to(device)
     st = ops.rerank_step(x["q"], x["Wq"], x["Wm"], x["C"], R, M, tau=0.7, seed=11, offset=3, mask=x["mask"],
                          baseline=0.25, logp=logp, backend=backend)
     s64 = ref.reference_scores(x["q"].cpu(), x["Wq"].cpu(), x["Wm"].cpu(), x["C"].cpu(), x["mask"].cpu())
@@ -95,10 +92,10 @@ def test_step_matches_float64_reference(backend, B, K, M, d, logp):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_ids_table_gather_and_dtypes(backend, dtype):
+def test_ids_table_gather_and_dtypes(backend, dtype, device):
     B, K, M, d, N = 3, 9, 4, 24, 13
-    x = _inputs(B, K, d, N=N, dtype=dtype, seed=7, mask_p=0.3)
-    R = torch.where(torch.rand(B, M, generator=torch.Generator().manual_seed(2)) > 0.5, 1.0, -1.0).to(DEV)
+    x = _inputs(B, K, d, N=N, dtype=dtype, seed=7, mask_p=0.3, device=device)
+    R = torch.where(torch.rand(B, M, generator=torch.Generator().manual_seed(2)) > 0.5, 1.0, -1.0).to(device)
     st = ops.rerank_step(x["q"], x["Wq"], x["Wm"], x["T"], R, M, seed=5, ids=x["ids"], logp="plackett_luce",
                          backend=backend)
     Cd = x["T"][x["ids"].clamp_min(0)].cpu()
@@ -120,11 +117,11 @@ def test_ids_table_gather_and_dtypes(backend, dtype):
 
 @pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
-def test_torch_philox_reproduces_triton_rand_bit_for_bit():
+def test_torch_philox_reproduces_triton_rand_bit_for_bit(device):
     from memkern.kernels import rerank as k
 
     for seed, off in [(0, 0), (123, 5), (2**31 + 17, 2**32 - 40), (2**40 + 7, 2**33)]:
-        a = k.uniforms(seed, off, 300, device=DEV).cpu()
+        a = k.uniforms(seed, off, 300, device=device).cpu()
         b = ops.philox_uniform(seed, off + torch.arange(300))
         assert torch.equal(a, b), (seed, off)
     u = ops.philox_uniform(9, torch.arange(20000))
@@ -132,19 +129,20 @@ def test_torch_philox_reproduces_triton_rand_bit_for_bit():
     assert abs(float(u.mean()) - 0.5) < 0.01
 
 
-def test_numpy_and_torch_philox_agree(monkeypatch):
+def test_numpy_and_torch_philox_agree(monkeypatch, device):
     offs = torch.cat([torch.arange(500), torch.arange(2**32 - 300, 2**32 + 300), torch.tensor([2**40 + 3])])
     for seed in (0, 77, 2**31 + 5, 2**45 + 9):
-        a = ops.philox_uniform(seed, offs)
+        a = ops.philox_uniform(seed, offs)                  # numpy on the CPU
         monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", True)
-        b = ops.philox_uniform(seed, offs)
+        b = ops.philox_uniform(seed, offs.to(device))       # torch ops on `device`
         monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", False)
-        assert torch.equal(a, b) and a.dtype == torch.float32
+        assert b.device == offs.to(device).device
+        assert torch.equal(a, b.cpu()) and a.dtype == torch.float32
 
 
-def test_zero_adapters_give_retriever_scores_and_greedy_order():
-    x = _inputs(4, 10, 16, seed=3)
-    Z = torch.zeros(16, 16, device=DEV)
+def test_zero_adapters_give_retriever_scores_and_greedy_order(device):
+    x = _inputs(4, 10, 16, seed=3, device=device)
+    Z = torch.zeros(16, 16, device=device)
     s = ops.rerank_scores(x["q"], Z, Z, x["C"], backend="torch")
     torch.testing.assert_close(s, torch.einsum("bkd,bd->bk", x["C"], x["q"]), rtol=1e-6, atol=1e-6)
     d = ops.gumbel_topm(s, 10, greedy=True)
@@ -165,13 +163,13 @@ def _draw_counts(idx):
 @pytest.mark.parametrize("backend,n", [("torch", 20000), pytest.param("triton", 20000, marks=[
     pytest.mark.skipif(not torch.cuda.is_available(), reason="20000 draws: too slow for the interpreter; "
                        "test_triton_sampler_equals_torch_sampler covers the interpreted kernel")])])
-def test_sampling_frequencies_match_plackett_luce(backend, n):
+def test_sampling_frequencies_match_plackett_luce(backend, n, device):
     # one row per draw: counters offset + b*K + i make the rows independent draws
     scores = torch.tensor([0.9, 0.1, -0.4, 0.5, 0.0])
     tau, M = 0.5, 2
     probs = ref.plackett_luce_ordered_probs(scores, M, tau)   # 20 ordered pairs, df = 19
     crit = 43.8  # chi-square(19) 0.999 quantile
-    S = scores.expand(n, -1).contiguous().to(DEV)
+    S = scores.expand(n, -1).contiguous().to(device)
     draw = ops.gumbel_topm(S, M, tau=tau, seed=2024, logp="plackett_luce", backend=backend)
     assert _pl_chi2(_draw_counts(draw.indices), probs, n) < crit
     # the log-probs are the exact PL ones
@@ -189,12 +187,12 @@ def test_sampling_frequencies_match_plackett_luce(backend, n):
 @pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
-def test_triton_sampler_equals_torch_sampler(logp):
+def test_triton_sampler_equals_torch_sampler(logp, device):
     # Same Philox uniforms (bit for bit) and the same selection rule: the kernel's draws are the torch
     # path's draws, whose frequencies the chi-square test above checks against exact PL probabilities.
     n = 96
     scores = torch.tensor([0.9, 0.1, -0.4, 0.5, 0.0]).expand(n, -1).contiguous()
-    a = ops.gumbel_topm(scores.to(DEV), 3, tau=0.5, seed=99, offset=7, logp=logp, backend="triton")
+    a = ops.gumbel_topm(scores.to(device), 3, tau=0.5, seed=99, offset=7, logp=logp, backend="triton")
     b = ops.gumbel_topm(scores, 3, tau=0.5, seed=99, offset=7, logp=logp, backend="torch")
     assert torch.equal(a.indices.cpu(), b.indices)
     torch.testing.assert_close(a.logp.cpu(), b.logp, rtol=1e-5, atol=1e-5)
@@ -202,11 +200,11 @@ def test_triton_sampler_equals_torch_sampler(logp):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_padding_never_selected_and_reproducible(backend):
+def test_padding_never_selected_and_reproducible(backend, device):
     B, K, M = (64 if backend == "torch" else 12), 6, 3
     g = torch.Generator().manual_seed(4)
-    scores = torch.randn(B, K, generator=g).to(DEV)
-    mask = (torch.rand(B, K, generator=g) > 0.4).to(DEV)
+    scores = torch.randn(B, K, generator=g).to(device)
+    mask = (torch.rand(B, K, generator=g) > 0.4).to(device)
     mask[0] = False                    # a row with nothing valid
     scores[1, 0] = 50.0                # a padded entry with a huge score
     mask[1, 0] = False
@@ -230,19 +228,19 @@ def test_padding_never_selected_and_reproducible(backend):
 
 @pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
-def test_backends_draw_the_same_items():
-    x = _inputs(8, 12, 20, seed=5, mask_p=0.2)
-    R = torch.ones(8, 4).to(DEV)
+def test_backends_draw_the_same_items(device):
+    x = _inputs(8, 12, 20, seed=5, mask_p=0.2, device=device)
+    R = torch.ones(8, 4).to(device)
     a = ops.rerank_step(x["q"], x["Wq"], x["Wm"], x["C"], R, 4, seed=77, mask=x["mask"], backend="torch")
     b = ops.rerank_step(x["q"], x["Wq"], x["Wm"], x["C"], R, 4, seed=77, mask=x["mask"], backend="triton")
     assert torch.equal(a.indices.cpu(), b.indices.cpu())
 
 
-def test_validation_errors_name_the_argument():
-    x = _inputs(2, 4, 8, N=5)
+def test_validation_errors_name_the_argument(device):
+    x = _inputs(2, 4, 8, N=5, device=device)
     q, Wq, Wm, C = x["q"], x["Wq"], x["Wm"], x["C"]
     with pytest.raises(MemkernValueError, match="m: expected m <= K = 4"):
-        ops.rerank_step(q, Wq, Wm, C, torch.ones(2, 5), 5)
+        ops.rerank_step(q, Wq, Wm, C, torch.ones(2, 5, device=device), 5)
     with pytest.raises(MemkernValueError, match="Wq"):
         ops.rerank_scores(q, Wq[:4], Wm, C)
     with pytest.raises(MemkernValueError, match="candidates"):
@@ -252,30 +250,30 @@ def test_validation_errors_name_the_argument():
     with pytest.raises(MemkernTypeError, match="q"):
         ops.rerank_scores(q.long(), Wq, Wm, C)
     with pytest.raises(MemkernValueError, match="mask"):
-        ops.rerank_scores(q, Wq, Wm, C, mask=torch.ones(2, 3, dtype=torch.bool))
+        ops.rerank_scores(q, Wq, Wm, C, mask=torch.ones(2, 3, dtype=torch.bool, device=device))
     with pytest.raises(MemkernValueError, match="ids"):
         bad = x["ids"].clone()
         bad[0, 0] = 99
         ops.rerank_scores(q, Wq, Wm, x["T"], ids=bad, check=True)
-    s = torch.randn(2, 4)
+    s = torch.randn(2, 4, device=device)
     s[1, 2] = float("nan")
     with pytest.raises(MemkernValueError, match=r"scores: .*NaN in rows \[1\]"):
         ops.gumbel_topm(s, 2, check=True)
     with pytest.raises(MemkernValueError, match="tau"):
-        ops.gumbel_topm(torch.randn(2, 4), 2, tau=0.0)
+        ops.gumbel_topm(torch.randn(2, 4, device=device), 2, tau=0.0)
     with pytest.raises(MemkernValueError, match="logp"):
-        ops.gumbel_topm(torch.randn(2, 4), 2, logp="exact")
+        ops.gumbel_topm(torch.randn(2, 4, device=device), 2, logp="exact")
     with pytest.raises(MemkernValueError, match="seed"):
-        ops.gumbel_topm(torch.randn(2, 4), 2, seed=-1)
-    idx = ops.gumbel_topm(torch.randn(2, 4), 2).indices
+        ops.gumbel_topm(torch.randn(2, 4, device=device), 2, seed=-1)
+    idx = ops.gumbel_topm(torch.randn(2, 4, device=device), 2).indices
     with pytest.raises(MemkernValueError, match=r"rewards: expected shape of the selection \(2, 2\)"):
-        ops.reinforce_grad(q, Wq, Wm, C, idx, torch.ones(2, 3))
+        ops.reinforce_grad(q, Wq, Wm, C, idx, torch.ones(2, 3, device=device))
     with pytest.raises(MemkernValueError, match="backend"):
         ops.rerank_scores(q, Wq, Wm, C, backend="cuda")
 
 
-def test_backend_choice_is_explicit_and_logged(monkeypatch, caplog):
-    x = _inputs(1, 3, 4)
+def test_backend_choice_is_explicit_and_logged(monkeypatch, caplog, device):
+    x = _inputs(1, 3, 4, device=device)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     if not torch.cuda.is_available():
         with pytest.raises(BackendUnavailableError, match="need CUDA"):
@@ -288,16 +286,16 @@ def test_backend_choice_is_explicit_and_logged(monkeypatch, caplog):
     assert len(msgs) == 1 and "'torch'" in msgs[0] and "not on CUDA" in msgs[0]
 
 
-def test_one_dimensional_query():
-    x = _inputs(1, 6, 5)
+def test_one_dimensional_query(device):
+    x = _inputs(1, 6, 5, device=device)
     s = ops.rerank_scores(x["q"][0], x["Wq"], x["Wm"], x["C"][0], backend="torch")
     assert s.shape == (6,)
-    st = ops.rerank_step(x["q"][0], x["Wq"], x["Wm"], x["C"][0], torch.ones(2, device=DEV), 2, backend="torch")
+    st = ops.rerank_step(x["q"][0], x["Wq"], x["Wm"], x["C"][0], torch.ones(2, device=device), 2, backend="torch")
     assert st.indices.shape == (2,) and st.dWq.shape == (5, 5)
 
 
-def test_device_mismatch_names_the_argument():
-    x = _inputs(2, 4, 8)
+def test_device_mismatch_names_the_argument(device):
+    x = _inputs(2, 4, 8, device=device)
     with pytest.raises(MemkernValueError, match="Wm: expected a tensor on q's device"):
         ops.rerank_scores(x["q"], x["Wq"], x["Wm"].to("meta"), x["C"])
     with pytest.raises(MemkernValueError, match="candidates: expected a tensor on q's device"):
@@ -318,3 +316,20 @@ def test_gpu_check_script_dry_run(capsys):
     assert mod.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "all checks passed" in out and out.count("| True |") == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_offset_read_from_a_device_tensor_gives_the_int_offsets_draw(backend, device):
+    # the capturable draw: the Philox counter base is a 0-dim int64 tensor read on the device
+    g = torch.Generator().manual_seed(6)
+    scores = torch.randn(5, 9, generator=g).to(device)
+    for off in (0, 45, 2**33 + 5):
+        a = ops.gumbel_topm(scores, 4, seed=3, offset=off, backend=backend)
+        b = ops.gumbel_topm(scores, 4, seed=3, offset=torch.tensor(off, device=device), backend=backend)
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.logp, b.logp)
+    c = ops.gumbel_topm(scores, 4, seed=3, offset=torch.tensor(45, device=device), backend=backend)
+    assert not torch.equal(c.indices, ops.gumbel_topm(scores, 4, seed=3, offset=0, backend=backend).indices)
+    with pytest.raises(MemkernValueError, match="offset: expected an int >= 0 or a 0-dim int64 tensor"):
+        ops.gumbel_topm(scores, 4, offset=torch.tensor([1], device=device), backend=backend)
+    with pytest.raises(MemkernValueError, match="offset: expected an int >= 0"):
+        ops.gumbel_topm(scores, 4, offset=-1, backend=backend)

@@ -125,8 +125,8 @@ def test_backward_matches_float64_reference(backend, B, K, d, dense, device):
         assert (got - want).abs().max().item() <= 1e-5 * scale, k
 
 
-def test_no_grad_path_and_grad_path_agree_and_1d_query():
-    x = _inputs(1, 6, 5, dtype=torch.float32)
+def test_no_grad_path_and_grad_path_agree_and_1d_query(device):
+    x = _inputs(1, 6, 5, dtype=torch.float32, device=device)
     s0 = ops.rerank_scores(x["q"][0], x["Wq"], x["Wm"], x["C"][0])              # no grad: plain forward
     q = x["q"][0].clone().requires_grad_(True)
     s1 = ops.rerank_scores(q, x["Wq"], x["Wm"], x["C"][0])                      # autograd op
@@ -134,23 +134,23 @@ def test_no_grad_path_and_grad_path_agree_and_1d_query():
     torch.testing.assert_close(s0, s1.detach(), rtol=0, atol=0)
     s1.sum().backward()
     # d/dq sum_i m_i . (I + Wm)^T (I + Wq) q = (I + Wq)^T (I + Wm) sum_i m_i
-    I = torch.eye(5)
+    I = torch.eye(5, device=device)
     want = (I + x["Wq"]).T @ (I + x["Wm"]) @ x["C"][0].sum(0)
     torch.testing.assert_close(q.grad, want, rtol=1e-5, atol=1e-5)
 
 
-def test_top_level_export_and_reranker_is_an_ordinary_module():
+def test_top_level_export_and_reranker_is_an_ordinary_module(device):
     assert memkern.rerank_scores is ops.rerank_scores
     assert memkern.ReinforceTrainer.__name__ == "ReinforceTrainer"
-    rr = Reranker(8, top_m=2)
+    rr = Reranker(8, top_m=2, device=device)
     assert [n for n, _ in rr.named_parameters()] == ["Wq", "Wm"]
     g = torch.Generator().manual_seed(0)
-    q, C = torch.randn(4, 8, generator=g), torch.randn(4, 6, 8, generator=g)
+    q, C = torch.randn(4, 8, generator=g).to(device), torch.randn(4, 6, 8, generator=g).to(device)
     s = rr(q, C)
     assert s.shape == (4, 6) and s.grad_fn is not None
     torch.testing.assert_close(s.detach(), rr.scores(q, C))
     # a supervised warm start with an ordinary loss and optimizer: push candidate 3 to the top
-    target = torch.full((4,), 3)
+    target = torch.full((4,), 3, device=device)
     opt = torch.optim.Adam(rr.parameters(), lr=0.05)
     losses = []
     for _ in range(30):

@@ -210,15 +210,41 @@ def test_at_most_two_host_syncs_in_sixteen_steady_state_steps(preset, device):
         assert reads == ["tolist"] * len(reads) and len(reads) >= 1   # only the guard's periodic check
 
 
-def test_stats_are_lazy_and_read_as_floats():
-    rr = Reranker(8, top_m=2)
-    q, C = torch.randn(3, 8), torch.randn(3, 5, 8)
-    st = rr.update(rr.select(q, C), torch.tensor([[True, False], [False, False], [True, True]]))
+def test_stats_are_lazy_and_read_as_floats(device):
+    rr = Reranker(8, top_m=2, device=device)
+    q, C = torch.randn(3, 8, device=device), torch.randn(3, 5, 8, device=device)
+    st = rr.update(rr.select(q, C), torch.tensor([[True, False], [False, False], [True, True]], device=device))
     assert isinstance(st, UpdateStats) and isinstance(st.tensors["loss"], torch.Tensor)
     d = dict(st)
     assert set(d) == {"loss", "reward_rate", "grad_norm", "adapter_norm", "n_rows", "n_replay", "baseline",
                       "rolled_back", "step"}
     assert all(isinstance(v, (int, float)) for v in d.values()) and d["reward_rate"] == 0.5 and d["step"] == 1
+
+
+def test_replay_draws_are_uniform_distinct_and_equal_in_numpy_and_torch(device):
+    # the replay draw: the rows of the `size` largest splitmix64 keys. The host (numpy) keys and the
+    # device-counter (torch) keys of the capturable mode must be the same bits; the picks distinct and
+    # uniform over the filled rows (never past them).
+    from memkern.trainer import _replay_keys
+
+    for draws in (0, 1, 77, 2**40 + 3):
+        a = _replay_keys(5, draws, 256, "cpu")
+        b = _replay_keys(5, torch.tensor(draws, device=device), 256, device)
+        assert torch.equal(a, b.cpu()) and int(a.min()) >= 0
+    rr = Reranker(4, top_m=2, replay_capacity=64, device=device)
+    tr = rr.trainer
+    tr._rlen = 50                               # 50 of 64 rows filled
+    counts = torch.zeros(64)
+    n = 1500
+    for _ in range(n):
+        pick = tr._draw(10, device).cpu()
+        assert len(set(pick.tolist())) == 10
+        counts[pick] += 1
+    assert counts[50:].sum() == 0
+    expect = n * 10 / 50
+    chi2 = float(((counts[:50] - expect) ** 2 / expect).sum())
+    assert chi2 < 90, chi2                      # chi-square(49): 0.9999 quantile ~ 90
+    assert tr._replay_draws == n
 
 
 # ------------------------------------------------------------------------------------------------

@@ -255,7 +255,8 @@ def philox_uniform(seed: int, offsets: torch.Tensor) -> torch.Tensor:
         k1 = (k1 + _PHILOX_KEY_B) & _M32
     x = torch.where(c0 >= 2**31, c0 - 2**32, c0)       # bitcast to int32
     x = torch.where(x < 0, -x - 1, x)                  # ~x for negatives
-    return x.to(torch.float32) * torch.tensor(4.6566127342e-10, dtype=torch.float32, device=x.device)
+    # a Python scalar (multiplied in float32), not a tensor built from host memory: capturable in a CUDA graph
+    return x.to(torch.float32) * 4.6566127342e-10
 
 
 _FORCE_TORCH_PHILOX = False  # tests flip it to compare the two implementations
@@ -617,7 +618,9 @@ def gumbel_topm(scores, m, tau=0.5, seed=0, offset=0, mask=None, logp="softmax",
     m : int, ``1 <= m <= K``
     tau : float > 0, temperature
     seed : int in ``[0, 2**63)`` or ``torch.Generator`` (an int seed is drawn from it)
-    offset : int >= 0, Philox counter base
+    offset : int >= 0, Philox counter base; or a 0-dim int64 tensor on the scores' device holding
+        it, read on the device (no host read: the draw can be captured in a CUDA graph and replayed
+        with a new counter value)
     mask : optional bool ``[B, K]``, False = padding (never selected)
     logp : ``"softmax"`` (paper, per-item ``log softmax(z)_i``) or ``"plackett_luce"`` (exact
         per-stage terms; their sum is the log-probability of the ordered draw)
@@ -640,8 +643,7 @@ def gumbel_topm(scores, m, tau=0.5, seed=0, offset=0, mask=None, logp="softmax",
     _check_tau(tau)
     _check_logp(logp)
     seed = _seed_int(seed)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise bad_arg("offset", "an int >= 0", offset)
+    _check_offset(offset, s.device)
     s = s.float()
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -661,6 +663,16 @@ def gumbel_topm(scores, m, tau=0.5, seed=0, offset=0, mask=None, logp="softmax",
     if squeezed:
         idx, lp = idx[0], lp[0]
     return GumbelTopM(idx, lp)
+
+
+def _check_offset(offset, device):
+    if isinstance(offset, torch.Tensor):
+        if offset.dtype != torch.int64 or offset.dim() != 0 or offset.device != device:
+            raise bad_arg("offset", f"an int >= 0 or a 0-dim int64 tensor on {device}",
+                          f"{offset.dtype} tensor of shape {tuple(offset.shape)} on {offset.device}")
+        return
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise bad_arg("offset", "an int >= 0", offset)
 
 
 def _advantages(rewards, indices, baseline, name="rewards"):

@@ -63,6 +63,11 @@ Any loss can train the module instead (``forward`` is differentiable)::
     loss = torch.nn.functional.cross_entropy(rr(q, cands), gold_position)    # supervised warm start
     loss.backward(); opt.step()
 
+Capture mode (``Reranker(dim, capture=True)`` or ``set_capture()``): the draw counter, the replay
+ring's write position and the replay-draw counter are read on the device, so that on CUDA
+``select``/``update`` run as CUDA-graph replays for fixed shapes (:mod:`memkern.graphs`); results
+equal the eager mode's.
+
 Persistence: ``state_dict()`` holds ``Wq``, ``Wm`` and an extra state (settings, counters,
 optimizer state, running baseline, replay ring, guard state; format 2, format-1 files still load);
 ``save(path)`` / ``Reranker.load(path)`` write/read it atomically, so each namespace can keep its
@@ -184,7 +189,7 @@ class Reranker(nn.Module):
                  replay_capacity: int = 256, replay_size: int | None = None, baseline_momentum: float = 0.99,
                  guard: bool = True, guard_window: int = 50, guard_tol: float = 0.05, guard_drop: float = 0.25,
                  guard_max_norm: float = 50.0, guard_patience: int = 3, max_norm: float | None = 20.0,
-                 guard_every: int = 10, dtype: torch.dtype = torch.float32,
+                 guard_every: int = 10, capture: bool = False, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         super().__init__()
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
@@ -213,6 +218,41 @@ class Reranker(nn.Module):
             replay_size=replay_size, baseline_momentum=baseline_momentum, guard=guard, guard_window=guard_window,
             guard_tol=guard_tol, guard_drop=guard_drop, guard_max_norm=guard_max_norm,
             guard_patience=guard_patience, guard_every=guard_every, max_norm=max_norm)
+        self._offset_t: torch.Tensor | None = None    # the draw counter on the device (capture mode)
+        self._graphs = None
+        self.capture = False
+        if capture:
+            self.set_capture(True)
+
+    def set_capture(self, on: bool = True) -> "Reranker":
+        """Switch the capturable mode on or off (also ``Reranker(..., capture=True)``).
+
+        In this mode every scalar that changes from step to step is read on the device: the Philox
+        counter of ``select``'s draws (a 0-dim int64 tensor the sampling kernel reads), the replay
+        ring's write position and the replay-draw counter. No host value of the state enters the
+        computation, so for fixed shapes ``select`` and ``update`` can be captured in CUDA graphs: on
+        CUDA tensors they are (memkern.graphs), and replayed while the shapes, dtypes and devices
+        stay the same (other calls run eagerly; the reason is logged once). On other devices the same
+        capturable path runs eagerly. Draws, replay picks and adapters equal those of the eager mode.
+        Call it after moving the module to its device (the graphs are set up for the adapters'
+        device at this call).
+        """
+        self.capture = bool(on)
+        self.trainer._capturable = self.capture
+        self._offset_t = None
+        self.trainer._sync_counters()
+        self._graphs = None
+        if self.capture and self.Wq.is_cuda:
+            from .graphs import GraphRunner
+
+            self._graphs = GraphRunner(self)
+        return self
+
+    def _offset_tensor(self) -> torch.Tensor:
+        t = self._offset_t
+        if t is None or t.device != self.Wq.device:
+            t = self._offset_t = torch.tensor(self._offset, dtype=torch.int64, device=self.Wq.device)
+        return t
 
     def __getattr__(self, name):
         # learning settings and counters live on the trainer; read them through the module too
@@ -292,23 +332,35 @@ class Reranker(nn.Module):
         """
         cands, ids = self._split(candidates)
         m = self.top_m if m is None else m
+        if self._graphs is not None:
+            out = self._graphs.select(q, cands, ids, mask, seed, greedy, m, offset)
+            if out is not None:
+                return out
+        return self._select(q, cands, ids, mask, seed, greedy, m, offset)
+
+    def _select(self, q, cands, ids, mask, seed, greedy, m, offset) -> Selection:
         inter = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
                                   return_intermediates=True)
         scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
         if m > K:
             raise bad_arg("m", f"m <= K = {K} (number of candidates); top_m is {self.top_m}", m)
+        off_t = None
         if seed is None:
             seed_i = self.seed
             off = self._offset if offset is None else offset
             if not greedy and offset is None:
-                self._offset += B * K
+                if self.capture:                    # read (and advanced) on the device
+                    off_t = self._offset_tensor()
+                self._offset += B * K               # (the host value, kept equal)
         else:
             seed_i = ops._seed_int(seed)
             off = 0 if offset is None else offset
         be = ops.resolve_backend(self.backend, scores.device)
-        sel = ops.gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off, logp=self.logp, greedy=greedy,
-                              backend=be)
+        sel = ops.gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
+                              logp=self.logp, greedy=greedy, backend=be)
+        if off_t is not None:
+            off_t.add_(B * K)
         squeezed = q.dim() == 1
         idx, lp = sel.indices, sel.logp
         if squeezed:
@@ -348,6 +400,10 @@ class Reranker(nn.Module):
         (after the step), ``n_rows`` (new + replayed), ``n_replay``, ``baseline`` (mean baseline
         used), ``rolled_back`` (0/1), ``step``; values are read (and synchronised) lazily.
         """
+        if self._graphs is not None:
+            out = self._graphs.update(selection, rewards)
+            if out is not None:
+                return out
         return self.trainer.step(selection, rewards)
 
     # ------------------------------------------------------------------ persistence
@@ -367,6 +423,7 @@ class Reranker(nn.Module):
         if cfg["dim"] != self.dim:
             raise bad_arg("state_dict", f"a reranker of dim {self.dim}", cfg["dim"])
         self._offset = int(state["offset"])
+        self._offset_t = None
         self.trainer.load_state(state)
 
     def save(self, path: str | os.PathLike) -> None:

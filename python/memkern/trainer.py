@@ -211,6 +211,12 @@ class ReinforceTrainer:
         self._rlen = 0                                 # rows in the ring
         self._rpos = 0                                 # next write position
         self._replay_draws = 0
+        # capturable mode (Reranker(capture=True)): the step reads its changing scalars (ring write
+        # position, replay-draw counter) from these device tensors, never from the host ints above
+        # (which it still advances, as mirrors: both depend only on the batch sizes)
+        self._capturable = False
+        self._rpos_t: torch.Tensor | None = None
+        self._draws_t: torch.Tensor | None = None
         self._win: list[torch.Tensor] | None = None    # 0-dim (pos, slots, non-finite steps) since the last check
         self._win_steps = 0
         self._since_check = 0
@@ -326,29 +332,67 @@ class ReinforceTrainer:
         pad = [0, 0] * (t.dim() - 1 - dim) + [0, n - t.shape[dim]]
         return torch.nn.functional.pad(t, pad, value=value)
 
+    def _sync_counters(self) -> None:
+        """(Re)build the device counters of the capturable mode from the host values (or drop them)."""
+        if not self._capturable:
+            self._rpos_t = self._draws_t = None
+            return
+        dev = self.reranker.Wq.device
+        self._rpos_t = torch.tensor(self._rpos, dtype=torch.int64, device=dev)
+        self._draws_t = torch.tensor(self._replay_draws, dtype=torch.int64, device=dev)
+
+    def _counter(self, name: str, device):
+        """The host int (eager) or the device tensor (capturable) of ``_rpos``/``_replay_draws``."""
+        if not self._capturable:
+            return getattr(self, name)
+        t = self._rpos_t if name == "_rpos" else self._draws_t
+        if t is None or t.device != device:
+            self._sync_counters()
+            t = self._rpos_t if name == "_rpos" else self._draws_t
+        return t
+
     def _write_ring(self, q, C, valid, idx, R):
         cap = self.replay_capacity
         n = q.shape[0]
+        rpos = self._counter("_rpos", q.device)
         if n > cap:                                   # only the newest cap rows survive (FIFO)
             q, C, valid, idx, R = q[-cap:], C[-cap:], valid[-cap:], idx[-cap:], R[-cap:]
+            if isinstance(rpos, torch.Tensor):
+                rpos.add_(n - cap).remainder_(cap)
+            else:
+                rpos = (rpos + n - cap) % cap
             self._rpos = (self._rpos + n - cap) % cap
             n = cap
-        pos = torch.arange(n, device=q.device).add_(self._rpos).remainder_(cap)
+        pos = torch.arange(n, device=q.device).add_(rpos).remainder_(cap)
         for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R)):
             self._ring[key].index_copy_(0, pos, t)
+        if isinstance(rpos, torch.Tensor):
+            rpos.add_(n).remainder_(cap)
         self._rpos = (self._rpos + n) % cap
         self._rlen = min(cap, self._rlen + n)
 
     def _draw(self, size, device):
-        g = torch.Generator(device=device)
-        g.manual_seed((self.reranker.seed * 1_000_003 + self._replay_draws) % (2**63))
+        """``size`` distinct ring rows, uniformly: the rows of the ``size`` largest keys
+        ``splitmix64(seed' + (draws * capacity + row) * golden)`` over the filled rows
+        (:func:`_replay_keys`). The draw counter is a host int, or a device tensor in the capturable
+        mode (the same values, so the same rows); the fill count is a shape, known on the host (it
+        depends only on the batch sizes)."""
+        cap = self.replay_capacity
+        draws = self._counter("_replay_draws", device)
+        keys = _replay_keys(self.reranker.seed, draws, cap, device)
+        if self._rlen < cap:
+            keys = keys[:self._rlen]
+        if isinstance(draws, torch.Tensor):
+            draws.add_(1)
         self._replay_draws += 1
-        return torch.randperm(self._rlen, generator=g, device=device)[:size]
+        return torch.topk(keys, size).indices
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
-    def step(self, selection, rewards) -> UpdateStats:
-        """One REINFORCE update from the rewards of ``selection``'s slots (see ``Reranker.update``)."""
+    def step(self, selection, rewards, _defer_host: bool = False) -> UpdateStats:
+        """One REINFORCE update from the rewards of ``selection``'s slots (see ``Reranker.update``).
+
+        ``_defer_host=True`` (internal, CUDA-graph capture) stops before :meth:`_finish`."""
         rr = self.reranker
         from .reranker import Selection
 
@@ -421,7 +465,13 @@ class ReinforceTrainer:
             else:   # running_mean: the first batch uses its own mean
                 base = mean_now if self._rb is None else self._rb
                 mom = self.baseline_momentum
-                self._rb = mean_now.clone() if self._rb is None else self._rb * mom + mean_now * (1.0 - mom)
+                if self._rb is None:
+                    self._rb = mean_now.clone()
+                elif self._capturable:   # updated in place: a captured graph keeps reading this storage
+                    base = self._rb.clone()
+                    self._rb.copy_(self._rb * mom + mean_now * (1.0 - mom))
+                else:
+                    self._rb = self._rb * mom + mean_now * (1.0 - mom)
             base_stat = base
         adv = torch.where(slot, Rm - base, zero)
         if self.normalize_advantages:
@@ -507,10 +557,8 @@ class ReinforceTrainer:
             adapter_norm = n * factor
         else:
             adapter_norm = None
-        self.steps += 1
         if self.replay_capacity > 0:
             self._write_ring(q, C, valid, idx_p, R_p)
-        rolled = 0.0
         n_pos_new = n_valid_new = None
         if self.guard:
             slot_new = idx_new >= 0
@@ -521,18 +569,37 @@ class ReinforceTrainer:
             self._win[0].add_(n_pos_new)
             self._win[1].add_(n_valid_new)
             self._win[2].add_(~finite)
+        if adapter_norm is None:       # not computed by the step: read from the adapters when asked for
+            adapter_norm = _LazyNorm(self)
+        stats = UpdateStats(loss=loss, n_pos=n_pos_new, n_valid=n_valid_new, idx=idx_new, R=R_new, grad_norm=gnorm,
+                            adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
+                            baseline=base_stat, rolled_back=0.0, step=None)
+        return stats if _defer_host else self._finish(stats)
+
+    def _advance_host(self, n_new: int, n_replay: int) -> None:
+        """The host values a step advances (ring position and fill, replay-draw counter), for a step
+        whose tensor part ran as a CUDA-graph replay (they depend only on the batch sizes)."""
+        cap = self.replay_capacity
+        if cap > 0:
+            if n_replay > 0:
+                self._replay_draws += 1
+            self._rpos = (self._rpos + n_new) % cap
+            self._rlen = min(cap, self._rlen + n_new)
+
+    def _finish(self, stats: UpdateStats) -> UpdateStats:
+        """The host part that ends a step (counters and the collapse guard's periodic check); kept
+        apart so that a CUDA-graph replay of the tensor part runs it after each replay."""
+        self.steps += 1
+        stats.tensors["step"] = self.steps
+        if self.guard:
             self._win_steps += 1
             self._since_check += 1
             if self._since_check >= self.guard_every:
                 self._since_check = 0
-                rolled = float(self._check())
-                if rolled:
-                    adapter_norm = None
-        if adapter_norm is None:       # not computed by the step: read from the adapters when asked for
-            adapter_norm = _LazyNorm(self)
-        return UpdateStats(loss=loss, n_pos=n_pos_new, n_valid=n_valid_new, idx=idx_new, R=R_new, grad_norm=gnorm,
-                           adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
-                           baseline=base_stat, rolled_back=rolled, step=self.steps)
+                if self._check():
+                    stats.tensors["rolled_back"] = 1.0
+                    stats.tensors["adapter_norm"] = _LazyNorm(self)
+        return stats
 
     # ------------------------------------------------------------------ collapse guard
     def _snapshot(self) -> dict:
@@ -633,6 +700,7 @@ class ReinforceTrainer:
         rb = state["running_baseline"]
         self._rb = None if rb is None else torch.tensor(float(rb), device=dev)
         self._ring, self._rlen, self._rpos = None, 0, 0
+        self._rpos_t = self._draws_t = None           # rebuilt from the loaded values below
         rp = state["replay"]
         if rp is not None and self.replay_capacity > 0 and rp["q"].shape[0] > 0:
             q, C, valid, idx, R = (rp[k] for k in ("q", "C", "valid", "idx", "R"))
@@ -653,6 +721,7 @@ class ReinforceTrainer:
                 self._write_ring(q.to(dev).float(), C.to(dev).float(), valid.to(dev), idx.to(dev),
                                  R.to(dev).float())
         self._replay_draws = int(state["replay_draws"])
+        self._sync_counters()
         window = list(state["window"])
         self._win = [torch.tensor(float(v), device=dev)
                      for v in (sum(w[0] for w in window), sum(w[1] for w in window), 0.0)]
@@ -670,6 +739,52 @@ class ReinforceTrainer:
             self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError) as exc:
             log.warning("memkern.Reranker: optimizer state not restored (%s); starting it fresh", exc)
+
+
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_KEYS_NP: dict = {}
+_KEYS_T: dict = {}
+
+
+def _i64(c: int) -> int:
+    """An unsigned 64-bit constant as the signed int64 with the same bits."""
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+def _replay_keys(seed: int, draws, cap: int, device) -> torch.Tensor:
+    """Random int64 keys ``[cap]`` in ``[0, 2**63)`` of one replay draw (its counter ``draws``).
+
+    ``z = seed' + (draws * cap + i) * golden`` (mod 2**64), then the splitmix64 finaliser
+    ``z ^= z >> 30; z *= C1; z ^= z >> 27; z *= C2; z ^= z >> 31`` (logical shifts), and the top 63
+    bits. With a host int counter on the CPU it runs in numpy (no aten ops, a few microseconds);
+    otherwise as int64 torch ops (wrapping multiplies, masked arithmetic shifts), which read a device
+    counter without a host read and give the same bits.
+    """
+    seed_u = (seed * 1_000_003 + 7) % (1 << 64)
+    if not isinstance(draws, torch.Tensor) and torch.device(device).type == "cpu":
+        import numpy as np
+
+        i = _KEYS_NP.get(cap)
+        if i is None:
+            i = _KEYS_NP[cap] = np.arange(cap, dtype=np.uint64)
+        z = (i + np.uint64(draws * cap)) * np.uint64(_GOLDEN) + np.uint64(seed_u)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+        z = z ^ (z >> np.uint64(31))
+        return torch.from_numpy((z >> np.uint64(1)).astype(np.int64))
+    key = (cap, torch.device(device))
+    ar = _KEYS_T.get(key)
+    if ar is None:
+        if len(_KEYS_T) > 16:
+            _KEYS_T.clear()
+        ar = _KEYS_T[key] = torch.arange(cap, dtype=torch.int64, device=device)
+    z = (ar + draws * cap) * _i64(_GOLDEN) + _i64(seed_u)
+    z = z ^ (torch.bitwise_right_shift(z, 30) & ((1 << 34) - 1))
+    z = z * _i64(_MIX1)
+    z = z ^ (torch.bitwise_right_shift(z, 27) & ((1 << 37) - 1))
+    z = z * _i64(_MIX2)
+    z = z ^ (torch.bitwise_right_shift(z, 31) & ((1 << 33) - 1))
+    return torch.bitwise_right_shift(z, 1) & ((1 << 63) - 1)
 
 
 def _as_rewards(rewards, indices):
