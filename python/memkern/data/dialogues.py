@@ -101,9 +101,9 @@ _PET_NAMES = ["Biscuit", "Pepper", "Mochi", "Juniper", "Waffles", "Ziggy", "Clov
 # (evidence wording, question wording, answer)
 _JOBS = [("nurse at the children's hospital", "pediatric healthcare", "a nurse"),
          ("sous chef at a tapas place", "restaurant kitchen", "a sous chef"),
-         ("junior architect at a design studio", "building design", "an architect"),
+         ("junior architect at a design studio", "building design", "a junior architect"),
          ("data analyst for the city council", "local government numbers", "a data analyst"),
-         ("physio at a sports clinic", "injury rehabilitation", "a physiotherapist"),
+         ("physio at a sports clinic", "injury rehabilitation", "a physio"),
          ("middle-school science teacher", "classroom education", "a science teacher"),
          ("park ranger up in the hills", "outdoor conservation", "a park ranger"),
          ("barista and latte-art trainer", "coffee", "a barista")]
@@ -268,7 +268,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             ka, kb = cv.key(), cv.key()
             cv.episodes.append(_Episode(s1, [
                 _Line(p, "Okay, guess where I'm moving at the end of the month?", ka),
-                _Line(other(p), "No idea, tell me!"),
+                _Line(other(p), "No idea, where?"),
                 _Line(p, f"{c1}! Signed the lease yesterday.", kb)]))
             facts[p].add("move")
             cv.questions.append(_Q("single-hop", [f"Which city is {p} relocating to?",

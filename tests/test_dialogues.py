@@ -1,0 +1,139 @@
+"""memkern.data.generate_dialogues: LoCoMo-shaped multi-party dialogues with paraphrased questions."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from memkern.data import Dataset, generate_dialogues, generate_history
+from memkern.data.dialogues import (DIALOGUE_CATEGORIES, content_overlap, content_words, format_session_date,
+                                    parse_session_date)
+from memkern.errors import MemkernValueError
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return generate_dialogues(6, 12, seed=1)
+
+
+def _mean_overlap(d: Dataset) -> float:
+    vals = []
+    for c, q in d.questions():
+        tm = c.turn_map()
+        if q.evidence_turn_ids:
+            vals.append(content_overlap(q.question, [tm[e].content for e in q.evidence_turn_ids]))
+    return float(np.mean(vals))
+
+
+def test_deterministic_per_seed():
+    a, b = generate_dialogues(3, 8, seed=5), generate_dialogues(3, 8, seed=5)
+    assert a.to_dict() == b.to_dict()
+    assert a.content_hash() != generate_dialogues(3, 8, seed=6).content_hash()
+
+
+def test_schema_valid_and_round_trips(ds):
+    ds.validate()
+    assert Dataset.from_dict(ds.to_dict()).content_hash() == ds.content_hash()
+    for c in ds.conversations:
+        assert [s.session_id for s in c.sessions] == [f"session_{i + 1}" for i in range(12)]
+        speakers = {t.speaker for t in c.turns()}
+        assert 2 <= len(speakers) <= 3 and all(isinstance(s, str) and s[0].isupper() for s in speakers)
+        for s in c.sessions:
+            for k, t in enumerate(s.turns):
+                assert t.turn_id == f"D{s.session_id.split('_')[1]}:{k + 1}" and t.turn_index == k
+                assert t.session_id == s.session_id and t.date == s.date
+
+
+def test_evidence_ids_exist_and_categories(ds):
+    cats = set()
+    for c, q in ds.questions():
+        tm = c.turn_map()
+        assert q.evidence_turn_ids, q
+        assert q.question_type in DIALOGUE_CATEGORIES
+        cats.add(q.question_type)
+        assert q.evidence_session_ids == list(dict.fromkeys(tm[e].session_id for e in q.evidence_turn_ids))
+        if q.question_type == "adversarial":
+            assert q.answer == "not mentioned"
+            # asks about someone who is not the speaker of the evidence
+            assert not any(tm[e].speaker in q.question for e in q.evidence_turn_ids)
+        elif q.question_type != "temporal":
+            # the answer is stated in the evidence (temporal answers are computed from dates)
+            assert any(q.answer.split()[-1].lower() in tm[e].content.lower() for e in q.evidence_turn_ids), q
+    assert cats == set(DIALOGUE_CATEGORIES)
+
+
+def test_questions_paraphrase_away_from_evidence(ds):
+    # Mean share of a question's content words that occur in its evidence. One shared word in a
+    # typical 5-7 content-word question is ~0.15-0.2, so a mean under 0.08 means most questions
+    # share none; the template generator's questions share about twice that or more.
+    new = np.mean([_mean_overlap(generate_dialogues(6, 12, seed=s)) for s in range(3)])
+    old = np.mean([_mean_overlap(generate_history(6, 30, seed=s)) for s in range(3)])
+    assert new < 0.08, new
+    assert new < 0.5 * old, (new, old)
+    assert content_overlap("Where is Lisbon?", ["Lisbon!"]) == 1.0
+    assert content_words("What is Nadia's dog called?") == {"nadia", "dog", "called"}
+
+
+def test_evidence_needs_neighbouring_turn(ds):
+    # teaser / other speaker's question / answer: the answer turn alone shares nothing with the
+    # question and does not say what it answers; the evidence holds the teaser too.
+    found = 0
+    for c, q in ds.questions():
+        if q.question_type != "single-hop" or len(q.evidence_turn_ids) != 2:
+            continue
+        tm = c.turn_map()
+        t0, t1 = (tm[e] for e in q.evidence_turn_ids)
+        sess = next(s for s in c.sessions if s.session_id == t0.session_id)
+        if t1.session_id != t0.session_id or t1.turn_index != t0.turn_index + 2:
+            continue
+        mid = sess.turns[t0.turn_index + 1]
+        assert mid.speaker != t0.speaker == t1.speaker and mid.content.endswith("?")
+        assert q.answer.split()[-1].lower() not in t0.content.lower()
+        assert content_overlap(q.question, [t1.content]) == 0.0
+        found += 1
+    assert found >= len(ds.conversations) * 2, found
+
+
+def test_distractors_about_same_entities(ds):
+    for c in ds.conversations:
+        ev = {e for q in c.questions for e in q.evidence_turn_ids}
+        people = {t.speaker for t in c.turns()}
+        for q in c.questions:
+            p = next(x for x in people if x in q.question)
+            # the same person talks about other things in turns that are not evidence
+            assert sum(1 for t in c.turns() if t.speaker == p and t.turn_id not in ev) >= 3
+            if q.question_type == "single-hop" and q.answer[:1].isupper() and " " not in q.answer:
+                # pet names: mentioned again outside the evidence
+                if "called" in q.question or "name" in q.question:
+                    assert any(q.answer in t.content for t in c.turns() if t.turn_id not in ev), q
+        # each speaker's first home city is mentioned by another person in a non-evidence turn
+        homes = re.findall(r"how long have you been in (\w+) now", " ".join(t.content for t in c.turns()))
+        assert homes
+        for city in homes:
+            assert sum(1 for t in c.turns() if city in t.content and t.turn_id not in ev) >= 2
+
+
+def test_dates_parse(ds):
+    for c in ds.conversations:
+        ds_dates = [parse_session_date(s.date) for s in c.sessions]
+        assert all(a < b for a, b in zip(ds_dates, ds_dates[1:]))
+        for q in c.questions:
+            assert parse_session_date(q.question_date) > ds_dates[-1]
+            m = re.fullmatch(r"the (\w+) before (\d+ \w+, \d+) \((\d+ \w+, \d+)\)", q.answer)
+            if m:  # relative answers name a real weekday before the session date
+                ref, d = (parse_session_date("12:00 pm on " + x) for x in m.group(2, 3))
+                assert d.strftime("%A") == m.group(1) and 0 < (ref - d).days <= 7
+    import datetime as dt
+
+    d = dt.datetime(2023, 5, 8, 13, 56)
+    assert format_session_date(d) == "1:56 pm on 8 May, 2023" and parse_session_date(format_session_date(d)) == d
+
+
+@pytest.mark.parametrize("kw, arg", [(dict(n_conversations=0), "n_conversations"), (dict(sessions=3), "sessions"),
+                                     (dict(seed=-1), "seed"), (dict(speakers=(1, 3)), "speakers"),
+                                     (dict(filler_per_session=(2, 1)), "filler_per_session"),
+                                     (dict(start_date="May 8"), "start_date")])
+def test_bad_arguments(kw, arg):
+    with pytest.raises(MemkernValueError, match=arg):
+        generate_dialogues(**kw)
