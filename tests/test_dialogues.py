@@ -137,3 +137,24 @@ def test_dates_parse(ds):
 def test_bad_arguments(kw, arg):
     with pytest.raises(MemkernValueError, match=arg):
         generate_dialogues(**kw)
+
+
+def test_eval_loads_dialogues_and_cli_option(tmp_path, capsys):
+    import json
+
+    from memkern.cli import main
+    from memkern.eval import memory as M
+
+    d = M.load_dataset("dialogues", users=2, sessions=6, seed=4)
+    assert d.content_hash() == generate_dialogues(2, 6, seed=4).content_hash()
+    with pytest.raises(MemkernValueError, match="source"):
+        M.load_dataset("dialogs")
+    rc = main(["eval", "memory", "granularity", "--data", "dialogues", "--users", "1", "--sessions", "6", "--seeds",
+               "0", "--granularities", "turn", "chunk4", "--out", str(tmp_path), "--quiet",
+               "--cache-dir", str(tmp_path / "cache")])
+    assert rc == 0
+    assert "dialogues-1x6-seed0" in capsys.readouterr().out
+    (p,) = tmp_path.glob("granularity-*.json")
+    res = json.loads(p.read_text())
+    assert res["dataset"][0]["name"] == "dialogues-1x6-seed0"
+    assert set(res["metrics_mean"]["turn"]["by_type"]) <= set(DIALOGUE_CATEGORIES)

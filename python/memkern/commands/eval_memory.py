@@ -11,6 +11,7 @@ seeds vary only the experiment's randomness (splits, sampling, citations).
 Examples::
 
     memkern eval memory granularity --users 12 --sessions 40 --seeds 0 1 2
+    memkern eval memory granularity --data dialogues --users 6 --sessions 20
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
 """
@@ -44,6 +45,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     src.add_argument("--longmemeval", metavar="PATH", type=C.input_file, help="a LongMemEval JSON file")
     src.add_argument("--locomo", metavar="PATH", type=C.input_file, help="a LoCoMo JSON file")
     d.add_argument("--limit", type=C.positive_int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
+    d.add_argument("--data", choices=("generated", "dialogues"), default="generated",
+                   help="generated data: 'generated' (one user and an assistant, LongMemEval-like; default) or "
+                        "'dialogues' (LoCoMo-like multi-party dialogues with paraphrased questions; --users = "
+                        "conversations, --sessions >= 6)")
     d.add_argument("--users", type=C.positive_int, default=12, help="generated data: simulated users (default 12)")
     d.add_argument("--sessions", type=C.positive_int, default=40, help="generated data: sessions per user (default 40)")
     d.add_argument("--seeds", type=C.nonneg_int, nargs="+", default=[0, 1, 2], help="seeds (default 0 1 2)")
@@ -107,7 +112,7 @@ def _datasets(args):
     if args.locomo:
         ds = load_dataset("locomo", args.locomo, limit=args.limit)
         return [(s, ds) for s in args.seeds]
-    return [(s, load_dataset("generated", users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
+    return [(s, load_dataset(args.data, users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
 
 
 def run(args) -> int:

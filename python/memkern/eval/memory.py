@@ -219,16 +219,20 @@ def build_units(conv: Conversation, granularity: str, emb: CachedEmbedder | None
 # ============================================================================================
 def load_dataset(source: str = "generated", path: str | None = None, *, users: int = 12, sessions: int = 30,
                  seed: int = 0, limit: int | None = None) -> Dataset:
-    """``source``: ``"generated"`` (args users/sessions/seed), ``"longmemeval"`` or ``"locomo"`` (path)."""
+    """``source``: ``"generated"`` (:func:`~memkern.data.generate_history`; args users/sessions/seed),
+    ``"dialogues"`` (:func:`~memkern.data.generate_dialogues`; ``users`` = conversations), ``"longmemeval"``
+    or ``"locomo"`` (path)."""
     from .. import data as D
 
     if source == "generated":
         return D.generate_history(users, sessions, seed=seed)
+    if source == "dialogues":
+        return D.generate_dialogues(users, sessions, seed=seed)
     if source in ("longmemeval", "locomo"):
         if not path:
             raise bad_arg("path", f"a {source} file", path)
         return D.load_longmemeval(path, limit=limit) if source == "longmemeval" else D.load_locomo(path, limit=limit)
-    raise bad_arg("source", "'generated', 'longmemeval' or 'locomo'", source)
+    raise bad_arg("source", "'generated', 'dialogues', 'longmemeval' or 'locomo'", source)
 
 
 def _dataset_info(ds: Dataset) -> dict[str, Any]:
