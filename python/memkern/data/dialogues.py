@@ -89,7 +89,7 @@ def _day(d: _dt.date) -> str:
 _NAMES = ["Caroline", "Melanie", "Priya", "Tomas", "Aisha", "Declan", "Yuki", "Rafael", "Ingrid", "Kwame",
           "Lena", "Marco", "Nadia", "Oscar", "Rosa", "Samir", "Talia", "Viktor", "Wen", "Zara"]
 _SIB_NAMES = ["Jess", "Robbie", "Anya", "Felix", "Mira", "Dev", "Hana", "Luca", "Greta", "Omar", "Noor", "Pablo"]
-_RELS = [("sister", "her"), ("brother", "his"), ("cousin", "their")]
+_RELS = ["sister", "brother", "cousin"]
 _CITIES = ["Lisbon", "Denver", "Glasgow", "Osaka", "Montreal", "Valencia", "Tucson", "Bergen", "Adelaide",
            "Krakow", "Halifax", "Porto", "Boise", "Ghent", "Wellington", "Savannah"]
 # (species word used in the dialogue, noun used in questions, breeds/kinds, a line the owner says)
@@ -250,21 +250,22 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
     def other(p):
         return _pick(rng, [x for x in people if x != p])
 
-    def when(s: int, lo: int = 0, hi: int | None = None) -> int:
+    def when(lo: int = 0, hi: int | None = None) -> int:
+        """A random session index in [lo, hi) (hi defaults to the number of sessions)."""
         return int(rng.integers(lo, S if hi is None else hi))
 
     for p in people:
         # -- home city (stated early), optionally a move later (knowledge-update + neighbour evidence)
         c0 = _take(rng, cities)
         home[p] = c0
-        s0 = when(S, 0, max(1, S // 4))
+        s0 = when(0, max(1, S // 4))
         k0 = cv.key()
         cv.episodes.append(_Episode(s0, [
             _Line(other(p), f"{p}, how long have you been in {c0} now?"),
             _Line(p, f"Nine years! {c0} feels like home at this point.", k0)]))
         if rng.random() < 0.7:
             c1 = _take(rng, cities)
-            s1 = when(S, s0 + 1)
+            s1 = when(s0 + 1)
             ka, kb = cv.key(), cv.key()
             cv.episodes.append(_Episode(s1, [
                 _Line(p, "Okay, guess where I'm moving at the end of the month?", ka),
@@ -282,7 +283,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
         if rng.random() < 0.75:
             word, noun, kinds, quip = _take(rng, pets)
             kind, pn = _pick(rng, kinds), _take(rng, petn)
-            s = when(S)
+            s = when()
             wd = int(rng.integers(7))
             ka, kb = cv.key(), cv.key()
             cv.episodes.append(_Episode(s, [
@@ -299,14 +300,14 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                                    f"the {_WEEKDAYS[wd]} before {_day(sd)} ({_day(sd - _dt.timedelta(days=back))})",
                                    [ka]))
             # distractor: same pet, other facts
-            cv.episodes.append(_Episode(when(S, s + 1) if s + 1 < S else s, [
+            cv.episodes.append(_Episode(when(s + 1) if s + 1 < S else s, [
                 _Line(other(p), f"How is {pn} settling in?"),
                 _Line(p, f"{pn} had the vet check-up this week, all fine. Still very shy with guests.")]))
         # -- job change: teaser / question / answer
         if rng.random() < 0.75:
             ev, qv, ans = _take(rng, jobs)
             ow = _take(rng, old_work)
-            s = when(S, 1)
+            s = when(1)
             ka, kb = cv.key(), cv.key()
             cv.episodes.append(_Episode(s, [
                 _Line(p, f"Today was my last shift at {ow}.", ka),
@@ -316,15 +317,15 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             cv.questions.append(_Q("single-hop", [f"What profession did {p} take up?",
                                                   f"What does {p} do for a living these days?"], ans, [ka, kb], p, "job"))
             # distractor: same person, other facts about work
-            cv.episodes.append(_Episode(when(S), [
+            cv.episodes.append(_Episode(when(), [
                 _Line(p, "Work has been exhausting this week, I need a holiday."),
                 _Line(other(p), "You always say that in spring.")]))
         # -- sibling in another city (multi-hop with a later visit)
         if rng.random() < 0.6 and S >= 3:
-            rel, _ = _pick(rng, _RELS)
+            rel = _pick(rng, _RELS)
             sib, sc = _take(rng, sibs), _take(rng, cities)
-            s1 = when(S, 0, S - 1)
-            s2 = when(S, s1 + 1)
+            s1 = when(0, S - 1)
+            s2 = when(s1 + 1)
             k1, k2 = cv.key(), cv.key()
             cv.episodes.append(_Episode(s1, [
                 _Line(p, f"My {rel} {sib} finally bought a flat in {sc}.", k1),
@@ -339,7 +340,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
         # -- booked trip (temporal)
         if rng.random() < 0.6:
             place, region = _take(rng, trips)
-            s = when(S)
+            s = when()
             lead = int(rng.integers(10, 60))
             go = dates[s].date() + _dt.timedelta(days=lead)
             ka, kb = cv.key(), cv.key()
@@ -352,7 +353,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                                                 f"On which date will {p} depart for {region}?"], _day(go), [kb]))
         # -- activity taken up (single-hop with paraphrase; distractor by another speaker)
         ev, qv = _take(rng, acts)
-        s = when(S)
+        s = when()
         k = cv.key()
         cv.episodes.append(_Episode(s, [
             _Line(other(p), "You seem in a good mood."),
@@ -363,7 +364,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
     # distractors: same places, other people
     for p, c in home.items():
         q = other(p)
-        cv.episodes.append(_Episode(when(S), [
+        cv.episodes.append(_Episode(when(), [
             _Line(q, f"My cousin went to {c} last spring and complained about the hills."),
             _Line(p, "Ha, the hills are half the charm.")]))
     # adversarial: ask a person about a fact kind only another person has
