@@ -457,6 +457,13 @@ def test_default_path(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / ".local" / "share" / "memkern" / "default"
+    # $MEMKERN_STORE wins, for the Python API and the CLI alike (one definition: memkern.paths)
+    monkeypatch.setenv("MEMKERN_STORE", str(tmp_path / "env-store"))
+    from memkern.commands._common import default_store_path as cli_default
+
+    assert default_store_path() == cli_default() == tmp_path / "env-store"
+    with MemoryStore(dim=D) as s:
+        assert s.path == tmp_path / "env-store"
 
 
 def test_snapshot_every_truncates_log(tmp_path):

@@ -1,5 +1,5 @@
-"""Where memkern writes: the cache root (converted models, eval embeddings), and the checks that
-keep every path built from a user-given name (a namespace) inside its folder."""
+"""Where memkern writes: the default store, the cache root (converted models, eval embeddings),
+and the checks that keep every path built from a user-given name (a namespace) inside its folder."""
 from __future__ import annotations
 
 import os
@@ -18,6 +18,17 @@ def cache_dir(*parts: str) -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base.joinpath("memkern", *parts)
+
+
+def default_store_path() -> Path:
+    """The embedded default store, the one definition used by ``MemoryStore(path=None)`` and the
+    CLI: ``$MEMKERN_STORE`` if set, else ``$XDG_DATA_HOME/memkern/default`` (``~/.local/share/
+    memkern/default`` when ``XDG_DATA_HOME`` is unset)."""
+    env = os.environ.get("MEMKERN_STORE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "memkern" / "default"
 
 
 # ----------------------------------------------------------------------------- namespace names

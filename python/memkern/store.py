@@ -91,10 +91,7 @@ _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
 
 
-def default_store_path() -> Path:
-    """``$XDG_DATA_HOME/memkern/default`` (``~/.local/share/memkern/default`` when unset)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "memkern" / "default"
+from .paths import default_store_path  # noqa: E402  (the one definition; re-exported here)
 
 
 def _native():

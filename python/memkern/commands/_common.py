@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemkernError, MemkernKeyError, bad_arg
-from ..paths import RERANKER_SUFFIXES, check_namespace, reranker_file
+from ..paths import RERANKER_SUFFIXES, check_namespace, default_store_path, reranker_file
 
 #: The namespace rule, as the help texts show it (:data:`memkern.paths.NAMESPACE_PATTERN`).
 NAMESPACE_RULE = "1-128 characters of A-Z a-z 0-9 _ - . @ :, not starting with '.', no '..'"
@@ -22,15 +22,6 @@ log = logging.getLogger("memkern")
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2, the offline default embedder
 
 
-def default_store_path() -> Path:
-    """The embedded default store: ``$MEMKERN_STORE`` if set, else the store's own default
-    (:func:`memkern.store.default_store_path`, ``$XDG_DATA_HOME/memkern/default``)."""
-    env = os.environ.get("MEMKERN_STORE")
-    if env:
-        return Path(env).expanduser()
-    from ..store import default_store_path as store_default
-
-    return Path(store_default())
 
 
 # ------------------------------------------------------------------------- argument types
