@@ -266,8 +266,12 @@ class EmbeddingDecider:
         self.embed = embed
         self.supersede_threshold = float(supersede_threshold)
 
-    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]]) -> list[Decision]:
-        """One decision per ``(new_summary, candidates sorted by similarity desc)``."""
+    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        """One decision per ``(new_summary, candidates sorted by similarity desc)``.
+
+        The :class:`memkern.protocols.Decider` signature; ``seed`` is accepted for it and
+        ignored (this decider is deterministic).
+        """
         out = []
         for summary, cands in items:
             if not cands:
@@ -345,6 +349,9 @@ class LLMDecider:
         return Decision(action, idx, new_summary if action in ("MERGE", "UPDATE") else None, reason="model")
 
     def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        """One decision per ``(new_summary, candidates sorted by similarity desc)``, all prompts
+        in one batched ``generate`` call seeded with ``seed`` (the
+        :class:`memkern.protocols.Decider` signature)."""
         out: list[Decision | None] = []
         todo, msgs, shown = [], [], []
         for i, (summary, cands) in enumerate(items):
