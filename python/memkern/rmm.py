@@ -272,6 +272,9 @@ class RMM:
         custom_extractor: Extractor | None = None
         if isinstance(extractor, Extractor):
             custom_extractor, extractor = extractor, "custom"
+        elif not isinstance(extractor, str):
+            raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", type(extractor).__name__,
+                          MemkernTypeError)
         elif extractor not in ("llm", "embedding"):
             raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", extractor)
         custom_decider: Decider | None = None
@@ -279,6 +282,9 @@ class RMM:
             decider = "llm" if custom_extractor is not None else extractor
         if isinstance(decider, Decider):
             custom_decider, decider = decider, "custom"
+        elif not isinstance(decider, str):
+            raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", type(decider).__name__,
+                          MemkernTypeError)
         elif decider not in ("llm", "embedding"):
             raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", decider)
         for name, v in (("top_k", top_k), ("top_m", top_m), ("batch_size", batch_size), ("candidates_k", candidates_k)):
