@@ -161,7 +161,7 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def _namespace_ids(store: Any, namespace: str, include_invalidated: bool = True) -> list[int]:
+def _namespace_ids(store: Store, namespace: str, include_invalidated: bool = True) -> list[int]:
     """All topic-record ids of ``namespace``, sorted (``store.ids``; turn records excluded)."""
     return sorted(int(i) for i in np.asarray(store.ids(namespace, include_invalidated=include_invalidated)).reshape(-1))
 
@@ -358,7 +358,7 @@ class RMM:
         return self._embedder
 
     def _reranker_path(self, suffix: str = ".pt") -> str | None:
-        path = getattr(self.store, "path", None)
+        path = self.store.path  # Store protocol: None for a store that is not on disk
         if not path or not self.persist:
             return None
         return os.fspath(reranker_file(path, self.namespace, suffix))
