@@ -41,6 +41,7 @@ T_STORE = ("tests/test_store.py", "tests/test_store_turns.py", "tests/test_store
 T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
 T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
+T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -339,6 +340,24 @@ CATALOGUE: list[Mutant] = [
            "    snapshot_retry_at_ = ops_since_snapshot_ + std::max<uint64_t>(snapshot_every_, 1);\n",
            "    snapshot_retry_at_ = ops_since_snapshot_ + std::max<uint64_t>(snapshot_every_, 1);\n    throw;\n",
            "a failed automatic snapshot fails the (durable) write that triggered it", T_DURABLE),
+    # ---------------------------------------------------------------- written interfaces (memkern.protocols)
+    Mutant("rmm-store-protocol-unchecked", "protocols", "python/memkern/rmm.py",
+           "        if not isinstance(store, Store):\n",
+           "        if False:\n",
+           "RMM accepts a store that lacks a Store method", T_PROTOCOLS),
+    Mutant("rmm-decider-seed-dropped", "protocols", "python/memkern/rmm.py",
+           "decisions = self.decider.decide_batch(items, seed=self.seed)",
+           "decisions = self.decider.decide_batch(items)",
+           "a plugged-in decider is not given the RMM's seed (the one decide_batch signature is not used)",
+           T_PROTOCOLS),
+    Mutant("rmm-custom-decider-ignored", "protocols", "python/memkern/rmm.py",
+           "        if isinstance(decider, Decider):\n",
+           "        if False:\n",
+           "a Decider object passed to RMM is not used", T_PROTOCOLS),
+    Mutant("protocols-turnstore-not-required", "protocols", "python/memkern/rmm.py",
+           'if retrieval == "turn+topic" and not isinstance(store, TurnStore):',
+           'if retrieval == "turn+topic" and not isinstance(store, Store):',
+           "retrieval='turn+topic' accepts a store without two-level memory", T_PROTOCOLS),
     # ---------------------------------------------------------------- namespace isolation (C++)
     Mutant("store-ids-ignore-namespace", "isolation", "csrc/store/store.cpp",
            "if (r.ns == it->second && r.level == level && (include_invalidated || r.status == Status::Active))",

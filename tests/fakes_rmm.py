@@ -72,7 +72,7 @@ class FakeRecord:
 
 
 class FakeStore:
-    """In-memory store with MemoryStore's protocol (exact search, versions, invalidation)."""
+    """In-memory store following :class:`memkern.protocols.Store` (exact search, versions, invalidation)."""
 
     def __init__(self, dim: int = 64, path: str | None = None):
         self.dim = dim
@@ -88,6 +88,15 @@ class FakeStore:
         self._recs[rid] = FakeRecord(rid, namespace, summary, list(turns or []), dict(meta or {}), embedding=e)
         self._hist[rid] = []
         return rid
+
+    def add_batch(self, namespace, summaries, embeddings, turns=None, metas=None):
+        E = np.asarray(embeddings, np.float32).reshape(len(summaries), self.dim)
+        turns = turns or [None] * len(summaries)
+        metas = metas or [None] * len(summaries)
+        return np.array([self.add(namespace, s, e, t, m) for s, e, t, m in zip(summaries, E, turns, metas)], np.int64)
+
+    def get_batch(self, ids):
+        return [self.get(int(i)) for i in ids]
 
     def get(self, rid):
         if rid not in self._recs:

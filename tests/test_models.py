@@ -13,6 +13,7 @@ import torch
 
 import memkern
 from memkern import models as M
+from memkern import protocols
 from memkern.errors import BackendUnavailableError, MemkernTypeError, MemkernValueError
 
 
@@ -227,7 +228,7 @@ def test_generate_validation(tiny):
 
 # ------------------------------------------------------------------ real SmolLM2
 def test_smollm2_real_json_generation(smol):
-    assert isinstance(smol, M.ChatModelLike)
+    assert isinstance(smol, protocols.ChatModel)
     assert smol.context_length == 8192 and smol.dtype == torch.float32
     prompts = ["Give a JSON object with keys name and age for Alice, who is 30. Output only JSON.",
                "Write one short sentence about the sea."]
@@ -289,7 +290,7 @@ def server():
 
 def test_openai_backend_loopback(server):
     m = M.OpenAIChatModel(server, "served-model", api_key="k123", concurrency=3)
-    assert isinstance(m, M.ChatModelLike)
+    assert isinstance(m, protocols.ChatModel)
     prompts = [f"q{i}" for i in range(7)]
     outs = m.generate(prompts, max_new_tokens=11)
     assert outs == [f"echo: q{i}" for i in range(7)]  # order kept despite concurrency

@@ -37,6 +37,7 @@ _LAZY = {
     "ops": "memkern.ops",
     "rerank_scores": "memkern.ops",
     "data": "memkern.data",
+    "protocols": "memkern.protocols",
 }
 
 __all__ = [
@@ -66,7 +67,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import data, ops
+    from . import data, ops, protocols
     from .memreread import MemReread
     from .models import ChatModel, Embedder, OpenAIChatModel
     from .ops import rerank_scores

@@ -22,13 +22,16 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .protocols import ChatModel, Embedder
 
 log = logging.getLogger("memkern")
 
@@ -176,7 +179,7 @@ class LLMExtractor:
 
     name = "llm"
 
-    def __init__(self, chat_model: Any, max_new_tokens: int = 160, retries: int = 1, embed: Any = None,
+    def __init__(self, chat_model: ChatModel, max_new_tokens: int = 160, retries: int = 1, embed: Any = None,
                  coverage_threshold: float = 0.45):
         self.chat_model = chat_model
         self.max_new_tokens = int(max_new_tokens)
@@ -268,7 +271,7 @@ class EmbeddingExtractor:
 
     name = "embedding"
 
-    def __init__(self, embedder: Any, threshold: float = 0.3, max_sentences: int = 4, context_weight: float = 0.5,
+    def __init__(self, embedder: Embedder, threshold: float = 0.3, max_sentences: int = 4, context_weight: float = 0.5,
                  min_words: int = 6):
         if not 0.0 <= float(threshold) <= 1.0:
             raise bad_arg("threshold", "a float in [0, 1]", threshold)
@@ -417,7 +420,8 @@ def complete_coverage(
     return out
 
 
-def make_extractor(kind: str, chat_model: Any = None, embedder: Any = None, **kwargs: Any):
+def make_extractor(kind: str, chat_model: ChatModel | None = None, embedder: Embedder | None = None,
+                   **kwargs: Any) -> LLMExtractor | EmbeddingExtractor:
     """Build the extractor named ``kind`` (``"llm"`` or ``"embedding"``)."""
     if kind == "llm":
         return LLMExtractor(chat_model, **kwargs)

@@ -37,6 +37,7 @@ from typing import Any, Callable, Generator, Sequence
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .prompts import memreread as P
+from .protocols import ChatModel as ChatModelProtocol
 
 log = logging.getLogger("memkern")
 
@@ -142,7 +143,8 @@ class MemReread:
 
     Parameters
     ----------
-    chat_model : a :class:`memkern.ChatModel`, :class:`memkern.OpenAIChatModel` or any object with
+    chat_model : memkern.protocols.ChatModel, optional
+        E.g. :class:`memkern.ChatModel`, :class:`memkern.OpenAIChatModel` or any object with
         ``generate(prompts, max_new_tokens=, json=) -> list[str]`` and ``count_tokens(text)``;
         ``None`` -> the offline default (SmolLM2-135M-Instruct). Chunking uses its ``tokenizer``
         when it has one (exact token chunks), else ``count_tokens`` (character chunks sized by the
@@ -158,7 +160,7 @@ class MemReread:
     repeat_retries : re-asks of the decompose step after a refused repeat, per round.
     """
 
-    def __init__(self, chat_model: Any = None, chunk_tokens: int = 5000, memory_tokens: int = 1024,
+    def __init__(self, chat_model: ChatModelProtocol | None = None, chunk_tokens: int = 5000, memory_tokens: int = 1024,
                  max_rereads: int = 3, max_new_tokens: int | None = None, answer_tokens: int = 64,
                  decompose_tokens: int = 96, repeat_threshold: float = 0.8, repeat_retries: int = 1):
         self.chunk_tokens = _check_int("chunk_tokens", chunk_tokens, 1)
@@ -177,8 +179,8 @@ class MemReread:
             from .models import ChatModel
 
             chat_model = ChatModel()
-        if not callable(getattr(chat_model, "generate", None)) or not callable(getattr(chat_model, "count_tokens", None)):
-            raise bad_arg("chat_model", "an object with generate() and count_tokens() (ChatModelLike)",
+        if not isinstance(chat_model, ChatModelProtocol):
+            raise bad_arg("chat_model", "an object with generate() and count_tokens() (memkern.protocols.ChatModel)",
                           type(chat_model).__name__, MemkernTypeError)
         self.chat_model = chat_model
         tok = getattr(chat_model, "tokenizer", None)

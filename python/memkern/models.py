@@ -9,7 +9,8 @@ Everything here works offline. The defaults come from registry packages, never f
   (:func:`model_cache_dir`) and reloaded from there (~1 s) afterwards.
 - :func:`setup_default_models` (and ``memkern models setup``) prepares both with a progress bar.
 
-Users plug their own models through the :class:`EmbedderLike` / :class:`ChatModelLike` protocols,
+Users plug their own models through the :class:`memkern.protocols.Embedder` /
+:class:`memkern.protocols.ChatModel` protocols,
 any transformers model id or local folder (``ChatModel("path/or/id")``), a ``.gguf`` file, or an
 OpenAI-compatible server (:class:`OpenAIChatModel`: vLLM, llama.cpp server, ...).
 """
@@ -29,7 +30,7 @@ import urllib.error
 import urllib.request
 import warnings
 from pathlib import Path
-from typing import Any, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -50,27 +51,20 @@ _SOURCE_MARKER = "memkern_source.json"
 
 
 # --------------------------------------------------------------------------------------------
-# Protocols: what the rest of memkern needs from a model. Plug your own.
+# Protocols live in memkern.protocols; the old names stay as deprecated aliases for one release.
 # --------------------------------------------------------------------------------------------
-@runtime_checkable
-class EmbedderLike(Protocol):
-    """Anything that embeds texts: ``dim`` and ``encode(texts, kind) -> float32 [n, dim]``."""
-
-    @property
-    def dim(self) -> int: ...
-
-    def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int | None = None,
-               progress: bool = False) -> np.ndarray: ...
+_DEPRECATED_ALIASES = {"EmbedderLike": "Embedder", "ChatModelLike": "ChatModel"}
 
 
-@runtime_checkable
-class ChatModelLike(Protocol):
-    """Anything that chats: ``generate(prompts, ...) -> list[str]`` and ``count_tokens(text)``."""
+def __getattr__(name: str) -> Any:
+    new = _DEPRECATED_ALIASES.get(name)
+    if new is None:
+        raise AttributeError(f"module 'memkern.models' has no attribute {name!r}")
+    warnings.warn(f"memkern.models.{name} is deprecated; use memkern.protocols.{new}",
+                  DeprecationWarning, stacklevel=2)
+    from . import protocols
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
-                 temperature: float = 0.0, seed: int | None = None) -> list[str]: ...
-
-    def count_tokens(self, text: str) -> int: ...
+    return getattr(protocols, new)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1094,9 +1088,7 @@ class OpenAIChatModel:
 
 __all__ = [
     "ChatModel",
-    "ChatModelLike",
     "Embedder",
-    "EmbedderLike",
     "JsonScanner",
     "OpenAIChatModel",
     "convert_gguf",

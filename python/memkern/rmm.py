@@ -39,6 +39,8 @@ from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .extract import EmbeddingExtractor, LLMExtractor, Topic, validate_turns
 from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .paths import check_namespace, reranker_file
+from .protocols import ChatModel as ChatModelProtocol
+from .protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
 from .prompts import rmm as prompts
 from .update import (
     Candidate,
@@ -159,7 +161,7 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def _namespace_ids(store: Any, namespace: str, include_invalidated: bool = True) -> list[int]:
+def _namespace_ids(store: Store, namespace: str, include_invalidated: bool = True) -> list[int]:
     """All topic-record ids of ``namespace``, sorted (``store.ids``; turn records excluded)."""
     return sorted(int(i) for i in np.asarray(store.ids(namespace, include_invalidated=include_invalidated)).reshape(-1))
 
@@ -169,12 +171,13 @@ class RMM:
 
     Parameters
     ----------
-    store : memkern.MemoryStore
-        Where memories live (one namespace per user / agent).
-    chat_model : ChatModel-like, optional
+    store : memkern.protocols.Store
+        Where memories live (one namespace per user / agent), e.g. :class:`memkern.MemoryStore`.
+        ``retrieval="turn+topic"`` needs a :class:`memkern.protocols.TurnStore`.
+    chat_model : memkern.protocols.ChatModel, optional
         ``generate(prompts, max_new_tokens=None, json=False, seed=None) -> list[str]``.
         ``None``: the offline default (SmolLM2-135M-Instruct), built on first use.
-    embedder : Embedder-like, optional
+    embedder : memkern.protocols.Embedder, optional
         ``encode(texts, kind="passage"|"query") -> float32 [n, d]`` with ``d == store.dim``.
         ``None``: the offline default (all-MiniLM-L6-v2), built on first use.
     reranker : memkern.Reranker, optional
@@ -184,10 +187,11 @@ class RMM:
         The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
         ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
         file paths are built.
-    extractor : {"llm", "embedding"}
-        Topic extraction (see :mod:`memkern.extract`).
-    decider : {"llm", "embedding"}, optional
-        Update decisions; defaults to ``extractor``.
+    extractor : {"llm", "embedding"} or memkern.protocols.Extractor
+        Topic extraction (see :mod:`memkern.extract`), by name or your own object.
+    decider : {"llm", "embedding"} or memkern.protocols.Decider, optional
+        Update decisions, by name or your own object; ``None``: the same kind as ``extractor``
+        (``"llm"`` when ``extractor`` is an object).
     top_k, top_m : int
         Retrieved candidates (K) and memories shown to the model (M).
     batch_size : int
@@ -232,13 +236,13 @@ class RMM:
 
     def __init__(
         self,
-        store: Any,
-        chat_model: Any = None,
-        embedder: Any = None,
+        store: Store,
+        chat_model: ChatModelProtocol | None = None,
+        embedder: EmbedderProtocol | None = None,
         reranker: Any = None,
         namespace: str = "default",
-        extractor: str = "llm",
-        decider: str | None = None,
+        extractor: str | Extractor = "llm",
+        decider: str | Decider | None = None,
         top_k: int = 20,
         top_m: int = 5,
         batch_size: int = 4,
@@ -259,11 +263,30 @@ class RMM:
         turns_per_memory: int = 3,
     ):
         check_namespace(namespace)  # before any path is built from it (reranker files)
-        if extractor not in ("llm", "embedding"):
-            raise bad_arg("extractor", "'llm' or 'embedding'", extractor)
-        decider = extractor if decider is None else decider
-        if decider not in ("llm", "embedding"):
-            raise bad_arg("decider", "'llm' or 'embedding'", decider)
+        if not isinstance(store, Store):
+            raise bad_arg("store", "a memkern.protocols.Store (e.g. memkern.MemoryStore)", type(store).__name__,
+                          MemkernTypeError)
+        for name, v, proto in (("chat_model", chat_model, ChatModelProtocol), ("embedder", embedder, EmbedderProtocol)):
+            if v is not None and not isinstance(v, proto):
+                raise bad_arg(name, f"None or a memkern.protocols.{proto.__name__}", type(v).__name__, MemkernTypeError)
+        custom_extractor: Extractor | None = None
+        if isinstance(extractor, Extractor):
+            custom_extractor, extractor = extractor, "custom"
+        elif not isinstance(extractor, str):
+            raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", type(extractor).__name__,
+                          MemkernTypeError)
+        elif extractor not in ("llm", "embedding"):
+            raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", extractor)
+        custom_decider: Decider | None = None
+        if decider is None:
+            decider = "llm" if custom_extractor is not None else extractor
+        if isinstance(decider, Decider):
+            custom_decider, decider = decider, "custom"
+        elif not isinstance(decider, str):
+            raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", type(decider).__name__,
+                          MemkernTypeError)
+        elif decider not in ("llm", "embedding"):
+            raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", decider)
         for name, v in (("top_k", top_k), ("top_m", top_m), ("batch_size", batch_size), ("candidates_k", candidates_k)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad_arg(name, "a positive int", v)
@@ -271,7 +294,7 @@ class RMM:
             raise bad_arg("top_m", f"<= top_k ({top_k})", top_m)
         if retrieval not in ("topic", "turn+topic"):
             raise bad_arg("retrieval", "'topic' or 'turn+topic'", retrieval)
-        if retrieval == "turn+topic" and not callable(getattr(store, "turns_with_topics", None)):
+        if retrieval == "turn+topic" and not isinstance(store, TurnStore):
             raise bad_arg("store", "a store with two-level memory (memkern.MemoryStore) for retrieval='turn+topic'",
                           type(store).__name__, MemkernTypeError)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not np.isfinite(alpha):
@@ -303,19 +326,19 @@ class RMM:
         self._chat_model = chat_model
         self._embedder = embedder
         self._reranker = reranker
-        self._extractor: Any = None
-        self._decider: Any = None
+        self._extractor: Extractor | None = custom_extractor
+        self._decider: Decider | None = custom_decider
         self._buffer: list[tuple[Any, np.ndarray]] = []
         self.n_responses = 0
         self.n_updates = 0
         self.last_update_stats: dict[str, Any] = {}
-        if embedder is not None and getattr(embedder, "dim", store.dim) != store.dim:
-            raise bad_arg("embedder.dim", f"store.dim ({store.dim})", getattr(embedder, "dim", None))
+        if embedder is not None and embedder.dim != store.dim:
+            raise bad_arg("embedder.dim", f"store.dim ({store.dim})", embedder.dim)
         self._load_buffer()
 
     # ------------------------------------------------------------------ lazily built components
     @property
-    def chat_model(self) -> Any:
+    def chat_model(self) -> ChatModelProtocol:
         if self._chat_model is None:
             from .models import ChatModel
 
@@ -324,7 +347,7 @@ class RMM:
         return self._chat_model
 
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> EmbedderProtocol:
         if self._embedder is None:
             from .models import Embedder
 
@@ -335,7 +358,7 @@ class RMM:
         return self._embedder
 
     def _reranker_path(self, suffix: str = ".pt") -> str | None:
-        path = getattr(self.store, "path", None)
+        path = self.store.path  # Store protocol: None for a store that is not on disk
         if not path or not self.persist:
             return None
         return os.fspath(reranker_file(path, self.namespace, suffix))
@@ -360,7 +383,7 @@ class RMM:
         return self._reranker
 
     @property
-    def extractor(self) -> Any:
+    def extractor(self) -> Extractor:
         if self._extractor is None:
             if self.extractor_kind == "llm":
                 cov = self.coverage_threshold
@@ -373,7 +396,7 @@ class RMM:
         return self._extractor
 
     @property
-    def decider(self) -> Any:
+    def decider(self) -> Decider:
         if self._decider is None:
             if self.decider_kind == "llm":
                 self._decider = LLMDecider(self.chat_model, max_new_tokens=self.decide_max_new_tokens, **self._decider_kwargs)
@@ -505,10 +528,7 @@ class RMM:
         t_search = time.perf_counter() - t0
         t0 = time.perf_counter()
         items = [(tp.summary, c) for tp, c in zip(topics, cands)]
-        if self.decider_kind == "llm":
-            decisions = self.decider.decide_batch(items, seed=self.seed)
-        else:
-            decisions = self.decider.decide_batch(items)
+        decisions = self.decider.decide_batch(items, seed=self.seed)
         timings["decide"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         results = []
@@ -760,8 +780,8 @@ class RMM:
         int
             Number of topics given turn records.
         """
-        if not callable(getattr(self.store, "turns_with_topics", None)):
-            raise bad_arg("store", "a store with two-level memory (memkern.MemoryStore)", type(self.store).__name__,
+        if not isinstance(self.store, TurnStore):
+            raise bad_arg("store", "a store with two-level memory (memkern.protocols.TurnStore)", type(self.store).__name__,
                           MemkernTypeError)
         from .update import _full_turn_matrix, _has_all_turn_records
 

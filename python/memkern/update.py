@@ -27,13 +27,16 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .errors import bad_arg
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .protocols import ChatModel, Store
 
 log = logging.getLogger("memkern")
 
@@ -266,8 +269,12 @@ class EmbeddingDecider:
         self.embed = embed
         self.supersede_threshold = float(supersede_threshold)
 
-    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]]) -> list[Decision]:
-        """One decision per ``(new_summary, candidates sorted by similarity desc)``."""
+    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        """One decision per ``(new_summary, candidates sorted by similarity desc)``.
+
+        The :class:`memkern.protocols.Decider` signature; ``seed`` is accepted for it and
+        ignored (this decider is deterministic).
+        """
         out = []
         for summary, cands in items:
             if not cands:
@@ -304,7 +311,7 @@ class LLMDecider:
     without a usable summary keeps the default summary (merged text / the new summary).
     """
 
-    def __init__(self, chat_model: Any, max_new_tokens: int = 64, min_similarity: float = 0.4, max_candidates: int = 3):
+    def __init__(self, chat_model: ChatModel, max_new_tokens: int = 64, min_similarity: float = 0.4, max_candidates: int = 3):
         self.chat_model = chat_model
         self.max_new_tokens = int(max_new_tokens)
         self.min_similarity = float(min_similarity)
@@ -345,6 +352,9 @@ class LLMDecider:
         return Decision(action, idx, new_summary if action in ("MERGE", "UPDATE") else None, reason="model")
 
     def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        """One decision per ``(new_summary, candidates sorted by similarity desc)``, all prompts
+        in one batched ``generate`` call seeded with ``seed`` (the
+        :class:`memkern.protocols.Decider` signature)."""
         out: list[Decision | None] = []
         todo, msgs, shown = [], [], []
         for i, (summary, cands) in enumerate(items):
@@ -372,7 +382,7 @@ class LLMDecider:
 
 
 def apply_decision(
-    store: Any,
+    store: Store,
     namespace: str,
     summary: str,
     embedding: np.ndarray,

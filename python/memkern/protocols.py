@@ -1,0 +1,258 @@
+"""Written interfaces: what memkern needs from each pluggable component.
+
+Every protocol here is a :class:`typing.Protocol` marked ``@runtime_checkable``, so
+``isinstance(obj, Store)`` tells whether ``obj`` has the needed methods (names only: Python does
+not check signatures at run time; the docstrings are the contract). Implement them to plug your
+own component into :class:`memkern.RMM` or :class:`memkern.MemReread`:
+
+- :class:`Store`: :class:`memkern.MemoryStore`; used by ``RMM(store=...)`` and the CLI.
+- :class:`TurnStore` (a Store with two-level memory): :class:`memkern.MemoryStore`; needed by
+  ``RMM(retrieval="turn+topic")``.
+- :class:`Embedder`: :class:`memkern.models.Embedder`; ``RMM(embedder=...)``.
+- :class:`ChatModel`: :class:`memkern.models.ChatModel`, :class:`memkern.models.OpenAIChatModel`;
+  ``RMM(chat_model=...)``, ``MemReread(chat_model=...)``.
+- :class:`Extractor`: :class:`memkern.extract.LLMExtractor`,
+  :class:`memkern.extract.EmbeddingExtractor`; ``RMM(extractor=...)``.
+- :class:`Decider`: :class:`memkern.update.LLMDecider`, :class:`memkern.update.EmbeddingDecider`;
+  ``RMM(decider=...)``.
+
+Shapes are written ``[n, d]``; ``d`` is the store's / embedder's ``dim``. Ids are int64.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, Union, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .extract import Topic
+    from .update import Candidate, Decision
+
+Message = dict
+Prompt = Union[str, Sequence[Message]]
+
+__all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A versioned vector memory, partitioned by namespace (what RMM and the CLI rely on).
+
+    Records are read back as objects with at least ``id`` (int), ``namespace`` (str),
+    ``summary`` (str), ``turns`` (list of dict), ``meta`` (dict), ``version`` (int, 1 for a new
+    record, +1 per write) and ``status`` (``"active"`` or ``"invalidated"``). Unknown ids raise
+    ``KeyError`` (:class:`memkern.MemkernKeyError` in memkern's stores).
+
+    Attributes
+    ----------
+    dim : int
+        Embedding width ``d``; every vector given or returned has this many float32 entries.
+    path : str or os.PathLike or None
+        Folder of the store on disk (RMM keeps the namespace's reranker under
+        ``<path>/rerankers/``); ``None`` for a store that is not persisted.
+    """
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def path(self) -> Any: ...
+
+    def add(self, namespace: str, summary: str, embedding: Any, turns: list[dict] | None = None,
+            meta: dict | None = None) -> int:
+        """Add one record; ``embedding`` is float32 ``[d]``. Returns the new id (int)."""
+        ...
+
+    def add_batch(self, namespace: str, summaries: Sequence[str], embeddings: Any,
+                  turns: Sequence[list[dict] | None] | None = None,
+                  metas: Sequence[dict | None] | None = None) -> np.ndarray:
+        """Add ``n`` records at once; ``embeddings`` float32 ``[n, d]``. Returns int64 ids ``[n]``."""
+        ...
+
+    def merge(self, id: int, summary: str, embedding: Any, turns: list[dict] | None = None) -> int:
+        """New version of ``id`` with ``summary``, ``embedding`` (float32 ``[d]``) and the union
+        of its old and the new ``turns`` (old first, duplicates dropped). Returns ``id``'s
+        new version or ``id`` (callers use neither)."""
+        ...
+
+    def update(self, id: int, summary: str | None = None, embedding: Any = None,
+               turns: list[dict] | None = None, meta: dict | None = None) -> int:
+        """New version of ``id`` replacing the given fields (``None`` keeps a field)."""
+        ...
+
+    def invalidate(self, id: int, reason: str = "") -> None:
+        """Mark ``id`` invalidated: kept and readable, left out of :meth:`search` by default."""
+        ...
+
+    def delete(self, id: int) -> None:
+        """Remove ``id`` from reads and search."""
+        ...
+
+    def get(self, id: int) -> Any:
+        """The current version of record ``id``."""
+        ...
+
+    def get_batch(self, ids: Iterable[int]) -> list[Any]:
+        """Records of ``ids`` (int64 ``[n]``), in order."""
+        ...
+
+    def history(self, id: int) -> list[Any]:
+        """All versions of ``id``, oldest first; the last is the current one."""
+        ...
+
+    def embeddings(self, ids: Any) -> np.ndarray:
+        """Stored vectors of ``ids`` (int64 ``[n]``) as float32 ``[n, d]``."""
+        ...
+
+    def search(self, namespace: str, queries: Any, k: int = 20, ef: int | None = None,
+               include_invalidated: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``k`` nearest records of ``namespace`` per query.
+
+        Parameters
+        ----------
+        queries : float32 ``[b, d]`` (or ``[d]`` for one query).
+
+        Returns
+        -------
+        ids : int64 ``[b, k]``, best first, ``-1`` where fewer than ``k`` records exist.
+        scores : float32 ``[b, k]`` (higher is closer), ``-inf`` where ``ids`` is ``-1``.
+        """
+        ...
+
+    def ids(self, namespace: str, include_invalidated: bool = False) -> np.ndarray:
+        """All record ids of ``namespace``, int64 ``[n]``."""
+        ...
+
+    def count(self, namespace: str, include_invalidated: bool = False) -> int:
+        """Number of records of ``namespace`` (active ones unless ``include_invalidated``)."""
+        ...
+
+    def namespaces(self) -> list[str]:
+        """Namespaces holding at least one record, sorted."""
+        ...
+
+    def flush(self) -> None:
+        """Make every acknowledged write durable."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the store (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class TurnStore(Store, Protocol):
+    """A :class:`Store` with two-level memory (topic records with one record per turn), needed by
+    ``RMM(retrieval="turn+topic")`` and :meth:`memkern.RMM.index_turns`.
+
+    On top of :class:`Store`: ``add`` / ``add_batch`` / ``merge`` / ``update`` take
+    ``turn_embeddings`` (float32 ``[t, d]``, one row per turn); ``search``, ``ids`` and ``count``
+    take ``level`` (``"topic"``, ``"turn"``; ``search`` also ``"turn+topic"`` with ``alpha``,
+    the weight of the topic similarity in a turn's score); records carry ``level``,
+    ``topic_id`` and ``turn_ids``.
+    """
+
+    def turns_with_topics(self, ids: Iterable[int]) -> list[tuple[Any, Any]]:
+        """``(turn record, its topic record)`` pairs for turn-record ``ids`` (int64, ``-1``
+        padding skipped), in order."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.
+
+    Attributes
+    ----------
+    dim : int
+        Width ``d`` of the vectors; must equal the store's ``dim``.
+    """
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
+        """Embed ``n`` texts.
+
+        Parameters
+        ----------
+        texts : sequence of str, length ``n``.
+        kind : ``"passage"`` (stored memories) or ``"query"`` (questions); asymmetric models
+            may embed them differently.
+
+        Returns
+        -------
+        float32 ``[n, d]``; memkern compares rows by cosine similarity.
+        """
+        ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Generates text from chat prompts, in batches."""
+
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
+                 temperature: float = 0.0, seed: int | None = None) -> list[str]:
+        """One completion per prompt.
+
+        Parameters
+        ----------
+        prompts : sequence of prompts, length ``n``; each a str or a list of
+            ``{"role": ..., "content": ...}`` messages.
+        max_new_tokens : cap on generated tokens per prompt (``None``: the model's default).
+        json : truthy when the answer must be a JSON value (callers still parse leniently).
+        temperature : 0 means greedy.
+        seed : sampling seed (``None``: unseeded).
+
+        Returns
+        -------
+        list of ``n`` str.
+        """
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in this model's tokenizer (used to size prompts and chunks)."""
+        ...
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Prospective reflection's first step: a session's turns -> topics.
+
+    A session is a sequence of turn dicts (``role``, ``content``; extra keys kept). A topic is
+    a :class:`memkern.extract.Topic`: ``summary`` (str), ``turns`` (indices into the session's
+    turns, sorted) and ``source`` (str, e.g. ``"llm"``).
+    """
+
+    def extract(self, turns: Sequence[dict], seed: int | None = 0) -> list["Topic"]:
+        """Topics of one session."""
+        ...
+
+    def extract_batch(self, sessions: Sequence[Sequence[dict]], seed: int | None = 0) -> list[list["Topic"]]:
+        """Topics of ``n`` sessions (one batched model call where the extractor has a model);
+        returns ``n`` lists, in order."""
+        ...
+
+
+@runtime_checkable
+class Decider(Protocol):
+    """Prospective reflection's second step: for each new topic and its most similar existing
+    memories, choose ADD, MERGE, UPDATE, INVALIDATE or NOOP."""
+
+    def decide_batch(self, items: Sequence[tuple[str, Sequence["Candidate"]]],
+                     seed: int | None = 0) -> list["Decision"]:
+        """One decision per item.
+
+        Parameters
+        ----------
+        items : sequence of ``(new_summary, candidates)``, length ``n``; ``candidates`` are
+            :class:`memkern.update.Candidate` (``id``, ``summary``, ``similarity``) sorted by
+            similarity, most similar first (possibly empty).
+        seed : sampling seed for deciders that call a model; deterministic deciders ignore it.
+
+        Returns
+        -------
+        list of ``n`` :class:`memkern.update.Decision`; ``target`` indexes the item's
+        ``candidates`` (``None`` for ADD).
+        """
+        ...
