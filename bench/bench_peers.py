@@ -48,7 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from harness import Side, compare, latencies, machine_info, package_version  # noqa: E402
+from harness import Side, compare, latencies, machine_info, package_version, to_jsonable  # noqa: E402
+from harness import peers_available as _peers_available  # noqa: E402
 
 D = 384
 K = 10
@@ -349,18 +350,7 @@ PEER_CLASSES = (Hnswlib, Faiss, Chroma)
 
 def peers_available(log=print) -> list:
     """Peer classes that are installed, restricted to ``MEMKERN_BENCH_PEERS`` (comma list) when set."""
-    only = [p for p in os.environ.get("MEMKERN_BENCH_PEERS", "").split(",") if p]
-    out = []
-    for cls in PEER_CLASSES:
-        if only and cls.name not in only:
-            log(f"skipping {cls.name}: not in MEMKERN_BENCH_PEERS={','.join(only)}")
-            continue
-        why = cls().available()
-        if why:
-            log(f"skipping {cls.name}: {why}")
-        else:
-            out.append(cls)
-    return out
+    return _peers_available(PEER_CLASSES, log)
 
 
 # ============================================================================ measurements
@@ -708,18 +698,6 @@ def format_tables(res: dict) -> str:
         L.append(f"| {s.name} | {d['settings'][s.name]} | {d['add']['per_s'][s.name]:,.0f} | "
                  f"{res['queries'] / sc.median:,.0f} | {d['recall'][s.name]:.4f} |")
     return "\n".join(L)
-
-
-def to_jsonable(o):
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if isinstance(o, dict):
-        return {k: to_jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [to_jsonable(v) for v in o]
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    return o
 
 
 # ============================================================================ pytest-benchmark

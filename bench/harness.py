@@ -361,3 +361,33 @@ def fmt_machine(m: dict) -> str:
     v = ", ".join(f"{k} {x}" for k, x in m["versions"].items() if x)
     return (f"{m['date']}; {m['cores']} cores ({m['usable_cores']} usable), {m['cpu']}, load average "
             f"{m['loadavg'][0]}; Python {m['python']}; {v}")
+
+
+def to_jsonable(o):
+    """``o`` with comparisons (``to_dict``), tuples and numpy scalars turned into JSON-ready values."""
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, dict):
+        return {k: to_jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [to_jsonable(v) for v in o]
+    if hasattr(o, "item") and callable(o.item) and getattr(o, "shape", None) == ():
+        return o.item()
+    return o
+
+
+def peers_available(classes, log=print) -> list:
+    """The peer classes (each with ``name`` and ``available() -> reason or ""``) that are installed,
+    restricted to ``MEMKERN_BENCH_PEERS`` (comma list) when set; a skipped one is logged with why."""
+    only = [p for p in os.environ.get("MEMKERN_BENCH_PEERS", "").split(",") if p]
+    out = []
+    for cls in classes:
+        if only and cls.name not in only:
+            log(f"skipping {cls.name}: not in MEMKERN_BENCH_PEERS={','.join(only)}")
+            continue
+        why = cls().available()
+        if why:
+            log(f"skipping {cls.name}: {why}")
+        else:
+            out.append(cls)
+    return out
