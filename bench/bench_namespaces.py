@@ -129,18 +129,11 @@ assert (ids >= 0).any()
 """
 
 
-class Hnswlib:
+class Hnswlib(_P.Peer):
     name = "hnswlib"
     layout = "one hnswlib.Index per namespace, one file each"
 
-    def available(self):
-        try:
-            import hnswlib  # noqa: F401
-        except ImportError:
-            return "hnswlib is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("hnswlib")
+    module, package = "hnswlib", "hnswlib"   # available() and version() from bench_peers.Peer
 
     def open(self, path: Path, n_ns: int, per: int):
         import hnswlib
@@ -187,18 +180,11 @@ lab, _ = IX[NS].knn_query(Q, k=10, num_threads=1)
 """
 
 
-class Faiss:
+class Faiss(_P.Peer):
     name = "faiss"
     layout = "one faiss.IndexHNSWFlat per namespace, one file each"
 
-    def available(self):
-        try:
-            import faiss  # noqa: F401
-        except ImportError:
-            return "faiss is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("faiss-cpu")
+    module, package = "faiss", "faiss-cpu"   # available() and version() from bench_peers.Peer
 
     def open(self, path: Path, n_ns: int, per: int):
         import faiss
@@ -243,18 +229,11 @@ _, lab = IX[NS].search(Q, 10)
 """
 
 
-class Chroma:
+class Chroma(_P.Peer):
     name = "chromadb"
     layout = "one PersistentClient collection for all tenants, namespace as metadata + `where` filter"
 
-    def available(self):
-        try:
-            import chromadb  # noqa: F401
-        except ImportError:
-            return "chromadb is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("chromadb")
+    module, package = "chromadb", "chromadb"   # available() and version() from bench_peers.Peer
 
     def open(self, path: Path, n_ns: int, per: int):
         import chromadb

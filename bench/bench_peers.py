@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib
 import json
 import os
 import shutil
@@ -93,12 +94,22 @@ class Peer:
 
     name = "?"
     durable = ""
+    module: str | None = None   # import name of a third-party peer (None: always available)
+    package: str | None = None  # distribution whose version is reported
+
+    def __init__(self, M=M_, efc=EFC, ef=EF, threads=1, defaults=False):
+        self.M, self.efc, self.ef, self.threads, self.defaults = M, efc, ef, threads, defaults
 
     def available(self) -> str | None:  # None if usable, else the reason
+        if self.module is not None:
+            try:
+                importlib.import_module(self.module)
+            except ImportError:
+                return f"{self.module} is not installed (pip install memkern[bench])"
         return None
 
     def version(self) -> str | None:
-        return None
+        return package_version(self.package) if self.package else None
 
 
 class Memkern(Peer):
@@ -172,17 +183,7 @@ class Hnswlib(Peer):
     name = "hnswlib"
     durable = "in memory (save_index to persist)"
 
-    def __init__(self, M=M_, efc=EFC, ef=EF, threads=1, defaults=False):
-        self.M, self.efc, self.ef, self.threads, self.defaults = M, efc, ef, threads, defaults
-
-    def available(self):
-        try:
-            import hnswlib  # noqa: F401
-        except ImportError:
-            return "hnswlib is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("hnswlib")
+    module, package = "hnswlib", "hnswlib"
 
     def open(self, path, n_max):
         import hnswlib
@@ -229,17 +230,7 @@ class Faiss(Peer):
     name = "faiss"
     durable = "in memory (write_index to persist)"
 
-    def __init__(self, M=M_, efc=EFC, ef=EF, threads=1, defaults=False):
-        self.M, self.efc, self.ef, self.threads, self.defaults = M, efc, ef, threads, defaults
-
-    def available(self):
-        try:
-            import faiss  # noqa: F401
-        except ImportError:
-            return "faiss is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("faiss-cpu")
+    module, package = "faiss", "faiss-cpu"
 
     def open(self, path, n_max):
         import faiss
@@ -291,17 +282,7 @@ class Chroma(Peer):
     name = "chromadb"
     durable = "SQLite log per call (its own settings)"
 
-    def __init__(self, M=M_, efc=EFC, ef=EF, threads=1, defaults=False):
-        self.M, self.efc, self.ef, self.threads, self.defaults = M, efc, ef, threads, defaults
-
-    def available(self):
-        try:
-            import chromadb  # noqa: F401
-        except ImportError:
-            return "chromadb is not installed (pip install memkern[bench])"
-
-    def version(self):
-        return package_version("chromadb")
+    module, package = "chromadb", "chromadb"
 
     def open(self, path, n_max):
         import chromadb
