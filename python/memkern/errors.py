@@ -34,3 +34,10 @@ class BackendUnavailableError(MemkernError, RuntimeError):
 def bad_arg(name: str, expected: str, got: object, cls: type[MemkernError] = MemkernValueError) -> MemkernError:
     """Build an error naming argument ``name``, what was ``expected`` and what was ``got``."""
     return cls(f"{name}: expected {expected}, got {got!r}")
+
+
+def check_int(name: str, value: object, low: int) -> int:
+    """``value`` if it is an int (not a bool) ``>= low``, else a :class:`MemkernValueError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise bad_arg(name, f"an int >= {low}", value)
+    return value

@@ -33,9 +33,9 @@ import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Sequence
+from typing import Callable, Generator, Sequence
 
-from .errors import MemkernTypeError, MemkernValueError, bad_arg
+from .errors import MemkernTypeError, MemkernValueError, bad_arg, check_int
 from .prompts import memreread as P
 from .protocols import ChatModel as ChatModelProtocol
 
@@ -132,12 +132,6 @@ def _strip_tag(line: str) -> str:
     return " ".join(line.replace(P.CONFIRMED_TAG, " ").split()).lower()
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise bad_arg(name, f"an int >= {low}", value)
-    return value
-
-
 class MemReread:
     """MemReread reader (MemAgent when ``max_rereads=0``).
 
@@ -163,14 +157,14 @@ class MemReread:
     def __init__(self, chat_model: ChatModelProtocol | None = None, chunk_tokens: int = 5000, memory_tokens: int = 1024,
                  max_rereads: int = 3, max_new_tokens: int | None = None, answer_tokens: int = 64,
                  decompose_tokens: int = 96, repeat_threshold: float = 0.8, repeat_retries: int = 1):
-        self.chunk_tokens = _check_int("chunk_tokens", chunk_tokens, 1)
-        self.memory_tokens = _check_int("memory_tokens", memory_tokens, 1)
-        self.max_rereads = _check_int("max_rereads", max_rereads, 0)
-        self.max_new_tokens = self.memory_tokens if max_new_tokens is None else _check_int(
+        self.chunk_tokens = check_int("chunk_tokens", chunk_tokens, 1)
+        self.memory_tokens = check_int("memory_tokens", memory_tokens, 1)
+        self.max_rereads = check_int("max_rereads", max_rereads, 0)
+        self.max_new_tokens = self.memory_tokens if max_new_tokens is None else check_int(
             "max_new_tokens", max_new_tokens, 1)
-        self.answer_tokens = _check_int("answer_tokens", answer_tokens, 1)
-        self.decompose_tokens = _check_int("decompose_tokens", decompose_tokens, 1)
-        self.repeat_retries = _check_int("repeat_retries", repeat_retries, 0)
+        self.answer_tokens = check_int("answer_tokens", answer_tokens, 1)
+        self.decompose_tokens = check_int("decompose_tokens", decompose_tokens, 1)
+        self.repeat_retries = check_int("repeat_retries", repeat_retries, 0)
         if isinstance(repeat_threshold, bool) or not isinstance(repeat_threshold, (int, float)) \
                 or not 0 < repeat_threshold <= 1:
             raise bad_arg("repeat_threshold", "a float in (0, 1]", repeat_threshold)

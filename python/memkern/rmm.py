@@ -166,6 +166,20 @@ def _namespace_ids(store: Store, namespace: str, include_invalidated: bool = Tru
     return sorted(int(i) for i in np.asarray(store.ids(namespace, include_invalidated=include_invalidated)).reshape(-1))
 
 
+def _component(name: str, value: Any, proto: type) -> tuple[Any, str]:
+    """``(object, "custom")`` for a user object meeting ``proto``, ``(None, value)`` for the
+    built-in names ``"llm"`` / ``"embedding"``; a ``MemkernTypeError`` / ``MemkernValueError``
+    naming ``name`` otherwise."""
+    if isinstance(value, proto):
+        return value, "custom"
+    expected = f"'llm', 'embedding' or a memkern.protocols.{proto.__name__}"
+    if not isinstance(value, str):
+        raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
+    if value not in ("llm", "embedding"):
+        raise bad_arg(name, expected, value)
+    return None, value
+
+
 class RMM:
     """Reflective Memory Management: prospective + retrospective reflection over a store.
 
@@ -269,24 +283,10 @@ class RMM:
         for name, v, proto in (("chat_model", chat_model, ChatModelProtocol), ("embedder", embedder, EmbedderProtocol)):
             if v is not None and not isinstance(v, proto):
                 raise bad_arg(name, f"None or a memkern.protocols.{proto.__name__}", type(v).__name__, MemkernTypeError)
-        custom_extractor: Extractor | None = None
-        if isinstance(extractor, Extractor):
-            custom_extractor, extractor = extractor, "custom"
-        elif not isinstance(extractor, str):
-            raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", type(extractor).__name__,
-                          MemkernTypeError)
-        elif extractor not in ("llm", "embedding"):
-            raise bad_arg("extractor", "'llm', 'embedding' or a memkern.protocols.Extractor", extractor)
-        custom_decider: Decider | None = None
+        custom_extractor, extractor = _component("extractor", extractor, Extractor)
         if decider is None:
             decider = "llm" if custom_extractor is not None else extractor
-        if isinstance(decider, Decider):
-            custom_decider, decider = decider, "custom"
-        elif not isinstance(decider, str):
-            raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", type(decider).__name__,
-                          MemkernTypeError)
-        elif decider not in ("llm", "embedding"):
-            raise bad_arg("decider", "'llm', 'embedding' or a memkern.protocols.Decider", decider)
+        custom_decider, decider = _component("decider", decider, Decider)
         for name, v in (("top_k", top_k), ("top_m", top_m), ("batch_size", batch_size), ("candidates_k", candidates_k)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad_arg(name, "a positive int", v)

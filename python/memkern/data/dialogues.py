@@ -30,9 +30,11 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
-from ..errors import bad_arg
+from ..errors import bad_arg, check_int
 from .schema import Conversation, Dataset, Question, Session, Turn
 
 __all__ = ["generate_dialogues", "DIALOGUE_CATEGORIES", "content_words", "content_overlap", "format_session_date",
@@ -173,6 +175,18 @@ def _take(rng: np.random.Generator, pool: list):
     return pool.pop(int(rng.integers(len(pool))))
 
 
+def _int_range(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
+    """``(lo, hi)`` from a pair of ints with ``low <= lo <= hi <= high``; an error naming ``name`` otherwise."""
+    expected = f"(lo, hi) with {low} <= lo <= hi <= {high}"
+    try:
+        lo, hi = (int(x) for x in value)
+    except (TypeError, ValueError):
+        raise bad_arg(name, expected, value) from None
+    if not low <= lo <= hi <= high:
+        raise bad_arg(name, expected, value)
+    return lo, hi
+
+
 def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int = 0, *, speakers: tuple[int, int] = (2, 3),
                        filler_per_session: tuple[int, int] = (1, 3), start_date: str = "2023-03-06",
                        name: str | None = None) -> Dataset:
@@ -202,24 +216,11 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
         ``speaker`` and the session's date; questions with ``question_type`` in
         :data:`DIALOGUE_CATEGORIES`, evidence turn and session ids set. ``Dataset.validate()`` holds.
     """
-    if isinstance(n_conversations, bool) or not isinstance(n_conversations, int) or n_conversations < 1:
-        raise bad_arg("n_conversations", "an int >= 1", n_conversations)
-    if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 6:
-        raise bad_arg("sessions", "an int >= 6", sessions)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise bad_arg("seed", "an int >= 0", seed)
-    try:
-        lo, hi = (int(x) for x in speakers)
-    except (TypeError, ValueError):
-        raise bad_arg("speakers", "(lo, hi) with 2 <= lo <= hi <= 3", speakers) from None
-    if not 2 <= lo <= hi <= 3:
-        raise bad_arg("speakers", "(lo, hi) with 2 <= lo <= hi <= 3", speakers)
-    try:
-        flo, fhi = (int(x) for x in filler_per_session)
-    except (TypeError, ValueError):
-        raise bad_arg("filler_per_session", "(lo, hi) with 0 <= lo <= hi <= 10", filler_per_session) from None
-    if not 0 <= flo <= fhi <= 10:
-        raise bad_arg("filler_per_session", "(lo, hi) with 0 <= lo <= hi <= 10", filler_per_session)
+    check_int("n_conversations", n_conversations, 1)
+    check_int("sessions", sessions, 6)
+    check_int("seed", seed, 0)
+    lo, hi = _int_range("speakers", speakers, 2, 3)
+    flo, fhi = _int_range("filler_per_session", filler_per_session, 0, 10)
     try:
         t0 = _dt.datetime.strptime(str(start_date), "%Y-%m-%d")
     except ValueError:
