@@ -54,6 +54,18 @@ def _reference_step(rr, q, C, mask, idx, adv):
     return dWq, dWm
 
 
+def _fixed_step(rr, d, device, batch_seed, select_seed):
+    """Select on a fixed batch; return ``(sel, R, W0, dWq, dWm)``: rewards with a -1 slot's entry
+    ignored, the adapters before the update (float64) and the reference gradient at baseline 0.5."""
+    q, C, mask = _batch(d=d, seed=batch_seed, device=device)
+    sel = rr.select(q, C, mask=mask, seed=select_seed)
+    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
+    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
+    slot = sel.indices.cpu() >= 0
+    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+    return sel, R, W0, dWq, dWm
+
+
 # ------------------------------------------------------------------------------------------------
 # the safety mechanisms, one exact step each (issue 17: these mutants must be caught)
 # ------------------------------------------------------------------------------------------------
@@ -84,12 +96,7 @@ def test_advantage_normalisation_uses_the_population_std_of_the_valid_slots(devi
 def test_gradient_norm_clipping_is_applied(device):
     d, M, clip = 10, 3, 1e-3
     rr = _bare(d, M, device, lr=1.0, clip_grad_norm=clip)
-    q, C, mask = _batch(d=d, seed=1, device=device)
-    sel = rr.select(q, C, mask=mask, seed=2)
-    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
-    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
-    slot = sel.indices.cpu() >= 0
-    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+    sel, R, W0, dWq, dWm = _fixed_step(rr, d, device, 1, 2)
     gnorm = math.sqrt(float((dWq ** 2).sum() + (dWm ** 2).sum()))
     assert gnorm > 100 * clip                    # clipping is active
     st = rr.update(sel, R)
@@ -105,12 +112,7 @@ def test_gradient_norm_clipping_is_applied(device):
 def test_decay_and_max_norm_projection_are_exact(device):
     d, M = 10, 3
     rr = _bare(d, M, device, lr=0.5, weight_decay=0.2, max_norm=0.5)
-    q, C, mask = _batch(d=d, seed=3, device=device)
-    sel = rr.select(q, C, mask=mask, seed=5)
-    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
-    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
-    slot = sel.indices.cpu() >= 0
-    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+    sel, R, W0, dWq, dWm = _fixed_step(rr, d, device, 3, 5)
     Wq1, Wm1 = (W0[0] - 0.5 * dWq) * 0.9, (W0[1] - 0.5 * dWm) * 0.9          # decay 1 - lr * wd
     n = math.sqrt(float((Wq1 ** 2).sum() + (Wm1 ** 2).sum()))
     assert n > 0.5
@@ -392,12 +394,7 @@ def test_weight_decay_alone_is_exact(device):
     # hide a missing decay).
     d, M = 10, 3
     rr = _bare(d, M, device, lr=0.5, weight_decay=0.2, max_norm=None)
-    q, C, mask = _batch(d=d, seed=3, device=device)
-    sel = rr.select(q, C, mask=mask, seed=5)
-    R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 1.0]])
-    W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
-    slot = sel.indices.cpu() >= 0
-    dWq, dWm = _reference_step(rr, q, C, mask, sel.indices, torch.where(slot, R.double() - 0.5, 0.0))
+    sel, R, W0, dWq, dWm = _fixed_step(rr, d, device, 3, 5)
     st = rr.update(sel, R)
     torch.testing.assert_close(rr.Wq.detach().cpu().double(), (W0[0] - 0.5 * dWq) * 0.9, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(rr.Wm.detach().cpu().double(), (W0[1] - 0.5 * dWm) * 0.9, rtol=1e-5, atol=1e-6)
