@@ -57,14 +57,7 @@ def test_bench_tiny_run_writes_report_and_chart(tmp_path, monkeypatch, capsys):
 
 
 def _report_module():
-    spec = importlib.util.spec_from_file_location("memkern_bench_report_t", BENCH / "report.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(BENCH))
-    return mod
+    return _bench_module("report")
 
 
 def test_committed_results_md_is_what_assemble_generates(capsys):
