@@ -33,6 +33,7 @@ import pytest
 
 hnswlib = pytest.importorskip("hnswlib")
 
+from memkern._store import Level  # noqa: E402
 from memkern.store import DEFAULT_EF_SEARCH, MemoryStore  # noqa: E402
 from memkern.data.vectors import clustered_vectors as clustered  # noqa: E402
 
@@ -281,6 +282,7 @@ import json, sys, time
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096
 import numpy as np
+from memkern._store import Level
 from memkern.store import MemoryStore
 path, n_ns, n_q = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 r0 = rss(); t0 = time.perf_counter()
@@ -301,7 +303,7 @@ for i in range(min(n_q, 200)):  # exactness against a brute-force scan of the na
     want = ids_all[np.lexsort((ids_all, -sc))[:10]]
     got, _ = s.search(names[i], q[i], k=10)
     exact += int(np.array_equal(got[0], want))
-kinds = sorted({s._native.index_kind(f"user-{i}", 0) for i in range(0, n_ns, max(1, n_ns // 100))})
+kinds = sorted({s._native.index_kind(f"user-{i}", Level.topic) for i in range(0, n_ns, max(1, n_ns // 100))})
 print(json.dumps({"open_s": t1 - t0, "rss_bytes": r1 - r0, "search_us_mean": 1e6 * float(np.mean(lat)),
                   "search_us_p50": 1e6 * float(np.median(lat)), "search_us_p90": 1e6 * float(np.percentile(lat, 90)),
                   "exact": exact / min(n_q, 200), "kinds": kinds,
@@ -360,7 +362,7 @@ def test_flat_vs_hnsw_crossover():
             stores[name] = MemoryStore(tempfile.mkdtemp(prefix="memkern-cross-") + "/s", dim=D, fsync="never",
                                        flat_limit=fl)
             stores[name].add_batch("u", ["x"] * n, x)
-            assert stores[name]._native.index_kind("u", 0) == name
+            assert stores[name]._native.index_kind("u", Level.topic) == name
         times = {"hnsw": [], "flat": []}
         for _ in range(3):
             for name, s in stores.items():

@@ -42,6 +42,7 @@ T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
 T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
+T_CPP = ("tests/test_cpp_unit.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -367,4 +368,16 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    # ---------------------------------------------------------------- log codec and typed contract (C++)
+    Mutant("codec-trailing-bytes-accepted", "codec", "csrc/store/log_codec.cpp",
+           '  if (rd.left() != 0) rd.fail("trailing bytes");\n  return ops;\n',
+           "  return ops;\n",
+           "a log entry with bytes after its last operation is accepted", T_CPP),
+    Mutant("codec-version-field-bits", "codec", "csrc/store/log_codec.cpp",
+           "(turns_json ? kHasTurns : 0)", "(turns_json ? kHasMeta : 0)",
+           "a new version's turns are logged under the meta bit (replay reads them into the wrong field)", T_CPP),
+    Mutant("store-version-op-unchecked", "contract", "csrc/store/store.cpp",
+           "  if (op != VersionOp::Merge && op != VersionOp::Update)\n",
+           "  if (false)\n",
+           "a new version may claim the op 'add'", ("tests/test_store_contract.py",)),
 ]

@@ -8,6 +8,7 @@
 
 namespace py = pybind11;
 
+void register_records(py::module_& m);
 void register_store(py::module_& m);
 
 namespace {
@@ -48,5 +49,6 @@ PYBIND11_MODULE(_store, m) {
       set_error(mod.attr("_MemkernError").ptr(), e.what());
     }
   });
+  register_records(m);  // the enums and record classes the Store's methods take and return
   register_store(m);
 }

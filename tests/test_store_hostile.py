@@ -25,6 +25,7 @@ _CRASH_SCRIPT = textwrap.dedent(
     """
     import json, sys, tempfile
     import numpy as np
+    from memkern._store import Level
     from memkern.store import MemoryStore
     case = sys.argv[1]
     rng = np.random.default_rng(0)
@@ -43,8 +44,8 @@ _CRASH_SCRIPT = textwrap.dedent(
         "k=2**64": lambda: s.search("u", q, k=2**64),
         "B=2 k=2**63": lambda: s.search("u", q2, k=2**63),
         "B=4 turn k=2**62": lambda: s.search("u", q4, k=2**62, level="turn"),
-        "native B=2 k=2**63": lambda: n.search("u", q2, 2**63, 16, False, 0),
-        "native B=4 turn k=2**62": lambda: n.search("u", q4, 2**62, 16, False, 1),
+        "native B=2 k=2**63": lambda: n.search("u", q2, 2**63, 16, False, Level.topic),
+        "native B=4 turn k=2**62": lambda: n.search("u", q4, 2**62, 16, False, Level.turn),
         "native B=4 turn+topic k=2**62": lambda: n.search_turn_topic("u", q4, 2**62, 16, False, 1.0, 10),
         "k=10**12": lambda: s.search("u", q, k=10**12),
         "turn k=2**62": lambda: s.search("u", q, k=2**62, level="turn"),
@@ -52,11 +53,11 @@ _CRASH_SCRIPT = textwrap.dedent(
         "turn+topic k=2**62": lambda: s.search("u", q, k=2**62, level="turn+topic"),
         "ef=2**63": lambda: s.search("u", q, k=5, ef=2**63),
         "B*k too large": lambda: s.search("u", q100, k=2**20),
-        "native k=2**63": lambda: n.search("u", q, 2**63, 16, False, 0),
-        "native k=2**62 turn": lambda: n.search("u", q, 2**62, 16, False, 1),
-        "native k=10**12": lambda: n.search("u", q, 10**12, 16, False, 0),
-        "native ef=2**63": lambda: n.search("u", q, 5, 2**63, False, 0),
-        "native B*k": lambda: n.search("u", q100, 2**20, 16, False, 0),
+        "native k=2**63": lambda: n.search("u", q, 2**63, 16, False, Level.topic),
+        "native k=2**62 turn": lambda: n.search("u", q, 2**62, 16, False, Level.turn),
+        "native k=10**12": lambda: n.search("u", q, 10**12, 16, False, Level.topic),
+        "native ef=2**63": lambda: n.search("u", q, 5, 2**63, False, Level.topic),
+        "native B*k": lambda: n.search("u", q100, 2**20, 16, False, Level.topic),
         "native candidates=2**63": lambda: n.search_turn_topic("u", q, 5, 16, False, 1.0, 2**63),
         "native turn+topic k=2**62": lambda: n.search_turn_topic("u", q, 2**62, 16, False, 1.0, 10),
         "native alpha=1e38": lambda: n.search_turn_topic("u", q, 5, 16, False, 1e38, 10),

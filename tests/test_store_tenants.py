@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from memkern._store import Level
 from memkern.errors import MemkernValueError
 from memkern.store import MemoryStore
 
@@ -69,7 +70,7 @@ def test_hnsw_graphs_grow_on_demand(tmp_path):
         rng = np.random.default_rng(0)
         for i in range(50):
             s.add_batch(f"u{i}", ["a", "b", "c"], rng.standard_normal((3, 16)).astype(np.float32))
-        assert s._native.index_kind("u0", 0) == "hnsw"
+        assert s._native.index_kind("u0", Level.topic) == "hnsw"
         per_ns = s.memory_bytes() / 50
     assert per_ns < 20_000, per_ns  # a 1,024-slot graph alone was ~290 kB at this size
     with MemoryStore(tmp_path / "s", flat_limit=0) as s:
@@ -137,7 +138,7 @@ KINDS = {("small", "topic"): "flat", ("grow", "topic"): "hnsw", ("batch", "topic
 
 
 def _kinds(s: MemoryStore) -> dict:
-    return {(ns, lv): s._native.index_kind(ns, {"topic": 0, "turn": 1}[lv]) for ns, lv in KINDS}
+    return {(ns, lv): s._native.index_kind(ns, getattr(Level, lv)) for ns, lv in KINDS}
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2", "cos"])
@@ -183,9 +184,9 @@ def test_flat_hnsw_promotion_is_exact_across_reopen(tmp_path, metric, how):
         np.testing.assert_array_equal(s.search("turns", q, k=5, level="turn+topic")[0], tt[0])
     # Another flat_limit on reopen: loaded indexes keep their kind until the next add.
     with MemoryStore(path, flat_limit=4) as s:
-        assert s._native.index_kind("small", 0) == "flat"
+        assert s._native.index_kind("small", Level.topic) == "flat"
         s.add("small", "new", np.ones(16, np.float32))
-        assert s._native.index_kind("small", 0) == "hnsw"
+        assert s._native.index_kind("small", Level.topic) == "hnsw"
         _check_exact(s, metric, ["small"], q)
 
 

@@ -10,8 +10,10 @@
 #include "memkern/errors.h"
 #include "memkern/io.h"
 #include "memkern/store.h"
+#include "utf8.h"
 
 namespace py = pybind11;
+using memkern_py::utf8;
 using memkern::Store;
 
 namespace {
@@ -39,37 +41,6 @@ void check_matrix(const F32& a, size_t rows, size_t dim, const char* name) {
   if (a.ndim() != 2 || static_cast<size_t>(a.shape(1)) != dim || static_cast<size_t>(a.shape(0)) != rows)
     throw memkern::ValueError(std::string(name) + ": expected shape [" + std::to_string(rows) + ", " + std::to_string(dim) +
                               "]");
-}
-
-// Text read back from disk is decoded strictly; invalid UTF-8 means a damaged store.
-py::str utf8(const std::string& s, const char* what) {
-  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
-  if (!o) {
-    PyErr_Clear();
-    throw memkern::CorruptedError(std::string("stored ") + what + " is not valid UTF-8");
-  }
-  return py::reinterpret_steal<py::str>(o);
-}
-
-py::dict record_dict(const memkern::RecordView& v) {
-  const memkern::Record& r = v.rec;
-  py::dict d;
-  d["id"] = r.id;
-  d["namespace"] = utf8(v.ns_name, "namespace");
-  d["level"] = r.level == memkern::kTopic ? "topic" : "turn";
-  d["parent"] = r.parent;
-  d["status"] = r.status == memkern::Status::Active ? "active" : "invalidated";
-  d["version"] = r.version;
-  d["created_at"] = r.created_at;
-  d["updated_at"] = r.updated_at;
-  d["summary"] = utf8(r.summary, "summary");
-  d["turns_json"] = utf8(r.turns_json, "turns_json");
-  d["meta_json"] = utf8(r.meta_json, "meta_json");
-  d["reason"] = utf8(r.reason, "reason");
-  d["children"] = r.children;
-  // A copy of the vector at the time of the call (a later update does not change it).
-  d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
-  return d;
 }
 
 std::vector<memkern::NewItem> make_items(const std::vector<std::string>& summaries, const std::vector<std::string>& turns,
@@ -169,7 +140,7 @@ void register_store(py::module_& m) {
              return py::array_t<int64_t>(ids.size(), ids.data());
            })
       .def("new_version",
-           [](Store& s, int64_t id, uint8_t op, std::optional<std::string> summary, std::optional<F32> emb,
+           [](Store& s, int64_t id, memkern::VersionOp op, std::optional<std::string> summary, std::optional<F32> emb,
               std::optional<std::string> turns, std::optional<std::string> meta, const std::vector<std::string>& c_summaries,
               const std::vector<std::string>& c_turns, const std::vector<std::string>& c_metas, const F32& c_emb,
               bool replace_children) {
@@ -194,48 +165,15 @@ void register_store(py::module_& m) {
            [](Store& s, int64_t id, const std::string& reason) { write_call(s, [&] { s.invalidate(id, reason); }); })
       .def("delete", [](Store& s, int64_t id) { return write_call(s, [&] { return s.remove(id); }); })
       .def("contains", &Store::contains)
-      .def("get",
-           [](const Store& s, int64_t id) {
-             memkern::RecordView v;
-             {
-               py::gil_scoped_release nogil;
-               v = s.get(id);
-             }
-             return record_dict(v);
-           })
+      // Records come back as StoredRecord / StoredVersion objects (register_records.cpp).
+      .def("get", &Store::get, py::call_guard<py::gil_scoped_release>())
       .def("get_batch",
            [](const Store& s, const I64& ids) {
              std::vector<int64_t> v(ids.data(), ids.data() + ids.size());
-             std::vector<memkern::RecordView> recs;
-             {
-               py::gil_scoped_release nogil;
-               recs = s.get_batch(v);
-             }
-             py::list out;
-             for (const auto& r : recs) out.append(record_dict(r));
-             return out;
+             py::gil_scoped_release nogil;
+             return s.get_batch(v);
            })
-      .def("history",
-           [](const Store& s, int64_t id) {
-             std::vector<memkern::Version> vs;
-             {
-               py::gil_scoped_release nogil;
-               vs = s.history(id);
-             }
-             py::list out;
-             for (const auto& v : vs) {
-               py::dict d;
-               d["version"] = v.version;
-               d["summary"] = utf8(v.summary, "summary");
-               d["turns_json"] = utf8(v.turns_json, "turns_json");
-               d["meta_json"] = utf8(v.meta_json, "meta_json");
-               d["updated_at"] = v.updated_at;
-               d["op"] = v.op == 0 ? "add" : (v.op == 1 ? "merge" : "update");
-               d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
-               out.append(d);
-             }
-             return out;
-           })
+      .def("history", &Store::history, py::call_guard<py::gil_scoped_release>())
       .def("embeddings",
            [](const Store& s, const I64& ids) {
              size_t n = static_cast<size_t>(ids.size());
@@ -250,7 +188,7 @@ void register_store(py::module_& m) {
            })
       .def("search",
            [](const Store& s, const std::string& ns, const F32& q, size_t k, size_t ef, bool include_invalidated,
-              uint8_t level) {
+              memkern::Level level) {
              if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
                throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
              size_t B = static_cast<size_t>(q.shape(0));
@@ -289,7 +227,7 @@ void register_store(py::module_& m) {
              return out;
            })
       .def("ids",
-           [](const Store& s, const std::string& ns, bool include_invalidated, uint8_t level) {
+           [](const Store& s, const std::string& ns, bool include_invalidated, memkern::Level level) {
              std::vector<int64_t> v;
              {
                py::gil_scoped_release nogil;
@@ -297,13 +235,15 @@ void register_store(py::module_& m) {
              }
              return py::array_t<int64_t>(v.size(), v.data());
            })
-      .def("count", &Store::count)
+      .def("count", [](const Store& s, const std::string& ns, bool include_invalidated, memkern::Level level) {
+        return s.count(ns, include_invalidated, level);
+      })
       .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
       .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())
       .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
       .def("close", [](Store& s) { write_call(s, [&] { s.close(); }); })
       .def("memory_bytes", &Store::memory_bytes)
-      .def("index_kind", &Store::index_kind)
+      .def("index_kind", [](const Store& s, const std::string& ns, memkern::Level level) { return s.index_kind(ns, level); })
       .def_property_readonly_static("simd_kernel", [](py::object) { return std::string(memkern::simd_kernel_name()); })
       .def_property_readonly_static("pad_score", [](py::object) { return memkern::kPadScore; })
       .def_property_readonly_static("max_k", [](py::object) { return memkern::kMaxK; })

@@ -25,11 +25,11 @@ void encode_add(Writer& w, const std::string& ns, const Record& r, const float* 
   w.floats(vec, dim);
 }
 
-void encode_version(Writer& w, int64_t id, uint8_t version_op, const std::string* summary, const float* vec,
+void encode_version(Writer& w, int64_t id, VersionOp version_op, const std::string* summary, const float* vec,
                     uint32_t dim, const std::string* turns_json, const std::string* meta_json, double updated_at) {
   w.u8(static_cast<uint8_t>(LogOp::Version));
   w.i64(id);
-  w.u8(version_op);
+  w.u8(static_cast<uint8_t>(version_op));
   uint8_t fields = (summary ? kHasSummary : 0) | (vec ? kHasEmbedding : 0) | (turns_json ? kHasTurns : 0) |
                    (meta_json ? kHasMeta : 0);
   w.u8(fields);

@@ -619,12 +619,14 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   return ids;
 }
 
-uint32_t Store::new_version(int64_t id, uint8_t op, const std::string* summary, const float* embedding,
+uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary, const float* embedding,
                             const std::string* turns_json, const std::string* meta_json,
                             const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
                             bool replace_children) {
   std::unique_lock<std::shared_mutex> lk(mu_);
   check_writable();
+  if (op != VersionOp::Merge && op != VersionOp::Update)
+    throw ValueError("op: expected merge or update, got " + std::to_string(static_cast<int>(op)));
   const Record& r = rec_or_throw(id, "id");
   if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
   if (embedding) {

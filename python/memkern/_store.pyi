@@ -2,10 +2,80 @@
 
 Use :class:`memkern.MemoryStore`; this layer expects validated, C-contiguous float32 input.
 """
-from typing import Any
+import enum
 
 import numpy as np
 import numpy.typing as npt
+
+# The enums are pybind11 enums (int-valued; ``.name`` gives "topic", "active", "merge", ...).
+class Level(enum.IntEnum):
+    """Index level of a record: a topic, or a turn linked to its topic."""
+
+    topic = 0
+    turn = 1
+
+class Status(enum.IntEnum):
+    active = 0
+    invalidated = 1
+
+class Op(enum.IntEnum):
+    """How a version of a record came to be."""
+
+    add = 0
+    merge = 1
+    update = 2
+
+class StoredRecord:
+    """A copy of one record's current state (read-only; stored text is decoded on access)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def level(self) -> Level: ...
+    @property
+    def parent(self) -> int: ...  # topic id of a turn record, -1 for a topic
+    @property
+    def status(self) -> Status: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def op(self) -> Op: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def turns_json(self) -> str: ...
+    @property
+    def meta_json(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def children(self) -> list[int]: ...  # turn record ids of a topic, oldest first
+    @property
+    def embedding(self) -> npt.NDArray[np.float32]: ...  # [dim], a fresh copy on every access
+
+class StoredVersion:
+    """One version of a record (read-only; ``Store.history`` lists them, oldest first)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def op(self) -> Op: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def turns_json(self) -> str: ...
+    @property
+    def meta_json(self) -> str: ...
+    @property
+    def embedding(self) -> npt.NDArray[np.float32]: ...  # [dim]
 
 class Store:
     simd_kernel: str  # distance kernel picked at load time: "avx2+fma" or "scalar"
@@ -65,13 +135,13 @@ class Store:
         turns_json: list[str],
         metas_json: list[str],
         embeddings: npt.NDArray[np.float32],
-        levels: npt.NDArray[np.uint8],
+        levels: npt.NDArray[np.uint8],  # Level values, one per row
         parents: npt.NDArray[np.int64],
     ) -> npt.NDArray[np.int64]: ...
     def new_version(
         self,
         id: int,
-        op: int,
+        op: Op,  # Op.merge or Op.update
         summary: str | None,
         embedding: npt.NDArray[np.float32] | None,
         turns_json: str | None,
@@ -85,10 +155,9 @@ class Store:
     def invalidate(self, id: int, reason: str) -> None: ...
     def delete(self, id: int) -> list[int]: ...
     def contains(self, id: int) -> bool: ...
-    # Record dicts carry "embedding": a float32 [dim] copy of the current vector.
-    def get(self, id: int) -> dict[str, Any]: ...
-    def get_batch(self, ids: npt.NDArray[np.int64]) -> list[dict[str, Any]]: ...
-    def history(self, id: int) -> list[dict[str, Any]]: ...
+    def get(self, id: int) -> StoredRecord: ...
+    def get_batch(self, ids: npt.NDArray[np.int64]) -> list[StoredRecord]: ...
+    def history(self, id: int) -> list[StoredVersion]: ...  # oldest first, the current version last
     def embeddings(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]: ...
     def search(
         self,
@@ -97,7 +166,7 @@ class Store:
         k: int,
         ef: int,
         include_invalidated: bool,
-        level: int,
+        level: Level,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
     def search_turn_topic(
         self,
@@ -110,15 +179,15 @@ class Store:
         candidates: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
     def namespaces(self) -> list[str]: ...
-    def ids(self, namespace: str, include_invalidated: bool, level: int) -> npt.NDArray[np.int64]: ...
-    def count(self, namespace: str, include_invalidated: bool, level: int) -> int: ...
+    def ids(self, namespace: str, include_invalidated: bool, level: Level) -> npt.NDArray[np.int64]: ...
+    def count(self, namespace: str, include_invalidated: bool, level: Level) -> int: ...
     def flush(self) -> None: ...
     def snapshot(self) -> None: ...
     def compact(self) -> None: ...
     def close(self) -> None: ...
     def memory_bytes(self) -> int: ...
-    # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level (0 topic, 1 turn).
-    def index_kind(self, namespace: str, level: int) -> str: ...
+    # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level.
+    def index_kind(self, namespace: str, level: Level) -> str: ...
 
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off

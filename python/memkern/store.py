@@ -86,7 +86,7 @@ MAX_JSON_DEPTH = 32
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
-_LEVELS = {"topic": 0, "turn": 1}
+_LEVELS = ("topic", "turn")  # names of the native memkern._store.Level values
 _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
 
@@ -98,6 +98,11 @@ def _native():
     from . import _store
 
     return _store
+
+
+def _level(name: str) -> Any:
+    """The native ``Level`` of a level name already checked to be in ``_LEVELS``."""
+    return getattr(_native().Level, name)
 
 
 # ----------------------------------------------------------------------------------- records
@@ -176,22 +181,28 @@ def _loads(text: str, rid: Any, what: str) -> Any:
         raise StoreCorruptedError(f"record {rid}: stored {what} is not valid JSON") from None
 
 
-def _record_from(d: dict, store: "MemoryStore") -> Record:
+def _record_from(r: Any, store: "MemoryStore", v: Any = None) -> Record:
+    """The public :class:`Record` of a native ``StoredRecord`` ``r``; with ``v`` (one of its
+    ``StoredVersion``s from ``history``), that version's fields over the record's current ones."""
+    src = r if v is None else v
+    rid = r.id
+    status = r.status.name
+    parent = r.parent
     return Record(
-        id=int(d["id"]),
-        namespace=d["namespace"],
-        summary=d["summary"],
-        turns=_loads(d["turns_json"], d["id"], "turns"),
-        meta=_loads(d["meta_json"], d["id"], "meta"),
-        version=int(d["version"]),
-        status=d["status"],
-        created_at=float(d["created_at"]),
-        updated_at=float(d["updated_at"]),
-        invalidated_reason=d["reason"] if d["status"] == "invalidated" else None,
-        level=d["level"],
-        topic_id=int(d["parent"]) if d["parent"] >= 0 else None,
-        turn_ids=tuple(int(c) for c in d["children"]),
-        _embedding=d.get("embedding"),
+        id=rid,
+        namespace=r.namespace,
+        summary=src.summary,
+        turns=_loads(src.turns_json, rid, "turns"),
+        meta=_loads(src.meta_json, rid, "meta"),
+        version=src.version,
+        status=status,
+        created_at=r.created_at,
+        updated_at=src.updated_at,
+        invalidated_reason=r.reason if status == "invalidated" else None,
+        level=r.level.name,
+        topic_id=parent if parent >= 0 else None,
+        turn_ids=tuple(r.children),
+        _embedding=src.embedding,
         _store=weakref.ref(store),
     )
 
@@ -706,7 +717,7 @@ class MemoryStore:
         meta_d = _check_meta(meta) if meta is not None else None
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
         cur = self._get_raw(rid)
-        old_turns = _loads(cur["turns_json"], rid, "turns")
+        old_turns = _loads(cur.turns_json, rid, "turns")
         seen = {_turn_key(t) for t in old_turns}
         merged = list(old_turns)
         new_rows = []
@@ -716,10 +727,10 @@ class MemoryStore:
                 seen.add(k)
                 merged.append(t)
                 new_rows.append((len(merged) - 1, t, j))
-        if cur["children"] and new_rows and te is None:
+        if cur.children and new_rows and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         cs, ct, cm, ce = self._child_args(n, te, new_rows)
-        version, _ = n.new_version(rid, 1, summary, vec[None, :], _json_text(merged, "turns"),
+        version, _ = n.new_version(rid, _native().Op.merge, summary, vec[None, :], _json_text(merged, "turns"),
                                    _json_text(meta_d, "meta") if meta_d is not None else None, cs, ct, cm, ce,
                                    False)
         return int(version)
@@ -761,13 +772,13 @@ class MemoryStore:
                 raise bad_arg("turn_embeddings", "to come with turns", "no turns")
             te = self._turn_matrix(turn_embeddings, tl, "turn_embeddings")
         cur = self._get_raw(rid)
-        old_children = list(cur["children"])
+        old_children = list(cur.children)
         if tl is not None and old_children and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         rows = [(j, t, j) for j, t in enumerate(tl)] if (te is not None and tl) else []
         cs, ct, cm, ce = self._child_args(n, te, rows)
         # Old turn records are replaced by the new ones in the same atomic log entry.
-        version, _ = n.new_version(rid, 2, s, vec, _json_text(tl, "turns") if tl is not None else None,
+        version, _ = n.new_version(rid, _native().Op.update, s, vec, _json_text(tl, "turns") if tl is not None else None,
                                    _json_text(m, "meta") if m is not None else None, cs, ct, cm, ce,
                                    te is not None)
         return int(version)
@@ -790,7 +801,7 @@ class MemoryStore:
         n.delete(_check_id(id))
 
     # ------------------------------------------------------------------ reads
-    def _get_raw(self, rid: int) -> dict:
+    def _get_raw(self, rid: int) -> Any:  # a native StoredRecord
         return self._n().get(rid)
 
     def get(self, id: int) -> Record:
@@ -823,15 +834,7 @@ class MemoryStore:
         n = self._n()
         rid = _check_id(id)
         cur = n.get(rid)
-        out = []
-        for v in n.history(rid):
-            d = dict(cur)
-            d.update(version=v["version"], summary=v["summary"], turns_json=v["turns_json"],
-                     meta_json=v["meta_json"], updated_at=v["updated_at"])
-            r = _record_from(d, self)
-            object.__setattr__(r, "_embedding", np.asarray(v["embedding"], dtype=np.float32))
-            out.append(r)
-        return out
+        return [_record_from(cur, self, v) for v in n.history(rid)]
 
     def embeddings(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (int64 ``[n]``) as float32 ``[n, d]``, in one call. For
@@ -902,7 +905,7 @@ class MemoryStore:
             return n.search_turn_topic(ns, q, k, int(ef), bool(include_invalidated), float(alpha), c)
         if level not in _LEVELS:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
-        return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _LEVELS[level])
+        return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _level(level))
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one record (sorted)."""
@@ -914,7 +917,7 @@ class MemoryStore:
         ns = _check_namespace(namespace)
         if level not in _LEVELS:
             raise bad_arg("level", '"topic" or "turn"', level)
-        return self._n().ids(ns, bool(include_invalidated), _LEVELS[level])
+        return self._n().ids(ns, bool(include_invalidated), _level(level))
 
     def count(self, namespace: str, include_invalidated: bool = False, *, level: str = "topic") -> int:
         """Number of records of ``namespace`` at ``level`` ("topic" or "turn"). Invalidated
@@ -922,7 +925,7 @@ class MemoryStore:
         ns = _check_namespace(namespace)
         if level not in _LEVELS:
             raise bad_arg("level", '"topic" or "turn"', level)
-        return int(self._n().count(ns, bool(include_invalidated), _LEVELS[level]))
+        return int(self._n().count(ns, bool(include_invalidated), _level(level)))
 
     def __contains__(self, id: object) -> bool:
         try:

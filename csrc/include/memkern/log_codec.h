@@ -56,7 +56,7 @@ struct LogOperation {
   std::string ns;                 // Add: namespace name
   Record record;                  // Add: the new record's fields (ns index, history, children unset)
   std::vector<float> embedding;   // Add; Version with kHasEmbedding: [dim]
-  uint8_t version_op = 0;         // Version: VersionOp value (1 merge, 2 update)
+  uint8_t version_op = 0;         // Version: VersionOp byte as stored (1 merge, 2 update)
   uint8_t fields = 0;             // Version: VersionField bits
   std::string summary, turns_json, meta_json;  // Version: the fields present
   std::string reason;             // Invalidate
@@ -67,7 +67,7 @@ struct LogOperation {
 void encode_op_count(Writer& w, uint32_t n_ops);
 void encode_add(Writer& w, const std::string& ns, const Record& r, const float* vec, uint32_t dim);
 // Null pointers are fields the version does not change.
-void encode_version(Writer& w, int64_t id, uint8_t version_op, const std::string* summary, const float* vec,
+void encode_version(Writer& w, int64_t id, VersionOp version_op, const std::string* summary, const float* vec,
                     uint32_t dim, const std::string* turns_json, const std::string* meta_json, double updated_at);
 void encode_invalidate(Writer& w, int64_t id, const std::string& reason, double time);
 void encode_delete(Writer& w, int64_t id);

@@ -84,10 +84,10 @@ class Store {
   const std::string& path() const { return path_; }
 
   std::vector<int64_t> add(const std::string& ns, const std::vector<NewItem>& items);
-  // New version of a record (op 1 merge, 2 update); null fields keep the current value.
+  // New version of a record (op Merge or Update); null fields keep the current value.
   // `children` are turn records added to the topic in the same atomic log entry;
   // replace_children deletes the topic's existing turn records in that same entry.
-  uint32_t new_version(int64_t id, uint8_t op, const std::string* summary, const float* embedding,
+  uint32_t new_version(int64_t id, VersionOp op, const std::string* summary, const float* embedding,
                        const std::string* turns_json, const std::string* meta_json,
                        const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
                        bool replace_children = false);
