@@ -71,7 +71,10 @@ def _installed_module() -> Path:
 
 def _build_native(target: Path) -> None:
     """Rebuild the extension in the scikit-build build folder and copy it over ``target``."""
-    dirs = [d for d in glob.glob(str(ROOT / "build" / "*")) if os.path.exists(os.path.join(d, "CMakeCache.txt"))]
+    # The module's build folders (build/<wheel tag>); build/cpp-tests (tests/test_cpp_unit.py)
+    # configures the C++ unit tests only and has no _store target.
+    dirs = [d for d in glob.glob(str(ROOT / "build" / "*"))
+            if os.path.exists(os.path.join(d, "CMakeCache.txt")) and glob.glob(os.path.join(d, "_store*.so"))]
     if not dirs:
         raise RuntimeError("no configured build folder under build/: run scripts/setup.sh first")
     bdir = max(dirs, key=os.path.getmtime)
