@@ -11,7 +11,7 @@ import pytest
 
 from memkern import _store
 from memkern._store import Level, Op, Status, StoredRecord, StoredVersion
-from memkern.store import MemoryStore
+from memkern.store import _LEVELS, MemoryStore
 
 STUB = Path(__file__).resolve().parents[1] / "python" / "memkern" / "_store.pyi"
 
@@ -57,6 +57,7 @@ def test_enum_values_are_the_stored_bytes():
     assert (int(Level.topic), int(Level.turn)) == (0, 1)
     assert (int(Status.active), int(Status.invalidated)) == (0, 1)
     assert (int(Op.add), int(Op.merge), int(Op.update)) == (0, 1, 2)
+    assert {name: int(getattr(Level, name)) for name in _LEVELS} == _LEVELS  # store.py's level table
 
 
 @pytest.fixture()

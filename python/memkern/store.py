@@ -86,7 +86,7 @@ MAX_JSON_DEPTH = 32
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
-_LEVELS = ("topic", "turn")  # names of the native memkern._store.Level values
+_LEVELS = {"topic": 0, "turn": 1}
 _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
 
@@ -101,7 +101,8 @@ def _native():
 
 
 def _level(name: str) -> Any:
-    """The native ``Level`` of a level name already checked to be in ``_LEVELS``."""
+    """The native ``Level`` of a level name already checked to be in ``_LEVELS`` (its values
+    are the enum's integer values)."""
     return getattr(_native().Level, name)
 
 
