@@ -49,6 +49,8 @@ import json
 import logging
 import math
 import os
+import struct
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +88,20 @@ MAX_JSON_DEPTH = 32
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
+#: Largest query text of a lexical / hybrid search (characters).
+MAX_QUERY_TEXT = 1 << 16
+#: Largest filter: keys, values over all keys, and characters of one key or string value.
+MAX_FILTER_KEYS = 64
+MAX_FILTER_VALUES = 4096
+MAX_FILTER_STR = 4096
+#: Largest |timestamp| (seconds) accepted by ``time_range`` / ``now`` / ``event_time``, and half-life.
+MAX_TIME = 1e12
+#: Default and largest |weight| of the recency prior.
+DEFAULT_RECENCY_WEIGHT = 0.1
+MAX_RECENCY_WEIGHT = 1e6
+_MODES = {"dense": 0, "lexical": 1, "hybrid": 2}
+_FUSIONS = {"rrf": 0, "weighted": 1}
+_TIME_FIELDS = {"event": 0, "created": 1, "updated": 2}
 _LEVELS = {"topic": 0, "turn": 1}
 _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
@@ -227,6 +243,108 @@ def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> in
     if not lo <= int(v) <= hi:
         raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), int(v))
     return int(v)
+
+
+def _check_real(v: Any, name: str, lo: float, hi: float, open_low: bool = False) -> float:
+    """A finite real (not bool) in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
+    rng = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise bad_arg(name, f"a finite real in {rng}", type(v).__name__, MemkernTypeError)
+    f = float(v)
+    if not math.isfinite(f) or f < lo or f > hi or (open_low and f == lo):
+        raise bad_arg(name, f"a finite real in {rng}", v)
+    return f
+
+
+def _check_texts(texts: Any, count: int | None) -> list[str]:
+    if texts is None:
+        raise bad_arg("texts", 'one query str per query for mode="lexical" / "hybrid"', None)
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise bad_arg("texts", "a list of str", type(texts).__name__, MemkernTypeError)
+    if count is not None and len(texts) != count:
+        raise bad_arg("texts", f"{count} texts (one per query)", f"{len(texts)} texts")
+    if len(texts) == 0:
+        raise bad_arg("texts", "at least one query text", "an empty list")
+    out = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise bad_arg(f"texts[{i}]", "a str", type(t).__name__, MemkernTypeError)
+        if len(t) > MAX_QUERY_TEXT:
+            raise bad_arg(f"texts[{i}]", f"at most {MAX_QUERY_TEXT} characters", f"{len(t)} characters")
+        out.append(_check_utf8(t, f"texts[{i}]"))
+    return out
+
+
+def _canonical_filter_value(v: Any, where: str) -> bytes:
+    """The canonical bytes of a filter value (same encoding as ``csrc/include/memkern/filter.h``)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool):
+        return b"b1" if v else b"b0"
+    if isinstance(v, int):
+        try:
+            f = float(v)
+        except OverflowError:
+            raise bad_arg(where, "a str, int, float or bool (ints within float range)", v) from None
+        return b"n" + struct.pack("<d", f + 0.0)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise bad_arg(where, "a finite number", v)
+        return b"n" + struct.pack("<d", v + 0.0)  # + 0.0: -0.0 -> 0.0
+    if isinstance(v, str):
+        if len(v) > MAX_FILTER_STR:
+            raise bad_arg(where, f"a str of at most {MAX_FILTER_STR} characters", f"{len(v)} characters")
+        return b"s" + _check_utf8(v, where).encode("utf-8")
+    raise bad_arg(where, "a str, int, float or bool", type(v).__name__, MemkernTypeError)
+
+
+def _compile_filter(flt: Any) -> list[tuple[str, list[bytes]]]:
+    """``filter`` -> ``[(key, sorted canonical values)]`` for the native predicate (AND of keys)."""
+    if flt is None:
+        return []
+    form = "{key: value}, {key: {'$eq': value}} or {key: {'$in': [values]}}"
+    if not isinstance(flt, dict):
+        raise bad_arg("filter", f"a dict {form}", type(flt).__name__, MemkernTypeError)
+    if len(flt) > MAX_FILTER_KEYS:
+        raise bad_arg("filter", f"at most {MAX_FILTER_KEYS} keys", f"{len(flt)} keys")
+    out, total = [], 0
+    for key, cond in flt.items():
+        if not isinstance(key, str) or not key:
+            raise bad_arg("filter", "non-empty str keys", key, MemkernTypeError if not isinstance(key, str) else MemkernValueError)
+        if len(key) > MAX_FILTER_STR:
+            raise bad_arg("filter", f"keys of at most {MAX_FILTER_STR} characters", f"{len(key)} characters")
+        _check_utf8(key, "filter")
+        where = f"filter[{key!r}]"
+        if isinstance(cond, dict):
+            if len(cond) != 1 or next(iter(cond)) not in ("$eq", "$in"):
+                raise bad_arg(where, "{'$eq': value} or {'$in': [values]}", cond)
+            op, val = next(iter(cond.items()))
+            if op == "$eq":
+                vals = [val]
+            else:
+                if isinstance(val, (str, bytes, dict)) or not isinstance(val, (list, tuple, set, frozenset)):
+                    raise bad_arg(f"{where}['$in']", "a list of values", type(val).__name__, MemkernTypeError)
+                vals = list(val)
+        else:
+            vals = [cond]
+        total += len(vals)
+        if total > MAX_FILTER_VALUES:
+            raise bad_arg("filter", f"at most {MAX_FILTER_VALUES} values in all", f"more ({total}+)")
+        canon = sorted({_canonical_filter_value(v, where) for v in vals})
+        out.append((key, canon))
+    return out
+
+
+def _check_time_range(tr: Any) -> tuple[bool, float, float]:
+    if tr is None:
+        return False, -math.inf, math.inf
+    if isinstance(tr, (str, bytes)) or not isinstance(tr, (tuple, list)) or len(tr) != 2:
+        raise bad_arg("time_range", "a (start, end) pair of unix seconds or None", tr)
+    lo = -math.inf if tr[0] is None else _check_real(tr[0], "time_range", -MAX_TIME, MAX_TIME)
+    hi = math.inf if tr[1] is None else _check_real(tr[1], "time_range", -MAX_TIME, MAX_TIME)
+    if lo > hi:
+        raise bad_arg("time_range", "start <= end", tr)
+    return True, lo, hi
 
 
 def _check_id(x: Any, name: str = "id") -> int:
@@ -850,8 +968,18 @@ class MemoryStore:
         level: str = "topic",
         alpha: float = 1.0,
         candidates: int | None = None,
+        mode: str = "dense",
+        texts: Sequence[str] | None = None,
+        fusion: str = "rrf",
+        lexical_weight: float = 0.5,
+        filter: dict | None = None,
+        time_range: tuple[float | None, float | None] | None = None,
+        time_field: str = "event",
+        recency: float | None = None,
+        recency_weight: float = DEFAULT_RECENCY_WEIGHT,
+        now: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """k nearest records of ``namespace`` for each query.
+        """k best records of ``namespace`` for each query: dense (vectors), lexical (BM25) or both.
 
         Parameters
         ----------
@@ -869,8 +997,51 @@ class MemoryStore:
         alpha : float
             Weight of the topic similarity for ``level="turn+topic"``.
         candidates : int, optional
-            ``level="turn+topic"`` only: how many turns and topics the index returns before the
-            exact rescoring (all turns of the candidate topics are rescored); default ``max(4k, 50)``.
+            ``level="turn+topic"``: how many turns and topics the index returns before the exact
+            rescoring (all turns of the candidate topics are rescored). ``mode="hybrid"`` or a
+            ``recency`` prior: how many results each first-stage list returns before fusion /
+            rescoring. Default ``max(4k, 50)``.
+        mode : {"dense", "lexical", "hybrid"}
+            ``"dense"``: vector similarity (``queries``). ``"lexical"``: BM25 (k1 = 1.2,
+            b = 0.75) of ``texts`` against the records' text (a topic's summary, a turn record's
+            turn text), tokenised by :func:`memkern.lexical.tokenize`; only records sharing a
+            term with the query are hits. ``"hybrid"``: both lists fused (``fusion``).
+            ``mode="dense"`` with no ``filter`` / ``time_range`` / ``recency`` is the plain
+            vector search, at its plain cost.
+        texts : list of str, optional
+            One query text per query (``B``), each at most :data:`MAX_QUERY_TEXT` characters;
+            required for ``"lexical"`` / ``"hybrid"``. ``queries`` may be ``None`` for ``"lexical"``.
+        fusion : {"rrf", "weighted"}
+            ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)`` (ranks from 1,
+            a list that misses a record adds 0). ``"weighted"``: ``(1 - w) * dense + w * lexical``
+            with each list's scores min-max normalised to [0, 1] over its own results.
+            Same definitions as :func:`memkern.lexical.rrf` / :func:`memkern.lexical.weighted_fusion`.
+        lexical_weight : float
+            ``w`` above, in [0, 1].
+        filter : dict, optional
+            Metadata filter on the records' ``meta`` (top-level keys; a turn record also sees its
+            topic's keys where its own meta lacks them): ``{"user": "alice"}`` or
+            ``{"user": {"$eq": "alice"}}`` (equality), ``{"tag": {"$in": ["a", "b"]}}`` (any of);
+            several keys must all hold. Values are str / int / float / bool with JSON equality
+            (``1 == 1.0``, ``True != 1``). At most :data:`MAX_FILTER_KEYS` keys and
+            :data:`MAX_FILTER_VALUES` values in all. Applied inside the index search (hnswlib's
+            filter functor, the exact scan's predicate, the BM25 candidates' check, or an exact
+            scan of the records whose meta matches when they are few), never by over-fetching:
+            ``k`` results come back whenever ``k`` records match.
+        time_range : (start, end), optional
+            Unix seconds, either may be ``None``; keeps records with ``start <= t < end``, ``t``
+            taken from ``time_field``. Applied inside the search like ``filter``.
+        time_field : {"event", "created", "updated"}
+            ``"event"``: the record's ``event_time`` (falling back to ``created_at`` when it has
+            none); ``"created"`` / ``"updated"``: ``created_at`` / ``updated_at``.
+        recency : float, optional
+            Half-life in seconds of a recency prior: each candidate's score (the fused score in
+            ``"hybrid"``) gets ``recency_weight * 2 ** (-max(now - t, 0) / recency)`` added, ``t``
+            from ``time_field``, and the best ``k`` are kept.
+        recency_weight : float
+            Weight of the prior, in the unit of the mode's score (finite, ``|w| <= 1e6``).
+        now : float, optional
+            The time the prior measures ages from (default ``time.time()``).
 
         Returns
         -------
@@ -878,8 +1049,13 @@ class MemoryStore:
             Best first; ``-1`` padding when fewer than ``k`` records match (unknown namespaces
             give all padding). Only ``namespace``'s records are ever returned.
         scores : np.ndarray float32 ``[B, k]``
-            Higher is better (see module docstring); :data:`PAD_SCORE` beside padding.
+            Higher is better: similarity (see module docstring), BM25 score, or fused score
+            (+ the recency prior); :data:`PAD_SCORE` beside padding.
         """
+        if (mode != "dense" or filter is not None or time_range is not None or recency is not None):
+            return self._search_ex(namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts,
+                                   fusion, lexical_weight, filter, time_range, time_field, recency,
+                                   recency_weight, now)
         n = self._n()
         ns = _check_namespace(namespace)
         q = _as_float32(queries, "queries", stored=False)
@@ -903,6 +1079,61 @@ class MemoryStore:
         if level not in _LEVELS:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _LEVELS[level])
+
+    def _search_ex(self, namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts, fusion,
+                   lexical_weight, flt, time_range, time_field, recency, recency_weight, now):
+        """search() with a lexical list, a filter, a time range or a recency prior (validated here,
+        computed in one native call)."""
+        n = self._n()
+        ns = _check_namespace(namespace)
+        if mode not in _MODES:
+            raise bad_arg("mode", '"dense", "lexical" or "hybrid"', mode)
+        if level == "turn+topic":
+            raise bad_arg("mode", 'mode="dense" without filter / time_range / recency for level="turn+topic"',
+                          mode if mode != "dense" else "a filter, time_range or recency")
+        if level not in _LEVELS:
+            raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
+        B = None
+        q = None
+        if queries is None:
+            if mode != "lexical":
+                raise bad_arg("queries", f'query vectors for mode="{mode}"', None)
+        else:
+            q = _as_float32(queries, "queries", stored=False)
+            if q.ndim == 1:
+                q = q[None, :]
+            if q.ndim != 2 or q.shape[1] != n.dim:
+                raise bad_arg("queries", f"shape [B, {n.dim}] or [{n.dim}]", f"shape {list(np.shape(queries))}")
+            q = np.ascontiguousarray(q)
+            B = q.shape[0]
+        tl: list[str] = []
+        if mode != "dense":
+            tl = _check_texts(texts, B)
+            B = len(tl)
+            if q is None:
+                q = np.zeros((B, n.dim), dtype=np.float32)
+        k = _check_int(k, "k", 1, MAX_K)
+        if k * B > MAX_RESULTS:
+            raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {B} queries)", k)
+        ef = self.ef_search if ef is None else _check_int(ef, "ef", 1, MAX_EF, none_ok=True)
+        c = _check_int(candidates, "candidates", 1, MAX_CANDIDATES, none_ok=True)
+        if c is None:
+            c = min(max(4 * k, 50), MAX_CANDIDATES)
+        if fusion not in _FUSIONS:
+            raise bad_arg("fusion", '"rrf" or "weighted"', fusion)
+        w = _check_real(lexical_weight, "lexical_weight", 0.0, 1.0)
+        clauses = _compile_filter(flt)
+        if time_field not in _TIME_FIELDS:
+            raise bad_arg("time_field", '"event", "created" or "updated"', time_field)
+        has_time, t_lo, t_hi = _check_time_range(time_range)
+        half_life = 0.0
+        if recency is not None:
+            half_life = _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
+        rw = _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
+        t_now = time.time() if now is None else _check_real(now, "now", -MAX_TIME, MAX_TIME)
+        return n.search_ex(ns, q, tl, k, int(ef), bool(include_invalidated), _LEVELS[level], _MODES[mode],
+                           _FUSIONS[fusion], w, clauses, has_time, t_lo, t_hi, _TIME_FIELDS[time_field],
+                           half_life, rw, t_now, c)
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one record (sorted)."""
