@@ -13,12 +13,15 @@
 //   bool    'b1' / 'b0'
 // memkern/store.py encodes a filter's values the same way (_canonical_filter_value).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -269,6 +272,49 @@ struct SearchFilter {
     return true;
   }
   bool time_ok(double t) const { return !has_time || (t >= t_lo && t < t_hi); }
+};
+
+// Inverted index of one (namespace, level)'s filterable meta: (key, canonical value) -> ids. It
+// lets a selective filter enumerate its few matching records instead of walking the graph.
+class MetaIndex {
+ public:
+  void put(int64_t id, const MetaScalars& m) {
+    for (const auto& kv : m) ids_[slot(kv.first, kv.second)].insert(id);
+  }
+  void remove(int64_t id, const MetaScalars& m) {
+    for (const auto& kv : m) {
+      auto it = ids_.find(slot(kv.first, kv.second));
+      if (it == ids_.end()) continue;
+      it->second.erase(id);
+      if (it->second.empty()) ids_.erase(it);
+    }
+  }
+  // Ids holding meta[key] == value (null: none).
+  const std::unordered_set<int64_t>* find(const std::string& key, const std::string& value) const {
+    auto it = ids_.find(slot(key, value));
+    return it == ids_.end() ? nullptr : &it->second;
+  }
+  size_t count(const FilterClause& c) const {
+    size_t n = 0;
+    for (const auto& v : c.values)
+      if (auto* s = find(c.key, v)) n += s->size();
+    return n;
+  }
+  size_t memory_bytes() const {
+    size_t b = 0;
+    for (const auto& kv : ids_) b += kv.first.capacity() + 64 + kv.second.size() * 32;
+    return b;
+  }
+
+ private:
+  static std::string slot(const std::string& key, const std::string& value) {
+    std::string s = std::to_string(key.size());  // length-prefixed: no two (key, value) pairs collide
+    s.push_back(':');
+    s.append(key);
+    s.append(value);
+    return s;
+  }
+  std::unordered_map<std::string, std::unordered_set<int64_t>> ids_;
 };
 
 // hnswlib adapter: `Pred` is any callable bool(int64_t id).
