@@ -14,6 +14,8 @@ enum class Status : uint8_t { Active = 0, Invalidated = 1 };
 constexpr double kNoEventTime = std::numeric_limits<double>::quiet_NaN();
 // Index level of a record: topics and turns live in separate HNSW indexes of one namespace.
 enum Level : uint8_t { kTopic = 0, kTurn = 1, kNumLevels = 2 };
+// How a version of a record came to be (Record::op, Version::op; stored as its byte value).
+enum class VersionOp : uint8_t { Add = 0, Merge = 1, Update = 2 };
 
 // A superseded version of a record (kept for history()).
 struct Version {

@@ -216,7 +216,7 @@ class Store {
   void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
   void validate_items(const std::vector<NewItem>& items, size_t batch_base, bool allow_batch_parents) const;
-  void encode_add(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
+  void encode_new_items(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
                   double now) const;
 
   std::string path_;
