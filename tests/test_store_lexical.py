@@ -168,20 +168,21 @@ def _all_lexical(s: MemoryStore) -> list:
         for level in ("topic", "turn"):
             ids, sc = s.search(ns, None, k=50, mode="lexical", level=level, include_invalidated=True,
                                texts=["caroline dog berlin", "lake painting 2023", "東京 support"])
-            out.append((ns, level, ids.tolist(), np.round(sc, 4).tolist()))
+            out.append((ns, level, ids.tolist(), np.round(sc.astype(np.float64), 4).tolist()))
     return out
 
 
 def _fill(s: MemoryStore) -> None:
     texts = _texts(40, 2)
-    s.add_batch("u", texts[:30], np.stack([emb(i) for i in range(30)]),
-                turns=[[{"role": "user", "content": t}] for t in texts[:30]],
-                turn_embeddings=[emb(100 + i)[None, :] for i in range(30)])
+    t = s.add_batch("u", texts[:30], np.stack([emb(i) for i in range(30)]),
+                    turns=[[{"role": "user", "content": t}] for t in texts[:30]],
+                    turn_embeddings=[emb(100 + i)[None, :] for i in range(30)])
     s.add_batch("v", texts[30:], np.stack([emb(i) for i in range(30, 40)]))
-    s.update(1, summary="caroline dog berlin")
-    s.merge(2, "lake painting", emb(500))
-    s.invalidate(3, "x")
-    s.delete(4)
+    assert t.tolist() == list(range(0, 60, 2))  # topic 2i, its turn record 2i + 1
+    s.update(2, summary="caroline dog berlin")
+    s.merge(4, "lake painting", emb(500))
+    s.invalidate(6, "x")
+    s.delete(8)
 
 
 def test_lexical_index_survives_reopen_log_and_snapshot(tmp_path):
@@ -212,8 +213,8 @@ def test_failed_write_leaves_the_lexical_index_unchanged(tmp_path, op, spec):
     ops = {
         "add": lambda: s.add("u", "caroline dog berlin lake", emb(900)),
         "update": lambda: s.update(0, summary="caroline dog dog dog"),
-        "merge": lambda: s.merge(5, "東京 support group", emb(901)),
-        "delete": lambda: s.delete(1),
+        "merge": lambda: s.merge(10, "東京 support group", emb(901)),
+        "delete": lambda: s.delete(2),
     }
     native()._test_set_fault(spec)
     with pytest.raises(MemkernError):

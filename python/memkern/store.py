@@ -141,6 +141,10 @@ class Record:
         ``"active"`` or ``"invalidated"`` (the record's current status, also on older versions).
     created_at, updated_at : float
         Unix times (seconds) of the first version and of this version.
+    event_time : float or None
+        The conversation's own time of the record (unix seconds, e.g. the session date), as given
+        to ``add(..., event_time=)``; ``None`` when none was given. Turn records carry their
+        topic's. ``search(time_field="event")`` falls back to ``created_at`` where it is ``None``.
     invalidated_reason : str or None
         The reason given to :meth:`MemoryStore.invalidate`.
     level : str
@@ -167,6 +171,7 @@ class Record:
     level: str = "topic"
     topic_id: int | None = None
     turn_ids: tuple = ()
+    event_time: float | None = None
     _embedding: Any = field(default=None, repr=False, compare=False)
     _store: Any = field(default=None, repr=False, compare=False)
 
@@ -207,6 +212,7 @@ def _record_from(d: dict, store: "MemoryStore") -> Record:
         level=d["level"],
         topic_id=int(d["parent"]) if d["parent"] >= 0 else None,
         turn_ids=tuple(int(c) for c in d["children"]),
+        event_time=None if d.get("event_time") is None else float(d["event_time"]),
         _embedding=d.get("embedding"),
         _store=weakref.ref(store),
     )
@@ -243,6 +249,18 @@ def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> in
     if not lo <= int(v) <= hi:
         raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), int(v))
     return int(v)
+
+
+_NO_TIMES = np.zeros(0, dtype=np.float64)
+
+
+def _event_array(times: Sequence[float | None]) -> np.ndarray:
+    """float64 ``[n]``, NaN where a record has no event time (the native encoding of "none")."""
+    return np.array([math.nan if t is None else t for t in times], dtype=np.float64)
+
+
+def _check_event_time(t: Any, name: str) -> float | None:
+    return None if t is None else _check_real(t, name, -MAX_TIME, MAX_TIME)
 
 
 def _check_real(v: Any, name: str, lo: float, hi: float, open_low: bool = False) -> float:
@@ -706,6 +724,7 @@ class MemoryStore:
         meta: dict | None = None,
         *,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Add one topic record; returns its id (int64).
 
@@ -720,6 +739,10 @@ class MemoryStore:
         meta : dict, optional
         turn_embeddings : array-like float32 ``[len(turns), d]``, optional
             Also store each turn as a turn record linked to this topic (two-level memory).
+        event_time : float, optional
+            The conversation's own time (unix seconds, ``|t| <= 1e12``), kept as
+            ``Record.event_time`` (also on the turn records) for ``search(time_range=...)`` and
+            the recency prior.
         """
         n = self._n()
         ns = _check_namespace(namespace)
@@ -728,7 +751,8 @@ class MemoryStore:
         turns_l = _check_turns(turns)
         meta_d = _check_meta(meta)
         te = self._turn_matrix(turn_embeddings, turns_l, "turn_embeddings")
-        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te])
+        et = _check_event_time(event_time, "event_time")
+        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te], [et])
         return int(ids[0])
 
     def add_batch(
@@ -740,12 +764,14 @@ class MemoryStore:
         metas: Sequence[dict | None] | None = None,
         *,
         turn_embeddings: Sequence[Any] | None = None,
+        event_times: Sequence[float | None] | None = None,
     ) -> np.ndarray:
         """Add ``n`` topic records in one atomic, logged call; returns their ids, int64 ``[n]``.
 
         ``embeddings`` is float32 ``[n, d]``; ``turns`` / ``metas`` are ``None`` or length-``n``
         lists; ``turn_embeddings`` is ``None`` or a length-``n`` list of ``[len(turns[i]), d]``
-        arrays (or ``None`` entries). The GIL is released while the index is built.
+        arrays (or ``None`` entries); ``event_times`` is ``None`` or a length-``n`` list of unix
+        seconds or ``None`` (see :meth:`add`). The GIL is released while the index is built.
         """
         n = self._n()
         ns = _check_namespace(namespace)
@@ -766,7 +792,16 @@ class MemoryStore:
             self._turn_matrix(turn_embeddings[i] if turn_embeddings is not None else None, tl[i], f"turn_embeddings[{i}]")
             for i in range(count)
         ]
-        return self._add_items(n, ns, sums, emb, tl, ml, te)
+        if event_times is not None:
+            if isinstance(event_times, (str, bytes)) or not isinstance(event_times, (Sequence, np.ndarray)):
+                raise bad_arg("event_times", f"None or a list of {count} floats / None", type(event_times).__name__,
+                              MemkernTypeError)
+            if len(event_times) != count:
+                raise bad_arg("event_times", f"None or a list of {count} floats / None", f"length {len(event_times)}")
+            et = [_check_event_time(event_times[i], f"event_times[{i}]") for i in range(count)]
+        else:
+            et = [None] * count
+        return self._add_items(n, ns, sums, emb, tl, ml, te, et)
 
     def _turn_matrix(self, te: Any, turns: list[dict], name: str) -> np.ndarray | None:
         if te is None:
@@ -780,25 +815,28 @@ class MemoryStore:
     def _turn_item(turn: dict, pos: int) -> tuple[str, str, str]:
         return turn["content"], _json_text([turn], "turns"), _json_text({"turn_position": pos}, "meta")
 
-    def _add_items(self, n, ns, sums, emb, tl, ml, te) -> np.ndarray:
+    def _add_items(self, n, ns, sums, emb, tl, ml, te, et) -> np.ndarray:
+        has_et = any(t is not None for t in et)
         if not any(t is not None for t in te):
             levels = np.zeros(len(sums), dtype=np.uint8)
             parents = np.full(len(sums), -1, dtype=np.int64)
             return n.add(ns, sums, [_json_text(t, "turns") for t in tl], [_json_text(m, "meta") for m in ml], emb,
-                         levels, parents)
+                         levels, parents, _event_array(et) if has_et else _NO_TIMES)
         # Two-level: each topic is followed by its turn records (parent = batch index of the topic).
-        S, T, Mt, rows, lv, par, topic_pos = [], [], [], [], [], [], []
+        S, T, Mt, rows, lv, par, topic_pos, E = [], [], [], [], [], [], [], []
         for i in range(len(sums)):
             topic_pos.append(len(S))
             ti = len(S)
             S.append(sums[i]); T.append(_json_text(tl[i], "turns")); Mt.append(_json_text(ml[i], "meta"))
-            rows.append(emb[i]); lv.append(0); par.append(-1)
+            rows.append(emb[i]); lv.append(0); par.append(-1); E.append(et[i])
             if te[i] is not None:
                 for j, turn in enumerate(tl[i]):
                     s, t, m = self._turn_item(turn, j)
                     S.append(s); T.append(t); Mt.append(m); rows.append(te[i][j]); lv.append(1); par.append(-2 - ti)
+                    E.append(et[i])  # a turn record carries its topic's event time
         ids = n.add(ns, S, T, Mt, np.ascontiguousarray(np.stack(rows), dtype=np.float32),
-                    np.asarray(lv, dtype=np.uint8), np.asarray(par, dtype=np.int64))
+                    np.asarray(lv, dtype=np.uint8), np.asarray(par, dtype=np.int64),
+                    _event_array(E) if has_et else _NO_TIMES)
         return np.ascontiguousarray(ids[topic_pos], dtype=np.int64)
 
     def merge(
@@ -810,12 +848,15 @@ class MemoryStore:
         *,
         meta: dict | None = None,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
         and the *union* of the old and new turns (old turns first, duplicates dropped, none ever
         lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
-        that are new; it is required when the record already has turn records and new turns come."""
+        that are new; it is required when the record already has turn records and new turns come.
+        ``event_time`` replaces the record's event time (``None`` keeps it); new turn records get
+        the record's resulting event time."""
         n = self._n()
         rid = _check_id(id)
         summary = _check_summary(summary)
@@ -823,6 +864,7 @@ class MemoryStore:
         new_turns = _check_turns(turns)
         meta_d = _check_meta(meta) if meta is not None else None
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
+        et = _check_event_time(event_time, "event_time")
         cur = self._get_raw(rid)
         old_turns = _loads(cur["turns_json"], rid, "turns")
         seen = {_turn_key(t) for t in old_turns}
@@ -837,9 +879,11 @@ class MemoryStore:
         if cur["children"] and new_rows and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         cs, ct, cm, ce = self._child_args(n, te, new_rows)
+        child_t = et if et is not None else cur.get("event_time")
         version, _ = n.new_version(rid, 1, summary, vec[None, :], _json_text(merged, "turns"),
                                    _json_text(meta_d, "meta") if meta_d is not None else None, cs, ct, cm, ce,
-                                   False)
+                                   False, et, _event_array([child_t] * len(cs)) if child_t is not None and cs
+                                   else _NO_TIMES)
         return int(version)
 
     def _child_args(self, n, te, rows):
@@ -861,14 +905,17 @@ class MemoryStore:
         meta: dict | None = None,
         *,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Write a new version of ``id`` replacing the given fields (``None`` keeps a field);
         returns the new version number. Replacing the turns of a topic that has turn records
-        needs ``turn_embeddings`` for the new turns (the old turn records are then deleted)."""
+        needs ``turn_embeddings`` for the new turns (the old turn records are then deleted).
+        ``event_time`` replaces the record's event time (``None`` keeps it)."""
         n = self._n()
         rid = _check_id(id)
-        if summary is None and embedding is None and turns is None and meta is None:
-            raise bad_arg("update", "at least one of summary, embedding, turns, meta", "none")
+        if summary is None and embedding is None and turns is None and meta is None and event_time is None:
+            raise bad_arg("update", "at least one of summary, embedding, turns, meta, event_time", "none")
+        et = _check_event_time(event_time, "event_time")
         s = _check_summary(summary) if summary is not None else None
         vec = _as_vector(embedding, n.dim, "embedding")[None, :] if embedding is not None else None
         tl = _check_turns(turns) if turns is not None else None
@@ -885,9 +932,11 @@ class MemoryStore:
         rows = [(j, t, j) for j, t in enumerate(tl)] if (te is not None and tl) else []
         cs, ct, cm, ce = self._child_args(n, te, rows)
         # Old turn records are replaced by the new ones in the same atomic log entry.
+        child_t = et if et is not None else cur.get("event_time")
         version, _ = n.new_version(rid, 2, s, vec, _json_text(tl, "turns") if tl is not None else None,
                                    _json_text(m, "meta") if m is not None else None, cs, ct, cm, ce,
-                                   te is not None)
+                                   te is not None, et, _event_array([child_t] * len(cs)) if child_t is not None and cs
+                                   else _NO_TIMES)
         return int(version)
 
     def invalidate(self, id: int, reason: str = "") -> None:
