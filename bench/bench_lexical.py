@@ -19,6 +19,11 @@ thread everywhere unless stated):
   weighted fusion) vs ``mode="lexical"``.
 * **open time**: reopening a store (snapshot load) holding the 20,000 records, with the derived
   indexes rebuilt from the record texts vs with the hook off.
+* **dense-only overhead vs raw hnswlib** (no regression from the derived indexes; issue 13 item 7
+  re-measured): ``add_batch`` (derived indexes on, ``fsync="always"``) vs ``hnswlib add_items`` +
+  a dict of the records, interleaved chunks, one thread; then a 500-query batch search (k=20,
+  ef=128) with 1 and with 2 threads on both sides (the store's ``num_threads`` vs hnswlib's
+  ``num_threads``), same graph parameters and seed (identical ids asserted).
 
 Run: ``OMP_NUM_THREADS=1 python bench/bench_lexical.py [--n 20000] [--conversations 6]
 [--sessions 12] [--json out.json] [--write-section]``.
@@ -190,7 +195,63 @@ def bench_recall(source: str, conversations: int, sessions: int) -> dict:
                 recall={c: {f"R@{k}": float(np.mean(v[k])) for k in ks} for c, v in rows.items()})
 
 
+def bench_vs_hnswlib(n: int, rounds: int) -> dict:
+    import hnswlib
+
+    from memkern.data.vectors import clustered_vectors
+    from memkern.store import MemoryStore
+
+    M, EFC, KS, NQ = 16, 200, 20, 500
+    x = clustered_vectors(n, D, max(20, n // 1000), seed=0)
+    q = clustered_vectors(NQ, D, max(20, n // 1000), seed=0, sample_seed=1)
+    texts = dialogue_texts(n)
+    root = Path(tempfile.mkdtemp(prefix="bench-lex-hnsw-"))
+    store = MemoryStore(root / "s", dim=D, metric="ip", M=M, ef_construction=EFC)
+    index = hnswlib.Index(space="ip", dim=D)
+    index.init_index(max_elements=n, M=M, ef_construction=EFC, random_seed=100)
+    records: dict[int, dict] = {}
+    t_store = t_base = 0.0
+    for s0 in range(0, n, 2500):
+        e, tx = x[s0:s0 + 2500], texts[s0:s0 + 2500]
+        t0 = time.perf_counter()
+        store.add_batch("bench", tx, e)
+        t1 = time.perf_counter()
+        labels = np.arange(s0, s0 + len(e))
+        index.add_items(e, labels, num_threads=1)
+        for j, lab in enumerate(labels.tolist()):
+            records[lab] = {"namespace": "bench", "summary": tx[j], "turns": [], "meta": {}}
+        t2 = time.perf_counter()
+        t_store += t1 - t0
+        t_base += t2 - t1
+    store.close()
+    index.set_ef(EF)
+    out = dict(n=n, add_ratio=t_store / t_base, add_store_per_s=n / t_store, add_hnswlib_per_s=n / t_base)
+    for threads in (1, 2):
+        st = MemoryStore(root / "s", num_threads=threads)
+
+        def same(a, b):
+            assert float(np.mean(a[0] == b[0].astype(np.int64))) >= 0.99
+            return True
+
+        c = compare(Side("memkern", lambda st=st: st.search("bench", q, k=KS, ef=EF), threads=threads),
+                    Side("hnswlib", lambda t=threads: index.knn_query(q, k=KS, num_threads=t), threads=threads),
+                    check=same, rounds=rounds, warmup=1, label=f"batch search {NQ} queries, {threads} thread(s)")
+        out[f"search_threads_{threads}"] = dict(comparison=c.to_dict(), ratio=c.ratio, summary=c.summary())
+        st.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def markdown(res: dict) -> str:
+    L: list[str] = []
+    if "add" in res:
+        L += _md_add(res)
+    if "filters" in res:
+        L += _md_filters(res)
+    return "\n".join(L + _md_rest(res))
+
+
+def _md_add(res: dict) -> list[str]:
     a = res["add"]
     L = ["### Add cost of the lexical + meta indexes", "",
          f"`add_batch` of {a['n']:,} records ({a['batch']} per call, 384-d, dialogue turn texts, 2 meta keys), "
@@ -198,10 +259,14 @@ def markdown(res: dict) -> str:
          "| side | median s | ratio (indexed / dense-only) |", "|---|---|---|"]
     cmp = a["comparison"]
     sides = cmp["sides"]
-    L.append(f"| {sides[0]['name']} | {sides[0]['median']:.3f} | **{a['ratio']:.3f}x** (target <= 1.30) |")
-    L.append(f"| {sides[1]['name']} | {sides[1]['median']:.3f} | 1 |")
+    L.append(f"| {sides[0]['name']} | {sides[0]['median_s']:.3f} | **{a['ratio']:.3f}x** (target <= 1.30) |")
+    L.append(f"| {sides[1]['name']} | {sides[1]['median_s']:.3f} | 1 |")
+    return L
+
+
+def _md_filters(res: dict) -> list[str]:
     f = res["filters"]
-    L += ["", "### Filtered search vs unfiltered", "",
+    L = ["", "### Filtered search vs unfiltered", "",
           f"{f['n']:,} records in one HNSW namespace (384-d cos, M=16, ef_construction=200), batches of "
           f"{f['queries']} queries, k={f['k']}, ef={f['ef']}, one thread; each filtered call checked: k results, "
           "all allowed.", "",
@@ -210,11 +275,30 @@ def markdown(res: dict) -> str:
         if name == "open":
             continue
         sd = c["comparison"]["sides"]
-        L.append(f"| {name} | {sd[0]['median'] * 1e3:.1f} | {sd[1]['median'] * 1e3:.1f} | **{c['slowdown']:.2f}x** |")
+        L.append(f"| {name} | {sd[0]['median_s'] * 1e3:.1f} | {sd[1]['median_s'] * 1e3:.1f} | **{c['slowdown']:.2f}x** |")
     o = f["cases"]["open"]
     L += ["", f"Open (snapshot load + first query) of that store: {o['with derived indexes']:.3f} s with the BM25 "
           f"and meta indexes rebuilt from the record texts, {o['dense only']:.3f} s without "
           f"({o['with derived indexes'] / o['dense only']:.2f}x).", ""]
+    return L
+
+
+def _md_rest(res: dict) -> list[str]:
+    L: list[str] = []
+    h = res.get("hnswlib")
+    if h:
+        L += ["### Dense-only overhead vs raw hnswlib (no regression)", "",
+              f"{h['n']:,} clustered 384-d vectors with dialogue texts, M=16, ef_construction=200, same seed; "
+              "hnswlib side: `hnswlib.Index` + a dict of the records.", "",
+              "| measure | memkern | hnswlib | ratio (memkern / hnswlib time) |", "|---|---|---|---|",
+              f"| add_batch (derived indexes on, fsync=always), 1 thread | {h['add_store_per_s']:.0f} records/s | "
+              f"{h['add_hnswlib_per_s']:.0f} records/s | {h['add_ratio']:.3f} |"]
+        for t in (1, 2):
+            c = h[f"search_threads_{t}"]
+            sd = c["comparison"]["sides"]
+            L.append(f"| batch search 500 queries, k=20, ef={EF}, {t} thread(s) | {sd[0]['median_s'] * 1e3:.1f} ms | "
+                     f"{sd[1]['median_s'] * 1e3:.1f} ms | {c['ratio']:.3f} |")
+        L.append("")
     for r in res["recall"]:
         L += [f"### Turn-level recall, {r['source']} ({r['conversations']} conversations, {r['turns']} turns, "
               f"{r['questions']} questions, {r['embedder']})", "",
@@ -222,7 +306,7 @@ def markdown(res: dict) -> str:
         for c, m in r["recall"].items():
             L.append(f"| {c} | {m['R@5']:.3f} | {m['R@10']:.3f} | {m['R@20']:.3f} |")
         L.append("")
-    return "\n".join(L)
+    return L
 
 
 def main(argv=None) -> int:
@@ -233,17 +317,29 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--conversations", type=int, default=6)
     ap.add_argument("--sessions", type=int, default=12)
+    ap.add_argument("--hnswlib-n", type=int, default=20000, help="records of the vs-hnswlib part (0: skip)")
+    ap.add_argument("--only-part", default="", help="comma-separated: add, filters, hnswlib, recall (default all)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--write-section", action="store_true")
     a = ap.parse_args(argv)
+    parts = set(a.only_part.split(",")) if a.only_part else {"add", "filters", "hnswlib", "recall"}
     res = dict(machine=machine_info())
-    res["add"] = bench_add(a.add_n, 250, a.rounds)
-    print(res["add"]["summary"], flush=True)
-    res["filters"] = bench_filters(a.n, a.queries, a.rounds)
-    for name, c in res["filters"]["cases"].items():
-        print(name, c if name == "open" else c["summary"], flush=True)
-    res["recall"] = [bench_recall("dialogues", a.conversations, a.sessions),
-                     bench_recall("generated", a.conversations, a.sessions)]
+    if "add" in parts:
+        res["add"] = bench_add(a.add_n, 250, a.rounds)
+        print(res["add"]["summary"], flush=True)
+    if "filters" in parts:
+        res["filters"] = bench_filters(a.n, a.queries, a.rounds)
+        for name, c in res["filters"]["cases"].items():
+            print(name, c if name == "open" else c["summary"], flush=True)
+    if "hnswlib" in parts and a.hnswlib_n:
+        res["hnswlib"] = bench_vs_hnswlib(a.hnswlib_n, a.rounds)
+        print({k: v for k, v in res["hnswlib"].items() if not k.startswith("search")}, flush=True)
+        for t in (1, 2):
+            print(res["hnswlib"][f"search_threads_{t}"]["summary"], flush=True)
+    res["recall"] = []
+    if "recall" in parts:
+        res["recall"] = [bench_recall("dialogues", a.conversations, a.sessions),
+                         bench_recall("generated", a.conversations, a.sessions)]
     for r in res["recall"]:
         print(json.dumps(r["recall"], indent=1), flush=True)
     md = markdown(res)

@@ -283,15 +283,7 @@ inline float finite_score_d(double s) {
   return static_cast<float>(std::max<double>(kPadScore, std::min<double>(s, -kPadScore)));
 }
 
-// The time a filter / recency prior reads: event time (else created_at), created_at or updated_at.
-inline double time_of(const Record& r, TimeField f) {
-  switch (f) {
-    case TimeField::Created: return r.created_at;
-    case TimeField::Updated: return r.updated_at;
-    case TimeField::Event: break;
-  }
-  return std::isnan(r.event_time) ? r.created_at : r.event_time;
-}
+inline double time_of(const Record& r, TimeField f) { return record_time(r, f); }
 
 using Scored = std::pair<double, int64_t>;
 
@@ -362,11 +354,16 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   const size_t depth = (spec.mode == 2 || rescore) ? std::max(k, spec.candidates) : k;
   const bool dense = spec.mode != 1 && idx != nullptr;
 
-  // A selective meta filter: enumerate its matches (from the meta index) and scan them exactly,
-  // when that costs less than a graph search that must walk past the non-matching points.
+  // A selective filter: enumerate its matches (from the meta index, or the time index for a time
+  // range) and scan them exactly, when that costs less than a graph search that must walk past the
+  // non-matching points: |matches|^2 < max(depth, ef) * M * live (the functor search visits about
+  // max(depth, ef) * M * live / |matches| points).
   std::vector<int64_t> scan;
   bool use_scan = false;
-  if (dense && has_meta && derived_indexes()) {
+  if (dense && (has_meta || flt.has_time) && derived_indexes()) {
+    double width = static_cast<double>(std::max(depth, ef));
+    double live = static_cast<double>(std::max<size_t>(idx->live(), 1));
+    size_t limit = static_cast<size_t>(std::sqrt(width * M_ * live));
     const FilterClause* best = nullptr;
     size_t best_n = SIZE_MAX;
     for (const auto& c : flt.clauses) {
@@ -378,9 +375,14 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
       }
       if (n < best_n) best_n = n, best = &c;
     }
-    double width = static_cast<double>(std::max(depth, ef));
-    double live = static_cast<double>(std::max<size_t>(idx->live(), 1));
-    if (best && static_cast<double>(best_n) * best_n < width * M_ * live) {
+    size_t time_n = SIZE_MAX;
+    if (flt.has_time) {
+      time_n = ns->times[level].count(flt.time_field, flt.t_lo, flt.t_hi, std::min(limit, best_n) + 1);
+    }
+    if (time_n <= limit && time_n <= best_n) {
+      use_scan = true;
+      scan = ns->times[level].ids(flt.time_field, flt.t_lo, flt.t_hi);
+    } else if (best && best_n <= limit) {
       use_scan = true;
       scan.reserve(best_n);
       for (const auto& v : best->values) {
@@ -392,6 +394,8 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
               scan.insert(scan.end(), ch.begin(), ch.end());
             }
       }
+    }
+    if (use_scan) {
       std::sort(scan.begin(), scan.end());
       scan.erase(std::unique(scan.begin(), scan.end()), scan.end());
       scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return !allow(id); }), scan.end());
