@@ -242,13 +242,30 @@ def bench_vs_hnswlib(n: int, rounds: int) -> dict:
     return out
 
 
+NOTES = """### Design choices measured here
+
+* **Derived, not persisted**: the BM25 postings, the filterable meta (top-level scalars parsed from
+  each record's meta JSON in C++) and the per-field time index are derived state. `apply()` keeps
+  them in step on every write (add / merge / update / invalidate / delete, so log replay rebuilds
+  them too) and opening a snapshot rebuilds them from the records' texts: nothing new on disk to
+  corrupt or version, crash safety is the log's and the snapshot's. The price is open time (table
+  above). `event_time` is a real field: its own log operation (`EventTime`, op 5) and a
+  `records.bin` format-2 section; format-1 stores still open.
+* **Filters inside the search**: a filter is one compiled predicate (meta clauses AND time range
+  AND not-invalidated). When the meta or time index says few records match
+  (`matches^2 < max(depth, ef) * M * live`) they are scanned exactly; otherwise the predicate is
+  hnswlib's `BaseFilterFunctor` (or the flat scan's predicate). Either way `k` results come back
+  whenever `k` records match; nothing is over-fetched.
+"""
+
+
 def markdown(res: dict) -> str:
     L: list[str] = []
     if "add" in res:
         L += _md_add(res)
     if "filters" in res:
         L += _md_filters(res)
-    return "\n".join(L + _md_rest(res))
+    return "\n".join(L + _md_rest(res) + ["", NOTES])
 
 
 def _md_add(res: dict) -> list[str]:
@@ -305,6 +322,11 @@ def _md_rest(res: dict) -> list[str]:
               "| search | R@5 | R@10 | R@20 |", "|---|---|---|---|"]
         for c, m in r["recall"].items():
             L.append(f"| {c} | {m['R@5']:.3f} | {m['R@10']:.3f} | {m['R@20']:.3f} |")
+        d = r["recall"]["dense"]
+        hy = {c: m for c, m in r["recall"].items() if c.startswith("hybrid")}
+        best = max(hy, key=lambda c: hy[c]["R@5"])
+        L += ["", f"Best hybrid at R@5 ({best}) minus dense: " + ", ".join(
+            f"R@{k} {hy[best][f'R@{k}'] - d[f'R@{k}']:+.3f}" for k in (5, 10, 20)) + "."]
         L.append("")
     return L
 
@@ -320,10 +342,14 @@ def main(argv=None) -> int:
     ap.add_argument("--hnswlib-n", type=int, default=20000, help="records of the vs-hnswlib part (0: skip)")
     ap.add_argument("--only-part", default="", help="comma-separated: add, filters, hnswlib, recall (default all)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--from-json", default=None, help="rebuild the tables from this raw JSON, run nothing")
     ap.add_argument("--write-section", action="store_true")
     a = ap.parse_args(argv)
     parts = set(a.only_part.split(",")) if a.only_part else {"add", "filters", "hnswlib", "recall"}
     res = dict(machine=machine_info())
+    if a.from_json:  # regenerate the tables (and the section) from a previous run's raw JSON
+        res = json.loads(Path(a.from_json).read_text())
+        parts = set()
     if "add" in parts:
         res["add"] = bench_add(a.add_n, 250, a.rounds)
         print(res["add"]["summary"], flush=True)
@@ -336,12 +362,14 @@ def main(argv=None) -> int:
         print({k: v for k, v in res["hnswlib"].items() if not k.startswith("search")}, flush=True)
         for t in (1, 2):
             print(res["hnswlib"][f"search_threads_{t}"]["summary"], flush=True)
-    res["recall"] = []
+    res.setdefault("recall", [])
     if "recall" in parts:
         res["recall"] = [bench_recall("dialogues", a.conversations, a.sessions),
                          bench_recall("generated", a.conversations, a.sessions)]
     for r in res["recall"]:
         print(json.dumps(r["recall"], indent=1), flush=True)
+    if not a.from_json:
+        res["argv"] = list(argv or sys.argv[1:])
     md = markdown(res)
     print(md)
     if a.json:
@@ -349,10 +377,13 @@ def main(argv=None) -> int:
     if a.write_section:
         import report
 
-        cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/bench_lexical.py " + " ".join(argv or sys.argv[1:])
+        args = list(argv or sys.argv[1:])
+        if a.from_json:  # state the command that measured, not the one that re-rendered
+            args = [x for x in res.get("argv", ["(arguments not recorded)"]) if x != "--write-section"]
+        cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/bench_lexical.py " + " ".join(args)
         p = report.write_section("lexical", "Lexical index, hybrid search and filters (`bench/bench_lexical.py`)",
                                  md, cmd.replace(" --write-section", "").strip() + " --write-section",
-                                 machine=res["machine"], raw_json=a.json)
+                                 machine=res["machine"], raw_json=a.json or a.from_json)
         print(f"wrote {p}")
     return 0
 
