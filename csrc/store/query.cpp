@@ -350,6 +350,11 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   };
   PredicateFunctor<decltype(allow)> functor(&allow);
   hnswlib::BaseFilterFunctor* f = (check_inval || !flt.empty()) ? &functor : nullptr;
+  std::vector<uint64_t> allowed_bits;
+  auto allowed_bit = [&](int64_t id) -> bool {
+    return id >= 0 && id < next_id_ && ((allowed_bits[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1);
+  };
+  PredicateFunctor<decltype(allowed_bit)> bit_functor(&allowed_bit);
   const bool rescore = spec.half_life > 0;
   const size_t depth = (spec.mode == 2 || rescore) ? std::max(k, spec.candidates) : k;
   const bool dense = spec.mode != 1 && idx != nullptr;
@@ -377,13 +382,13 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
     }
     size_t time_n = SIZE_MAX;
     if (flt.has_time) {
-      time_n = ns->times[level].count(flt.time_field, flt.t_lo, flt.t_hi, std::min(limit, best_n) + 1);
+      time_n = ns->times[level].count(flt.time_field, flt.t_lo, flt.t_hi, best_n == SIZE_MAX ? SIZE_MAX : best_n + 1);
     }
-    if (time_n <= limit && time_n <= best_n) {
-      use_scan = true;
+    // The matches of the most selective enumerable part (time range or one meta clause); the
+    // full predicate is checked on each.
+    if (time_n <= best_n) {
       scan = ns->times[level].ids(flt.time_field, flt.t_lo, flt.t_hi);
-    } else if (best && best_n <= limit) {
-      use_scan = true;
+    } else {
       scan.reserve(best_n);
       for (const auto& v : best->values) {
         if (auto* s = ns->meta[level].find(best->key, v)) scan.insert(scan.end(), s->begin(), s->end());
@@ -395,10 +400,19 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
             }
       }
     }
-    if (use_scan) {
+    if (std::min(time_n, best_n) <= limit) {
+      use_scan = true;
       std::sort(scan.begin(), scan.end());
       scan.erase(std::unique(scan.begin(), scan.end()), scan.end());
       scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return !allow(id); }), scan.end());
+    } else {
+      // Many matches: the graph search with a bitmap of the allowed ids as its filter functor
+      // (built once per call; the per-visit check is then one bit, not a record lookup).
+      allowed_bits.assign(static_cast<size_t>(next_id_ / 64 + 1), 0);
+      for (int64_t id : scan)
+        if (id >= 0 && id < next_id_ && allow(id)) allowed_bits[static_cast<size_t>(id) >> 6] |= uint64_t(1) << (id & 63);
+      scan.clear();
+      f = &bit_functor;
     }
   }
   auto dist = space_->get_dist_func();
