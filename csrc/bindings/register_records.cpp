@@ -2,6 +2,8 @@
 // and the read-only record classes StoredRecord (a record's current state, what get/get_batch
 // return) and StoredVersion (one entry of history). memkern.store turns them into the public
 // memkern.Record; stored text is decoded (strictly, UTF-8) when a property is read.
+#include <cmath>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -49,6 +51,10 @@ void register_records(py::module_& m) {
       .def_property_readonly("op", [](const RecordView& v) { return static_cast<VersionOp>(v.rec.op); })
       .def_property_readonly("created_at", [](const RecordView& v) { return v.rec.created_at; })
       .def_property_readonly("updated_at", [](const RecordView& v) { return v.rec.updated_at; })
+      .def_property_readonly("event_time", [](const RecordView& v) -> py::object {
+            if (std::isnan(v.rec.event_time)) return py::none();
+            return py::float_(v.rec.event_time);
+          }, "the conversation's own time (unix seconds), None when the record has none")
       .def_property_readonly("summary", [](const RecordView& v) { return utf8(v.rec.summary, "summary"); })
       .def_property_readonly("turns_json", [](const RecordView& v) { return utf8(v.rec.turns_json, "turns_json"); })
       .def_property_readonly("meta_json", [](const RecordView& v) { return utf8(v.rec.meta_json, "meta_json"); })

@@ -12,6 +12,7 @@ const char* log_op_name(LogOp op) {
     case LogOp::Version: return "version";
     case LogOp::Invalidate: return "invalidate";
     case LogOp::Delete: return "delete";
+    case LogOp::EventTime: return "event_time";
   }
   return "?";
 }
@@ -52,6 +53,12 @@ void encode_delete(Writer& w, int64_t id) {
   w.i64(id);
 }
 
+void encode_event_time(Writer& w, int64_t id, double event_time) {
+  w.u8(static_cast<uint8_t>(LogOp::EventTime));
+  w.i64(id);
+  w.f64(event_time);
+}
+
 std::vector<LogOperation> decode_log_entry(const std::string& payload, uint32_t dim) {
   Reader rd(payload.data(), payload.size(), "log entry");
   uint32_t n_ops = rd.u32();
@@ -87,6 +94,11 @@ std::vector<LogOperation> decode_log_entry(const std::string& payload, uint32_t 
       case LogOp::Delete:
         o.kind = LogOp::Delete;
         o.id = rd.i64();
+        break;
+      case LogOp::EventTime:
+        o.kind = LogOp::EventTime;
+        o.id = rd.i64();
+        o.time = rd.f64();
         break;
       default:
         rd.fail("unknown operation " + std::to_string(code));

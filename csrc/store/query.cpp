@@ -275,4 +275,214 @@ std::vector<int64_t> Store::ids(const std::string& name, bool include_invalidate
   return out;
 }
 
+
+namespace {
+
+inline float finite_score_d(double s) {
+  if (std::isnan(s)) return kPadScore;
+  return static_cast<float>(std::max<double>(kPadScore, std::min<double>(s, -kPadScore)));
+}
+
+inline double time_of(const Record& r, TimeField f) { return record_time(r, f); }
+
+using Scored = std::pair<double, int64_t>;
+
+inline bool better(const Scored& a, const Scored& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+SearchResult Store::search_ex(const std::string& ns_name, const float* q, const std::vector<std::string>& texts,
+                              size_t B, size_t k, size_t ef, bool include_invalidated, uint8_t level,
+                              const SearchSpec& spec) const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  check_open();
+  if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  if (spec.mode > 2) throw ValueError("mode: expected dense, lexical or hybrid");
+  if (spec.fusion > 1) throw ValueError("fusion: expected rrf or weighted");
+  check_query(q, B, k, ef);
+  if (spec.candidates > kMaxCandidates)
+    throw ValueError("candidates: expected 1.." + std::to_string(kMaxCandidates) + ", got " +
+                     std::to_string(spec.candidates));
+  if (!(spec.lexical_weight >= 0.0 && spec.lexical_weight <= 1.0))
+    throw ValueError("lexical_weight: expected a real in [0, 1]");
+  if (!(spec.half_life >= 0.0 && spec.half_life <= kMaxTime)) throw ValueError("recency: expected a half-life in (0, 1e12]");
+  if (!std::isfinite(spec.recency_weight) || !std::isfinite(spec.now))
+    throw ValueError("recency_weight: expected a finite real");
+  const SearchFilter& flt = spec.filter;
+  if (flt.clauses.size() > kMaxFilterKeys)
+    throw ValueError("filter: expected at most " + std::to_string(kMaxFilterKeys) + " keys");
+  size_t n_values = 0;
+  for (const auto& c : flt.clauses) n_values += c.values.size();
+  if (n_values > kMaxFilterValues) throw ValueError("filter: expected at most " + std::to_string(kMaxFilterValues) + " values");
+  if (flt.has_time && (std::isnan(flt.t_lo) || std::isnan(flt.t_hi) || flt.t_lo > flt.t_hi))
+    throw ValueError("time_range: expected start <= end");
+  std::vector<std::vector<std::string>> qterms;
+  if (spec.mode != 0) {
+    if (texts.size() != B)
+      throw ValueError("texts: expected " + std::to_string(B) + " texts (one per query), got " + std::to_string(texts.size()));
+    qterms.resize(B);
+    for (size_t b = 0; b < B; ++b) {
+      if (texts[b].size() > kMaxQueryTextBytes)
+        throw ValueError("texts[" + std::to_string(b) + "]: expected at most " + std::to_string(kMaxQueryTextBytes) +
+                         " bytes, got " + std::to_string(texts[b].size()));
+      std::string what = "texts[" + std::to_string(b) + "]";
+      qterms[b] = lexical::tokenize(texts[b], what.c_str());
+    }
+  }
+  SearchResult res;
+  res.ids.assign(B * k, -1);
+  res.scores.assign(B * k, kPadScore);
+  const Namespace* ns = find_ns(ns_name);
+  if (!ns || k == 0) return res;
+  const VectorIndex* idx = ns->index[level].get();
+  const lexical::LexicalIndex& lex = ns->lex[level];
+  const std::unordered_set<int64_t>& inval = ns->invalidated[level];
+  const bool check_inval = !include_invalidated && !inval.empty();
+  const bool has_meta = !flt.clauses.empty();
+  auto allow = [&](int64_t id) -> bool {
+    if (check_inval && inval.count(id)) return false;
+    if (flt.empty()) return true;
+    const Record& r = records_.at(id);
+    if (flt.has_time && !flt.time_ok(time_of(r, flt.time_field))) return false;
+    return !has_meta || meta_matches(r, flt);
+  };
+  PredicateFunctor<decltype(allow)> functor(&allow);
+  hnswlib::BaseFilterFunctor* f = (check_inval || !flt.empty()) ? &functor : nullptr;
+  std::vector<uint64_t> allowed_bits;
+  auto allowed_bit = [&](int64_t id) -> bool {
+    return id >= 0 && id < next_id_ && ((allowed_bits[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1);
+  };
+  PredicateFunctor<decltype(allowed_bit)> bit_functor(&allowed_bit);
+  const bool rescore = spec.half_life > 0;
+  const size_t depth = (spec.mode == 2 || rescore) ? std::max(k, spec.candidates) : k;
+  const bool dense = spec.mode != 1 && idx != nullptr;
+
+  // A selective filter: enumerate its matches (from the meta index, or the time index for a time
+  // range) and scan them exactly, when that costs less than a graph search that must walk past the
+  // non-matching points: |matches|^2 < max(depth, ef) * M * live (the functor search visits about
+  // max(depth, ef) * M * live / |matches| points).
+  std::vector<int64_t> scan;
+  bool use_scan = false;
+  if (dense && (has_meta || flt.has_time) && derived_indexes()) {
+    double width = static_cast<double>(std::max(depth, ef));
+    double live = static_cast<double>(std::max<size_t>(idx->live(), 1));
+    size_t limit = static_cast<size_t>(std::sqrt(width * M_ * live));
+    const FilterClause* best = nullptr;
+    size_t best_n = SIZE_MAX;
+    for (const auto& c : flt.clauses) {
+      size_t n = ns->meta[level].count(c);
+      if (level == kTurn) {  // turns also match through their topic's meta
+        for (const auto& v : c.values)
+          if (auto* s = ns->meta[kTopic].find(c.key, v))
+            for (int64_t t : *s) n += records_.at(t).children.size();
+      }
+      if (n < best_n) best_n = n, best = &c;
+    }
+    size_t time_n = SIZE_MAX;
+    if (flt.has_time) {
+      time_n = ns->times[level].count(flt.time_field, flt.t_lo, flt.t_hi, best_n == SIZE_MAX ? SIZE_MAX : best_n + 1);
+    }
+    // The matches of the most selective enumerable part (time range or one meta clause); the
+    // full predicate is checked on each.
+    if (time_n <= best_n) {
+      scan = ns->times[level].ids(flt.time_field, flt.t_lo, flt.t_hi);
+    } else {
+      scan.reserve(best_n);
+      for (const auto& v : best->values) {
+        if (auto* s = ns->meta[level].find(best->key, v)) scan.insert(scan.end(), s->begin(), s->end());
+        if (level == kTurn)
+          if (auto* s = ns->meta[kTopic].find(best->key, v))
+            for (int64_t t : *s) {
+              const auto& ch = records_.at(t).children;
+              scan.insert(scan.end(), ch.begin(), ch.end());
+            }
+      }
+    }
+    if (std::min(time_n, best_n) <= limit) {
+      use_scan = true;
+      std::sort(scan.begin(), scan.end());
+      scan.erase(std::unique(scan.begin(), scan.end()), scan.end());
+      scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return !allow(id); }), scan.end());
+    } else {
+      // Many matches: the graph search with a bitmap of the allowed ids as its filter functor
+      // (built once per call; the per-visit check is then one bit, not a record lookup).
+      allowed_bits.assign(static_cast<size_t>(next_id_ / 64 + 1), 0);
+      for (int64_t id : scan)
+        if (id >= 0 && id < next_id_ && allow(id)) allowed_bits[static_cast<size_t>(id) >> 6] |= uint64_t(1) << (id & 63);
+      scan.clear();
+      f = &bit_functor;
+    }
+  }
+  auto dist = space_->get_dist_func();
+  void* param = space_->get_dist_func_param();
+  size_t cost = use_scan ? std::max<size_t>(scan.size(), 1)
+                         : (dense ? std::max<size_t>(1, std::min(idx->live(), 16 * std::max(depth, ef))) : 64);
+  const double w = spec.lexical_weight;
+  parallel_rows(B, threads_, cost, [&](size_t b) {
+    std::vector<Scored> dl;  // dense list, best first
+    if (dense) {
+      std::vector<float> qv;
+      const float* qq = q + b * dim_;
+      if (metric_ == Metric::Cos) {
+        qv.resize(dim_);
+        prepare_vector(qq, qv.data());
+        qq = qv.data();
+      }
+      if (use_scan) {
+        std::vector<float> v(dim_);
+        dl.reserve(scan.size());
+        for (int64_t id : scan) {
+          idx->vector(id, v.data());
+          dl.emplace_back(space_->score(dist(qq, v.data(), param)), id);
+        }
+        size_t m = std::min(depth, dl.size());
+        std::partial_sort(dl.begin(), dl.begin() + m, dl.end(), better);
+        dl.resize(m);
+      } else {
+        for (auto& h : idx->knn(qq, depth, ef, f)) dl.emplace_back(space_->score(h.first), h.second);
+        std::stable_sort(dl.begin(), dl.end(), better);
+      }
+    }
+    std::vector<Scored> ll;  // lexical list, best first
+    if (spec.mode != 0) ll = lex.search(qterms[b], depth, allow);
+    std::vector<Scored> out;
+    if (spec.mode == 0) {
+      out = std::move(dl);
+    } else if (spec.mode == 1) {
+      out = std::move(ll);
+    } else {
+      std::unordered_map<int64_t, double> fused;
+      auto add_list = [&](const std::vector<Scored>& L, double weight) {
+        if (L.empty()) return;
+        if (spec.fusion == 0) {
+          for (size_t r = 0; r < L.size(); ++r) fused[L[r].second] += weight / (60.0 + static_cast<double>(r + 1));
+        } else {
+          double lo = L[0].first, hi = L[0].first;
+          for (const auto& e : L) lo = std::min(lo, e.first), hi = std::max(hi, e.first);
+          for (const auto& e : L) fused[e.second] += weight * (hi == lo ? 1.0 : (e.first - lo) / (hi - lo));
+        }
+      };
+      add_list(dl, 1.0 - w);
+      add_list(ll, w);
+      out.reserve(fused.size());
+      for (const auto& kv : fused) out.emplace_back(kv.second, kv.first);
+    }
+    if (rescore) {
+      for (auto& e : out) {
+        double age = std::max(0.0, spec.now - time_of(records_.at(e.second), flt.time_field));
+        e.first += spec.recency_weight * std::exp2(-age / spec.half_life);
+      }
+    }
+    size_t m = std::min(k, out.size());
+    std::partial_sort(out.begin(), out.begin() + m, out.end(), better);
+    for (size_t j = 0; j < m; ++j) {
+      res.ids[b * k + j] = out[j].second;
+      res.scores[b * k + j] = finite_score_d(out[j].first);
+    }
+  });
+  return res;
+}
+
 }  // namespace memkern

@@ -2,6 +2,8 @@
 // Store members that write a snapshot (snapshot, snapshot_locked) and load one (load_snapshot).
 #include "memkern/snapshot.h"
 
+#include <cmath>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -105,6 +107,14 @@ std::string encode_records_file(const SnapshotParams& params, const std::vector<
     b.u64(g.size);
     b.u32(g.crc);
   }
+  uint64_t n_ev = 0;
+  for (const auto& kv : records) n_ev += std::isnan(kv.second.event_time) ? 0 : 1;
+  b.u64(n_ev);
+  for (const auto& kv : records) {
+    if (std::isnan(kv.second.event_time)) continue;
+    b.i64(kv.first);
+    b.f64(kv.second.event_time);
+  }
   Writer f;
   f.buf.append(kSnapMagic, 8);
   f.u32(kFormatVersion);
@@ -120,8 +130,8 @@ SnapshotContents decode_records_file(const std::string& data, const std::string&
   if (std::memcmp(data.data(), kSnapMagic, 8) != 0) hdr.fail("bad magic");
   hdr.u64();
   uint32_t format = hdr.u32();
-  if (format != kFormatVersion)
-    hdr.fail("format version " + std::to_string(format) + " (this build reads " + std::to_string(kFormatVersion) + ")");
+  if (format != 1 && format != kFormatVersion)
+    hdr.fail("format version " + std::to_string(format) + " (this build reads 1.." + std::to_string(kFormatVersion) + ")");
   uint64_t body_len = hdr.u64();
   if (body_len != data.size() - 24) hdr.fail("size " + std::to_string(data.size()) + " does not match its header (truncated?)");
   uint32_t c;
@@ -174,6 +184,17 @@ SnapshotContents decode_records_file(const std::string& data, const std::string&
         !seen.emplace(g.ns, g.level).second)
       rd.fail("bad graph table entry");
     s.graphs.push_back(std::move(g));
+  }
+  if (format >= 2) {
+    uint64_t n_ev = rd.count(16);
+    for (uint64_t i = 0; i < n_ev; ++i) {
+      int64_t id = rd.i64();
+      double t = rd.f64();
+      auto it = s.records.find(id);
+      if (it == s.records.end() || !std::isnan(it->second.event_time) || !(std::fabs(t) <= 1e12))
+        rd.fail("bad event time entry");
+      it->second.event_time = t;
+    }
   }
   if (rd.left() != 0) rd.fail("trailing bytes");
   return s;
@@ -230,6 +251,11 @@ void Store::load_snapshot(uint64_t gen) {
           throw CorruptedError("snapshot " + file + ": topic " + std::to_string(r.id) + " links a bad turn record");
       }
     }
+  }
+  // Derived state: BM25 postings and filterable meta, rebuilt from the records' texts.
+  for (auto& kv : records_) {
+    index_derived(kv.second);
+    index_times(kv.second);
   }
   for (auto& ns : ns_)
     for (int l = 0; l < kNumLevels; ++l)

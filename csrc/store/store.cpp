@@ -374,6 +374,9 @@ void Store::validate_items(const std::vector<NewItem>& items, size_t batch_base,
                        num(std::sqrt(s)) + " in row " + std::to_string(i));
     if (metric_ == Metric::Cos && s == 0)
       throw ValueError("embeddings: metric \"cos\" needs nonzero vectors, row " + std::to_string(i) + " is zero");
+    if (!std::isnan(it.event_time) && !(std::fabs(it.event_time) <= kMaxTime))
+      throw ValueError("event_times: expected unix seconds with |t| <= 1e12 or None, got " + num(it.event_time) +
+                       " in row " + std::to_string(i));
     if (it.level == kTopic) {
       if (it.parent != -1) throw ValueError("parent: topics have no parent");
     } else {
@@ -406,7 +409,16 @@ void Store::encode_new_items(Writer& w, const std::string& ns, const std::vector
     r.meta_json = it.meta_json;
     prepare_vector(it.embedding, v.data());
     memkern::encode_add(w, ns, r, v.data(), dim_);
+    if (!std::isnan(it.event_time)) encode_event_time(w, r.id, it.event_time);
   }
+}
+
+// Logged operations encode_new_items writes for `items` (an add each, plus an event time each
+// for the items that have one).
+static uint32_t new_item_ops(const std::vector<NewItem>& items) {
+  uint32_t n = static_cast<uint32_t>(items.size());
+  for (const auto& it : items) n += std::isnan(it.event_time) ? 0 : 1;
+  return n;
 }
 
 void Store::commit(const std::string& payload, uint64_t ops) {
@@ -540,7 +552,9 @@ void Store::apply(const std::string& payload) {
       if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
       next_id_ = std::max(next_id_, r.id + 1);
       int64_t id = r.id;
-      records_.emplace(id, std::move(r));
+      const Record& added = records_.emplace(id, std::move(r)).first->second;
+      index_derived(added);
+      index_times(added);
     } else if (o.kind == LogOp::Version) {
       int64_t id = o.id;
       auto it = records_.find(id);
@@ -548,6 +562,9 @@ void Store::apply(const std::string& payload) {
       Record& r = it->second;
       Namespace& ns = *ns_[r.ns];
       Version old = current_version(r);
+      bool reindex = o.fields & (kHasSummary | kHasMeta);
+      if (reindex) unindex_derived(r);
+      unindex_times(r);
       if (o.fields & kHasSummary) r.summary = std::move(o.summary);
       if (o.fields & kHasEmbedding) ns.index[r.level]->put(id, o.embedding.data());
       if (o.fields & kHasTurns) r.turns_json = std::move(o.turns_json);
@@ -556,6 +573,14 @@ void Store::apply(const std::string& payload) {
       r.version += 1;
       r.op = o.version_op;
       r.history.push_back(std::move(old));
+      if (reindex) index_derived(r);
+      index_times(r);
+    } else if (o.kind == LogOp::EventTime) {
+      auto it = records_.find(o.id);
+      if (it == records_.end()) fail("event time of an unknown id");
+      unindex_times(it->second);
+      it->second.event_time = o.time;
+      index_times(it->second);
     } else if (o.kind == LogOp::Invalidate) {
       int64_t id = o.id;
       const std::string& reason = o.reason;
@@ -569,7 +594,9 @@ void Store::apply(const std::string& payload) {
         if (r.status == Status::Invalidated) continue;
         r.status = Status::Invalidated;
         r.reason = reason;
+        unindex_times(r);
         r.updated_at = ts;
+        index_times(r);
         ns_[r.ns]->invalidated[r.level].insert(x);
       }
     } else {  // LogOp::Delete
@@ -590,6 +617,8 @@ void Store::apply(const std::string& payload) {
         if (jt == records_.end()) continue;
         Record& r = jt->second;
         Namespace& ns = *ns_[r.ns];
+        unindex_derived(r);
+        unindex_times(r);
         ns.index[r.level]->remove(x);
         ns.invalidated[r.level].erase(x);
         ns.n[r.level]--;
@@ -610,7 +639,7 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   if (items.empty()) return {};
   validate_items(items, 0, true);
   Writer w;
-  encode_op_count(w, static_cast<uint32_t>(items.size()));
+  encode_op_count(w, new_item_ops(items));
   int64_t first = next_id_;
   encode_new_items(w, ns, items, first, now_s());
   commit(w.buf, items.size());
@@ -622,12 +651,14 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
 uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary, const float* embedding,
                             const std::string* turns_json, const std::string* meta_json,
                             const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
-                            bool replace_children) {
+                            bool replace_children, const double* event_time) {
   std::unique_lock<std::shared_mutex> lk(mu_);
   check_writable();
   if (op != VersionOp::Merge && op != VersionOp::Update)
     throw ValueError("op: expected merge or update, got " + std::to_string(static_cast<int>(op)));
   const Record& r = rec_or_throw(id, "id");
+  if (event_time && !(std::fabs(*event_time) <= kMaxTime))
+    throw ValueError("event_time: expected unix seconds with |t| <= 1e12, got " + num(*event_time));
   if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
   if (embedding) {
     NewItem probe;
@@ -640,7 +671,7 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
   double now = now_s();
   std::vector<int64_t> old_children = replace_children ? r.children : std::vector<int64_t>{};
   Writer w;
-  encode_op_count(w, static_cast<uint32_t>(old_children.size() + 1 + children.size()));
+  encode_op_count(w, static_cast<uint32_t>(old_children.size() + 1 + (event_time ? 1 : 0)) + new_item_ops(children));
   for (int64_t c : old_children) encode_delete(w, c);
   std::vector<float> v;
   if (embedding) {
@@ -648,6 +679,7 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
     prepare_vector(embedding, v.data());
   }
   encode_version(w, id, op, summary, embedding ? v.data() : nullptr, dim_, turns_json, meta_json, now);
+  if (event_time) encode_event_time(w, id, *event_time);
   int64_t first = next_id_;
   encode_new_items(w, ns_[r.ns]->name, children, first, now);
   uint32_t version = r.version + 1;
@@ -725,6 +757,13 @@ size_t Store::memory_bytes() const {
   for (const auto& ns : ns_)
     for (int l = 0; l < kNumLevels; ++l)
       if (ns->index[l]) b += ns->index[l]->memory_bytes();
+  for (const auto& ns : ns_)
+    for (int l = 0; l < kNumLevels; ++l)
+      b += ns->lex[l].memory_bytes() + ns->meta[l].memory_bytes() + ns->times[l].memory_bytes();
+  for (const auto& kv : meta_scalars_) {
+    b += 64;
+    for (const auto& e : kv.second) b += 64 + e.first.capacity() + e.second.capacity();
+  }
   for (const auto& kv : records_) {
     const Record& r = kv.second;
     b += sizeof(Record) + 3 * sizeof(void*);  // node of the hash map

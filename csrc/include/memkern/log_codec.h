@@ -20,6 +20,9 @@
 //                     str meta_json; then f64 updated_at
 //     Invalidate (3): i64 id, str reason, f64 time (the record and its turn records)
 //     Delete (4):     i64 id (the record and its turn records)
+//     EventTime (5):  i64 id, f64 event_time (the conversation's own time of a record; follows the
+//                     Add / Version of that record in the same entry; logs without it are older
+//                     stores' or records without an event time)
 //   str = u64 length + bytes (UTF-8 text); f32 vector = u64 n + n float32.
 // Reading tells a torn tail from damage:
 //   * torn (cut off on open, it was never acknowledged): fewer than 12 bytes left, or an intact
@@ -42,7 +45,7 @@
 namespace memkern {
 
 // Op code of one logged operation (the byte that starts it; values are on disk: never renumber).
-enum class LogOp : uint8_t { Add = 1, Version = 2, Invalidate = 3, Delete = 4 };
+enum class LogOp : uint8_t { Add = 1, Version = 2, Invalidate = 3, Delete = 4, EventTime = 5 };
 
 // Which fields a Version operation carries (bit set).
 enum VersionField : uint8_t { kHasSummary = 1, kHasEmbedding = 2, kHasTurns = 4, kHasMeta = 8 };
@@ -60,7 +63,7 @@ struct LogOperation {
   uint8_t fields = 0;             // Version: VersionField bits
   std::string summary, turns_json, meta_json;  // Version: the fields present
   std::string reason;             // Invalidate
-  double time = 0;                // Version: updated_at; Invalidate: when
+  double time = 0;                // Version: updated_at; Invalidate: when; EventTime: the event time
 };
 
 // Encoding: a payload is encode_op_count(n) followed by exactly n encode_* calls.
@@ -71,6 +74,7 @@ void encode_version(Writer& w, int64_t id, VersionOp version_op, const std::stri
                     uint32_t dim, const std::string* turns_json, const std::string* meta_json, double updated_at);
 void encode_invalidate(Writer& w, int64_t id, const std::string& reason, double time);
 void encode_delete(Writer& w, int64_t id);
+void encode_event_time(Writer& w, int64_t id, double event_time);
 
 // Decodes a whole payload (every vector must have `dim` floats). Throws CorruptedError naming
 // "log entry" when it is truncated, holds an unknown op code, or has bytes after its last op.

@@ -16,6 +16,10 @@
 //                       u64 n_children, n x i64 child id),
 //   u64 n_tombstones, n x i64 id,
 //   u64 n_graphs, n x (u32 namespace index, u8 level, str file name, u64 size, u32 crc32).
+//   format 2 only: u64 n_event_times, n x (i64 record id, f64 event_time) for the records that
+//     have one (format 1, older stores, still read: no event times).
+// The BM25 and filterable-meta indexes are not in the snapshot: they are rebuilt from the records'
+// texts when the store opens (store.h, Namespace::lex / meta).
 // Writing a snapshot: graph files and records.bin (each checked write + fsync), then CURRENT.tmp
 // and wal.log.tmp (the next, empty log), then the switch: rename CURRENT.tmp -> CURRENT, rename
 // wal.log.tmp -> wal.log, fsync the directory, remove the old generation. Any failure before the

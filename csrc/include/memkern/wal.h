@@ -8,7 +8,7 @@
 
 namespace memkern {
 
-constexpr uint32_t kFormatVersion = 1;     // records.bin
+constexpr uint32_t kFormatVersion = 2;     // records.bin written now (1, without event times, is still read)
 constexpr uint32_t kWalFormat = 2;         // wal.log written now (1 is still read)
 constexpr uint32_t kCurrentFormat = 2;     // CURRENT written now (1 is still read)
 
