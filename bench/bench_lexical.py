@@ -103,6 +103,7 @@ def bench_add(n: int, batch: int, rounds: int) -> dict:
 
 
 def bench_filters(n: int, queries: int, rounds: int) -> dict:
+    from memkern import _store
     from memkern.store import MemoryStore
 
     root = Path(tempfile.mkdtemp(prefix="bench-lex-filter-"))
@@ -113,7 +114,7 @@ def bench_filters(n: int, queries: int, rounds: int) -> dict:
         s.add_batch("u", texts[i:i + 5000], x[i:i + 5000],
                     metas=[{"bucket": j % 100, "tenth": j % 10, "half": j % 2} for j in range(i, min(n, i + 5000))],
                     event_times=[float(j) for j in range(i, min(n, i + 5000))])
-    assert s._native.index_kind("u", 0) == "hnsw"
+    assert s._native.index_kind("u", _store.Level.topic) == "hnsw"
     q = unit_vectors(queries, 3)
     lo = n // 2
     win = n // 100

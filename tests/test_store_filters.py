@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from memkern import MemkernError, MemkernTypeError, MemkernValueError
+from memkern import _store
 from memkern.store import MemoryStore
 
 D = 8
@@ -126,7 +127,7 @@ def big(tmp_path_factory):
     s = MemoryStore(p, dim=D, metric="cos", M=8, ef_construction=40, snapshot_every=0, fsync="never")
     s.add_batch("u", [f"r{i}" for i in range(n)], e, metas=[{"bucket": i % 100, "half": i % 2} for i in range(n)],
                 event_times=[float(i) for i in range(n)])
-    assert s._native.index_kind("u", 0) == "hnsw"
+    assert s._native.index_kind("u", _store.Level.topic) == "hnsw"
     yield s
     s.close()
 
