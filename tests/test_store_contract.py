@@ -76,6 +76,7 @@ def test_native_records_are_typed_and_read_only(store):
     r = n.get(rid)
     assert isinstance(r, StoredRecord)
     assert (r.level, r.status, r.op, r.version) == (Level.topic, Status.active, Op.merge, 2)
+    assert r.level is Level.topic and r.status is Status.active and r.op is Op.merge  # the enums' own objects
     assert r.parent == -1 and len(r.children) == 1 and r.summary == "topic 2" and json.loads(r.meta_json) == {"a": 1}
     t = n.get(r.children[0])
     assert (t.level, t.parent) == (Level.turn, rid)

@@ -203,12 +203,25 @@ def _loads(text: str, rid: Any, what: str) -> Any:
         raise StoreCorruptedError(f"record {rid}: stored {what} is not valid JSON") from None
 
 
+_ENUM_NAMES: Any = None  # ({Level: name}, {Status: name}) once the native module is loaded
+
+
+def _enum_names() -> Any:
+    global _ENUM_NAMES
+    if _ENUM_NAMES is None:
+        nat = _native()
+        _ENUM_NAMES = ({e: e.name for e in nat.Level.__members__.values()},
+                       {e: e.name for e in nat.Status.__members__.values()})
+    return _ENUM_NAMES
+
+
 def _record_from(r: Any, store: "MemoryStore", v: Any = None) -> Record:
     """The public :class:`Record` of a native ``StoredRecord`` ``r``; with ``v`` (one of its
     ``StoredVersion``s from ``history``), that version's fields over the record's current ones."""
+    level_names, status_names = _ENUM_NAMES or _enum_names()
     src = r if v is None else v
     rid = r.id
-    status = r.status.name
+    status = status_names[r.status]
     parent = r.parent
     return Record(
         id=rid,
@@ -221,7 +234,7 @@ def _record_from(r: Any, store: "MemoryStore", v: Any = None) -> Record:
         created_at=r.created_at,
         updated_at=src.updated_at,
         invalidated_reason=r.reason if status == "invalidated" else None,
-        level=r.level.name,
+        level=level_names[r.level],
         topic_id=parent if parent >= 0 else None,
         turn_ids=tuple(r.children),
         event_time=r.event_time,
