@@ -258,9 +258,15 @@ NOTES = """### Design choices measured here
   `records.bin` format-2 section; format-1 stores still open.
 * **Filters inside the search**: a filter is one compiled predicate (meta clauses AND time range
   AND not-invalidated). When the meta or time index says few records match
-  (`matches^2 < max(depth, ef) * M * live`) they are scanned exactly; otherwise the predicate is
-  hnswlib's `BaseFilterFunctor` (or the flat scan's predicate). Either way `k` results come back
-  whenever `k` records match; nothing is over-fetched.
+  (`matches^2 < max(depth, ef) * M * live`) they are scanned exactly; otherwise the matches are
+  turned into a bitmap of allowed ids once per call and that is hnswlib's `BaseFilterFunctor` (or
+  the flat scan's predicate). Either way `k` results come back whenever `k` records match; nothing
+  is over-fetched. (A record lookup per visited point instead of the bitmap made the 50% case
+  4.1x slower than unfiltered in the first run of this script.)
+* **Hybrid vs dense**: on both generated data sets the questions share little wording with the
+  evidence beyond names (the dialogues' questions are paraphrased by construction), so BM25 alone
+  finds little and no fusion weight beats dense retrieval here; small lexical weights (0.1) cost
+  the least. The default `lexical_weight=0.5` (the shared API) is not a good setting on these data.
 """
 
 
