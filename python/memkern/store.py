@@ -57,6 +57,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from .turns import turn_key
 
 logger = logging.getLogger("memkern")
 
@@ -409,10 +410,6 @@ def _check_summary(summary: Any, name: str = "summary") -> str:
     return _check_utf8(summary, name)
 
 
-def _turn_key(t: dict) -> str:
-    return json.dumps(t, ensure_ascii=False, sort_keys=True)
-
-
 # ----------------------------------------------------------------------------------- the store
 
 
@@ -694,8 +691,8 @@ class MemoryStore:
         turn_embeddings: Any = None,
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
-        and the *union* of the old and new turns (old turns first, duplicates dropped, none ever
-        lost). The previous version stays readable through :meth:`history`. Returns the new
+        and the *union* of the old and new turns (old turns first, a turn already kept dropped
+        (:func:`memkern.turns.turn_key`), none ever lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
         that are new; it is required when the record already has turn records and new turns come."""
         n = self._n()
@@ -707,11 +704,11 @@ class MemoryStore:
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
         cur = self._get_raw(rid)
         old_turns = _loads(cur["turns_json"], rid, "turns")
-        seen = {_turn_key(t) for t in old_turns}
+        seen = {turn_key(t) for t in old_turns}
         merged = list(old_turns)
         new_rows = []
         for j, t in enumerate(new_turns):
-            k = _turn_key(t)
+            k = turn_key(t)
             if k not in seen:
                 seen.add(k)
                 merged.append(t)

@@ -34,6 +34,7 @@ import numpy as np
 from .errors import bad_arg
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
+from .turns import turn_key, union_turns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Store
@@ -121,22 +122,6 @@ class UpdateResult:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _turn_key(t: dict) -> tuple:
-    return (t.get("session_id"), t.get("turn_index"), t.get("role"), t.get("content"))
-
-
-def union_turns(old: Sequence[dict] | None, new: Sequence[dict] | None) -> list[dict]:
-    """Old turns then the new ones not already present (keyed by session, index, role, content)."""
-    out = list(old or [])
-    seen = {_turn_key(t) for t in out}
-    for t in new or []:
-        k = _turn_key(t)
-        if k not in seen:
-            seen.add(k)
-            out.append(t)
-    return out
-
-
 _PREFIX = "User said: "
 _SENT = re.compile(r"(?<=[.!?])\s+")
 
@@ -205,22 +190,22 @@ def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_tur
     ``None`` when ``all_turns`` is empty."""
     if not all_turns:
         return None
-    by_key: dict[tuple, np.ndarray] = {}
+    by_key: dict[str, np.ndarray] = {}
     for t, e in zip(new_turns, new_embs):
-        by_key.setdefault(_turn_key(t), np.asarray(e, np.float32))
+        by_key.setdefault(turn_key(t), np.asarray(e, np.float32))
     tids = [int(i) for i in (getattr(target, "turn_ids", ()) or ())]
     if tids:
         recs = store.get_batch(tids)
         vecs = np.asarray(store.embeddings(tids), np.float32)
         for r, e in zip(recs, vecs):
             if r.turn is not None:
-                by_key.setdefault(_turn_key(r.turn), e)
-    missing = [i for i, t in enumerate(all_turns) if _turn_key(t) not in by_key]
+                by_key.setdefault(turn_key(r.turn), e)
+    missing = [i for i, t in enumerate(all_turns) if turn_key(t) not in by_key]
     if missing:
         em = np.asarray(embed([str(all_turns[i].get("content", "")) for i in missing]), np.float32)
         for i, e in zip(missing, em):
-            by_key[_turn_key(all_turns[i])] = e
-    return np.stack([by_key[_turn_key(t)] for t in all_turns]).astype(np.float32)
+            by_key[turn_key(all_turns[i])] = e
+    return np.stack([by_key[turn_key(t)] for t in all_turns]).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------- deciders
