@@ -541,3 +541,8 @@ def test_config_errors_name_the_argument():
         RMM(store, embedder=emb, top_n=3)
     with pytest.raises(MemkernTypeError, match="config: expected None or a memkern.rmm.RMMConfig, got 'dict'"):
         RMM(store, embedder=emb, config={"top_k": 3})
+    # Every setting is checked when the config is built (not on first use).
+    for bad in ({"seed": -1}, {"answer_max_new_tokens": 0}, {"coverage_threshold": float("nan")},
+                {"cite_fallback": "0.5"}, {"alpha": True}, {"retrieval": "turns"}):
+        with pytest.raises(MemkernValueError, match=next(iter(bad))):
+            RMMConfig(**bad)

@@ -88,10 +88,8 @@ class Bank:
         ``meta``.
         """
         out = []
-        for i in self.ids(include_invalidated):
+        for i in self.ids(include_invalidated):  # Store.ids honours include_invalidated
             r = self.store.get(i)
-            if not include_invalidated and str(r.status).lower() != "active":
-                continue
             sessions = []
             for t in r.turns or []:
                 s = t.get("session_id")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence, Union
 
 from ..errors import MemkernTypeError, bad_arg
-from .lookup import _check_positive_int
+from ..validate import check_choice, check_float, check_int
 
 Message = dict
 Prompt = Union[str, Sequence[Message]]
@@ -26,8 +26,7 @@ class JsonScanner:
     __slots__ = ("open", "close", "depth", "in_string", "escape", "start", "end", "pos")
 
     def __init__(self, kind: str = "object"):
-        if kind not in ("object", "array"):
-            raise bad_arg("kind", "'object' or 'array'", kind)
+        check_choice("kind", kind, ("object", "array"))
         self.open, self.close = ("{", "}") if kind == "object" else ("[", "]")
         self.depth = 0
         self.in_string = False
@@ -118,6 +117,5 @@ def _check_prompts(prompts: Any) -> list[list[dict]]:
 
 def _check_gen_args(max_new_tokens: Any, temperature: Any) -> None:
     if max_new_tokens is not None:
-        _check_positive_int("max_new_tokens", max_new_tokens)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise bad_arg("temperature", "a float >= 0", temperature)
+        check_int("max_new_tokens", max_new_tokens, 1, expected="a positive int")
+    check_float("temperature", temperature, 0)

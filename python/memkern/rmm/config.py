@@ -12,9 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..errors import MemkernTypeError, bad_arg
+from ..validate import check_choice, check_float, check_int
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES"]
 
@@ -89,33 +88,23 @@ class RMMConfig:
     turns_per_memory: int = 3
 
     def __post_init__(self) -> None:
+        put = object.__setattr__  # frozen: checked values are stored normalised
         for name in ("top_k", "top_m", "batch_size", "candidates_k"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad_arg(name, "a positive int", v)
+            put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         if self.top_m > self.top_k:
             raise bad_arg("top_m", f"<= top_k ({self.top_k})", self.top_m)
-        if self.retrieval not in RETRIEVAL_MODES:
-            raise bad_arg("retrieval", "'topic' or 'turn+topic'", self.retrieval)
-        a = self.alpha
-        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not np.isfinite(a):
-            raise bad_arg("alpha", "a finite float", a)
+        check_choice("retrieval", self.retrieval, RETRIEVAL_MODES)
+        put(self, "alpha", check_float("alpha", self.alpha, finite=True))
         for name in ("turns_per_memory", "save_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad_arg(name, "a positive int", v)
-        # Normalised types, as the constructor always stored them.
-        put = object.__setattr__
-        put(self, "alpha", float(a))
-        put(self, "seed", int(self.seed))
+            put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
+        put(self, "seed", check_int("seed", self.seed, 0))
         for name in ("answer_max_new_tokens", "extract_max_new_tokens", "decide_max_new_tokens"):
-            put(self, name, int(getattr(self, name)))
+            put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "persist", bool(self.persist))
         put(self, "explore", bool(self.explore))
-        put(self, "embedding_threshold", float(self.embedding_threshold))
+        put(self, "embedding_threshold", check_float("embedding_threshold", self.embedding_threshold, finite=True))
         for name in ("coverage_threshold", "cite_fallback"):
-            v = getattr(self, name)
-            put(self, name, None if v is None else float(v))
+            put(self, name, check_float(name, getattr(self, name), finite=True, none_ok=True))
         put(self, "decider_kwargs", dict(self.decider_kwargs or {}))
 
     @classmethod

@@ -22,6 +22,7 @@ from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
 from ..update import EmbeddingDecider, LLMDecider
+from ..validate import check_str
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
 from .reflect import ReflectStage
@@ -264,8 +265,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         -------
         Response
         """
-        if not isinstance(query, str) or not query.strip():
-            raise bad_arg("query", "a non-empty str", query)
+        check_str("query", query, nonempty=True)
         if session_turns is not None:
             session_turns = validate_turns(session_turns, "session_turns")
         timings: dict[str, float] = {}

@@ -9,7 +9,6 @@ not-yet-used buffer are persisted per namespace under ``<store.path>/rerankers/`
 from __future__ import annotations
 
 import dataclasses
-import inspect as _inspect
 import logging
 import os
 import re
@@ -145,12 +144,7 @@ class FeedbackStage:
 
             path = self._reranker_path()
             if path and os.path.exists(path):
-                load = _inspect.getattr_static(Reranker, "load", None)
-                if isinstance(load, (classmethod, staticmethod)):
-                    self._reranker = Reranker.load(path)
-                else:
-                    self._reranker = Reranker(self.store.dim, top_m=self.top_m)
-                    self._reranker.load(path)
+                self._reranker = Reranker.load(path)
                 log.info("rmm: loaded the reranker of namespace %r from %s", self.namespace, path)
             else:
                 self._reranker = Reranker(self.store.dim, top_m=self.top_m)
@@ -203,9 +197,8 @@ class FeedbackStage:
 
 
 def _selection_to_dict(sel: Any) -> dict:
-    if dataclasses.is_dataclass(sel):
-        return {f.name: _detach(getattr(sel, f.name)) for f in dataclasses.fields(sel)}
-    return {k: _detach(v) for k, v in vars(sel).items()}
+    """A :class:`memkern.Selection`'s fields (tensors detached), as ``Selection(**d)`` reloads it."""
+    return {f.name: _detach(getattr(sel, f.name)) for f in dataclasses.fields(sel)}
 
 
 def _detach(v: Any) -> Any:
@@ -213,18 +206,15 @@ def _detach(v: Any) -> Any:
 
 
 def _cat_selections(sels: Sequence[Any]) -> Any:
-    """Concatenate per-response selections along the batch dimension."""
+    """Concatenate per-response :class:`memkern.Selection` s along the batch dimension (tensor
+    fields of rank >= 1; the scalar fields of the first)."""
     if len(sels) == 1:
         return sels[0]
-    cat = getattr(type(sels[0]), "cat", None)
-    if callable(cat):
-        return cat(list(sels))
     import torch
 
     first = sels[0]
-    fields = [f.name for f in dataclasses.fields(first)] if dataclasses.is_dataclass(first) else list(vars(first))
     values = {}
-    for name in fields:
+    for name in (f.name for f in dataclasses.fields(first)):
         vals = [getattr(s, name) for s in sels]
         if isinstance(vals[0], torch.Tensor) and vals[0].dim() >= 1:
             values[name] = torch.cat(vals, 0)
