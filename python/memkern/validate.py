@@ -29,11 +29,15 @@ __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "i
 
 def is_int(value: Any) -> bool:
     """Whether ``value`` is an int for memkern: ``int`` or a numpy integer, not a bool."""
+    if type(value) is int:  # fast path (argument checks run on every call of the hot ops)
+        return True
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def is_real(value: Any) -> bool:
     """Whether ``value`` is a real number for memkern: int, float or numpy number, not a bool."""
+    if type(value) is float or type(value) is int:  # fast path
+        return True
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -78,16 +82,17 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
     """
     if value is None and none_ok:
         return None
+    if is_int(value):
+        v = int(value)
+        if (low is None or v >= low) and (high is None or v <= high):
+            return v  # the common case: no message is built
     if expected is None:
         expected = _int_expected(low, high) + (" or None" if none_ok else "")
     if not is_int(value):
         if type_error:
             raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
         raise bad_arg(name, expected, value, error)
-    v = int(value)
-    if (low is not None and v < low) or (high is not None and v > high):
-        raise bad_arg(name, expected, v if type_error else value, error)
-    return v
+    raise bad_arg(name, expected, int(value) if type_error else value, error)
 
 
 def check_float(name: str, value: Any, low: float | None = None, high: float | None = None, *,
@@ -116,6 +121,16 @@ def check_float(name: str, value: Any, low: float | None = None, high: float | N
     """
     if value is None and none_ok:
         return None
+    real = is_real(value)
+    if real:
+        v = float(value)
+        ok = not math.isnan(v) and (not finite or math.isfinite(v))
+        if ok and low is not None:
+            ok = v > low if low_open else v >= low
+        if ok and high is not None:
+            ok = v < high if high_open else v <= high
+        if ok:
+            return v  # the common case: no message is built
     if expected is None:
         expected = "a finite float" if finite else "a float"
         if low is not None and high is not None:
@@ -126,19 +141,9 @@ def check_float(name: str, value: Any, low: float | None = None, high: float | N
             expected += f" {'<' if high_open else '<='} {high:g}"
         if none_ok:
             expected += " or None"
-    if not is_real(value):
-        if type_error:
-            raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
-        raise bad_arg(name, expected, value)
-    v = float(value)
-    ok = not math.isnan(v) and (not finite or math.isfinite(v))
-    if ok and low is not None:
-        ok = v > low if low_open else v >= low
-    if ok and high is not None:
-        ok = v < high if high_open else v <= high
-    if not ok:
-        raise bad_arg(name, expected, value)
-    return v
+    if not real and type_error:
+        raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
+    raise bad_arg(name, expected, value)
 
 
 def check_choice(name: str, value: Any, choices: Collection[Any], *, expected: str | None = None) -> Any:
