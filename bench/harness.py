@@ -305,7 +305,7 @@ def pin_threads(n: int) -> Iterator[dict]:
     """Pin torch's intra-op threads and the OMP/MKL/OpenBLAS environment to ``n``; restore after.
 
     The environment variables reach libraries that read them when they start their pools (set
-    them before importing faiss/numpy for full effect; ``bench/conftest.py`` and the ``memkern
+    them before importing faiss/numpy for full effect; the root ``conftest.py`` and the ``memkern
     bench`` command do); torch is pinned directly. Yields :func:`thread_settings`.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -1,48 +1,13 @@
-"""Test-wide settings: pinned threads, Triton interpreter on machines without CUDA.
-
-TRITON_INTERPRET must be set before any module defining ``@triton.jit`` kernels is imported,
-so it is set here, at collection start.
+"""Test-only settings. The settings the tests share with the benchmarks (pinned threads, offline
+model hubs, the Triton interpreter without CUDA, the ``device`` fixture) are in the repository's
+root ``conftest.py``, which pytest loads first.
 """
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import tempfile
 
 # Tests never write to the user's data folder (the default store lives there): a store opened
 # without a path during the tests goes to a throw-away folder. The model cache is kept.
-import tempfile  # noqa: E402
-
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memkern-tests-data-")
 os.environ.pop("MEMKERN_STORE", None)
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # pragma: no cover
-        return False
-
-
-if not _cuda_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-def device() -> torch.device:
-    """Where kernel and reranker tests put their tensors: CUDA when present, else the CPU (with the
-    Triton interpreter, TRITON_INTERPRET=1, set above)."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

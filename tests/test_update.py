@@ -73,3 +73,46 @@ def test_merge_into_active_target_keeps_both_turn_sets():
     rec = store.get(rid)
     assert [t["content"] for t in rec.turns] == [old, new]
     assert rec.version == 2 and np.isfinite(rec.embedding).all()
+
+
+# ------------------------------------------------------------------------------- one turn identity
+# MERGE goes through store.merge, UPDATE / NOOP through update.union_turns: both must agree on
+# which turns are "the same turn" (memkern.turns.turn_key), on the real store and on the fake.
+def _stores(tmp_path):
+    from memkern.store import MemoryStore
+
+    return [("real", MemoryStore(path=str(tmp_path / "real"), dim=64, metric="cos")), ("fake", FakeStore(64))]
+
+
+@pytest.mark.parametrize("old_turn, new_turn, same", [
+    # Re-annotated copy (an extra timestamp): the same turn.
+    ({"role": "user", "content": "I adopted a cat.", "session_id": "s1", "turn_index": 0},
+     {"role": "user", "content": "I adopted a cat.", "session_id": "s1", "turn_index": 0, "timestamp": "2024-05-01"}, True),
+    # The caller's turn_id, re-ingested under another generated session id: the same turn.
+    ({"role": "user", "content": "I adopted a cat.", "turn_id": "m-17", "session_id": "s-1700", "turn_index": 0},
+     {"role": "user", "content": "I adopted a cat.", "turn_id": "m-17", "session_id": "s-1900", "turn_index": 0}, True),
+    # Same turn_id, edited words: another turn (the new words are kept).
+    ({"role": "user", "content": "I adopted a cat.", "turn_id": "m-17"},
+     {"role": "user", "content": "I adopted two cats.", "turn_id": "m-17"}, False),
+    # Same position, other words, no turn_id: another turn.
+    ({"role": "user", "content": "I adopted a cat.", "session_id": "s1", "turn_index": 0},
+     {"role": "user", "content": "I adopted a dog.", "session_id": "s1", "turn_index": 0}, False),
+])
+def test_merge_and_update_agree_on_the_same_turn(tmp_path, old_turn, new_turn, same):
+    from memkern.turns import turn_key
+
+    assert (turn_key(old_turn) == turn_key(new_turn)) == same
+    emb = HashEmbedder(64)
+    old, new = "Alice has a pet.", "Alice has a pet cat."
+    for kind, store in _stores(tmp_path):
+        kept = {}
+        for action in ("MERGE", "UPDATE", "NOOP"):
+            rid = store.add("alice", old, emb.encode([old])[0], turns=[old_turn])
+            res = apply_decision(store, "alice", new, emb.encode([new])[0], [new_turn], Decision(action, 0, new),
+                                 [Candidate(rid, old, 0.9)], embed=lambda t: emb.encode(t))
+            assert res.id == rid
+            kept[action] = store.get(rid).turns
+        want = [old_turn] if same else [old_turn, new_turn]
+        assert kept["MERGE"] == kept["UPDATE"] == kept["NOOP"] == want, kind
+        if hasattr(store, "close"):
+            store.close()

@@ -33,6 +33,7 @@ _LAZY = {
     "ChatModel": "memkern.models",
     "OpenAIChatModel": "memkern.models",
     "RMM": "memkern.rmm",
+    "RMMConfig": "memkern.rmm",
     "MemReread": "memkern.memreread",
     "ops": "memkern.ops",
     "rerank_scores": "memkern.ops",
@@ -73,5 +74,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .ops import rerank_scores
     from .reranker import Reranker, Selection
     from .trainer import ReinforceTrainer
-    from .rmm import RMM
+    from .rmm import RMM, RMMConfig
     from .store import MemoryStore, Record

@@ -36,8 +36,20 @@ def bad_arg(name: str, expected: str, got: object, cls: type[MemkernError] = Mem
     return cls(f"{name}: expected {expected}, got {got!r}")
 
 
-def check_int(name: str, value: object, low: int) -> int:
-    """``value`` if it is an int (not a bool) ``>= low``, else a :class:`MemkernValueError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise bad_arg(name, f"an int >= {low}", value)
-    return value
+# Moved: the argument checks live in memkern.validate; the old names warn once, for one release.
+_MOVED = {"check_int": "memkern.validate.check_int"}
+_warned: set[str] = set()
+
+
+def __getattr__(name: str):
+    new = _MOVED.get(name)
+    if new is None:
+        raise AttributeError(f"module 'memkern.errors' has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        import warnings
+
+        warnings.warn(f"memkern.errors.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
+    from . import validate
+
+    return getattr(validate, name)

@@ -35,7 +35,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Sequence
 
-from .errors import MemkernTypeError, MemkernValueError, bad_arg, check_int
+from .errors import MemkernTypeError, MemkernValueError, bad_arg
+from .validate import check_float, check_int
 from .prompts import memreread as P
 from .protocols import ChatModel as ChatModelProtocol
 
@@ -165,10 +166,7 @@ class MemReread:
         self.answer_tokens = check_int("answer_tokens", answer_tokens, 1)
         self.decompose_tokens = check_int("decompose_tokens", decompose_tokens, 1)
         self.repeat_retries = check_int("repeat_retries", repeat_retries, 0)
-        if isinstance(repeat_threshold, bool) or not isinstance(repeat_threshold, (int, float)) \
-                or not 0 < repeat_threshold <= 1:
-            raise bad_arg("repeat_threshold", "a float in (0, 1]", repeat_threshold)
-        self.repeat_threshold = float(repeat_threshold)
+        self.repeat_threshold = check_float("repeat_threshold", repeat_threshold, 0, 1, low_open=True)
         if chat_model is None:
             from .models import ChatModel
 

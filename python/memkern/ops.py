@@ -60,6 +60,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
+from .validate import check_choice, check_float, check_int, is_int
 
 __all__ = [
     "RerankScores",
@@ -152,8 +153,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     there: Triton missing, or a non-CUDA device without ``TRITON_INTERPRET=1``. ``"auto"`` picks
     Triton only for CUDA tensors with Triton importable and logs its choice once per device type.
     """
-    if backend not in ("auto", "triton", "torch"):
-        raise bad_arg("backend", "'auto', 'triton' or 'torch'", backend)
+    check_choice("backend", backend, ("auto", "triton", "torch"))
     if backend == "torch":
         return "torch"
     if backend == "auto" and device.type != "cuda":   # decided without importing triton
@@ -294,11 +294,9 @@ def _seed_int(seed: int | torch.Generator | None, name: str = "seed") -> int:
         return 0
     if isinstance(seed, torch.Generator):
         return int(torch.randint(0, 2**62, (1,), generator=seed, device=seed.device).item())
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise bad_arg(name, "an int in [0, 2**63) or a torch.Generator", seed, MemkernTypeError)
-    if not 0 <= seed < 2**63:
-        raise bad_arg(name, "an int in [0, 2**63)", seed)
-    return seed
+    return check_int(name, seed, 0, 2**63 - 1, expected="an int in [0, 2**63)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,17 +378,15 @@ def _prepare(q, Wq, Wm, candidates, ids, mask, check):
 
 
 def _check_m(m, K):
-    if isinstance(m, bool) or not isinstance(m, int):
+    if not is_int(m):
         raise bad_arg("m", "an int", m, MemkernTypeError)
-    if m < 1:
-        raise bad_arg("m", "m >= 1", m)
+    check_int("m", m, 1, expected="m >= 1")
     if m > K:
         raise bad_arg("m", f"m <= K = {K} (number of candidates)", m)
 
 
 def _check_tau(tau):
-    if not isinstance(tau, (int, float)) or not tau > 0:
-        raise bad_arg("tau", "a positive float", tau)
+    check_float("tau", tau, 0, low_open=True, expected="a positive float")
 
 
 def _check_logp(logp):
@@ -671,8 +667,7 @@ def _check_offset(offset, device):
             raise bad_arg("offset", f"an int >= 0 or a 0-dim int64 tensor on {device}",
                           f"{offset.dtype} tensor of shape {tuple(offset.shape)} on {offset.device}")
         return
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise bad_arg("offset", "an int >= 0", offset)
+    check_int("offset", offset, 0)
 
 
 def _advantages(rewards, indices, baseline, name="rewards"):
@@ -784,4 +779,17 @@ def rerank_step(q, Wq, Wm, candidates, rewards, m, tau=0.5, seed=0, offset=0, id
     return RerankStep(idx, scores, lp, loss, dWq, dWm)
 
 
-Rewards = Callable[[torch.Tensor], torch.Tensor]
+_DEPRECATED = {"Rewards": "Callable[[torch.Tensor], torch.Tensor] (ops.Rewards was an unused alias)"}
+_warned: set[str] = set()
+
+
+def __getattr__(name: str):
+    """``ops.Rewards`` (an alias nothing used) is removed; the name warns once for one release."""
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module 'memkern.ops' has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        import warnings
+
+        warnings.warn(f"memkern.ops.{name} is deprecated; use {_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
+    return Callable[[torch.Tensor], torch.Tensor]

@@ -86,6 +86,7 @@ from torch import nn
 
 from . import ops
 from .errors import bad_arg
+from .validate import check_choice, check_float, check_int
 from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
 
 __all__ = ["Reranker", "Selection", "PRESETS"]
@@ -192,16 +193,11 @@ class Reranker(nn.Module):
                  guard_every: int = 10, capture: bool = False, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise bad_arg("dim", "a positive int", dim)
-        if isinstance(top_m, bool) or not isinstance(top_m, int) or top_m < 1:
-            raise bad_arg("top_m", "a positive int", top_m)
-        if not isinstance(tau, (int, float)) or not tau > 0:
-            raise bad_arg("tau", "a positive float", tau)
-        if logp not in ops.LOGP_MODES:
-            raise bad_arg("logp", "'softmax' or 'plackett_luce'", logp)
-        if backend not in ("auto", "triton", "torch"):
-            raise bad_arg("backend", "'auto', 'triton' or 'torch'", backend)
+        dim = check_int("dim", dim, 1, expected="a positive int")
+        top_m = check_int("top_m", top_m, 1, expected="a positive int")
+        check_float("tau", tau, 0, low_open=True, expected="a positive float")
+        check_choice("logp", logp, ops.LOGP_MODES, expected="'softmax' or 'plackett_luce'")
+        check_choice("backend", backend, ("auto", "triton", "torch"))
         ops._seed_int(seed)
         self.dim = dim
         self.top_m = top_m

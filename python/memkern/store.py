@@ -59,6 +59,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from .turns import turn_key
+from .validate import check_choice, check_float, check_int, is_int
 
 logger = logging.getLogger("memkern")
 
@@ -265,15 +267,9 @@ def _check_namespace(namespace: Any) -> str:
 
 
 def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> int | None:
-    """An int (not bool) in ``lo..hi``; the bound is checked before any conversion to C++."""
-    if v is None and none_ok:
-        return None
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), type(v).__name__,
-                      MemkernTypeError)
-    if not lo <= int(v) <= hi:
-        raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), int(v))
-    return int(v)
+    """An int (not bool) in ``lo..hi``; the bound is checked before any conversion to C++
+    (:func:`memkern.validate.check_int`, the store's convention: a non-int is a TypeError)."""
+    return check_int(name, v, lo, hi, none_ok=none_ok, type_error=True)
 
 
 _NO_TIMES = np.zeros(0, dtype=np.float64)
@@ -393,7 +389,7 @@ def _check_time_range(tr: Any) -> tuple[bool, float, float]:
 def _check_id(x: Any, name: str = "id") -> int:
     if _is_torch(x) and x.ndim == 0 and not x.dtype.is_floating_point and not x.dtype.is_complex:
         x = x.item()  # 0-d integer tensor
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+    if not is_int(x):
         raise bad_arg(name, "an int", type(x).__name__, MemkernTypeError)
     v = int(x)
     if v < 0 or v > _MAX_ID:
@@ -570,10 +566,6 @@ def _check_summary(summary: Any, name: str = "summary") -> str:
     return _check_utf8(summary, name)
 
 
-def _turn_key(t: dict) -> str:
-    return json.dumps(t, ensure_ascii=False, sort_keys=True)
-
-
 # ----------------------------------------------------------------------------------- the store
 
 
@@ -646,27 +638,20 @@ class MemoryStore:
         if "\0" in str(p):
             raise bad_arg("path", "a path without NUL characters", str(p))
         if dim is not None:
-            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 1 <= int(dim) <= 65536:
-                raise bad_arg("dim", "an int in 1..65536", dim)
-        if metric is not None and metric not in _METRICS:
-            raise bad_arg("metric", '"ip", "l2" or "cos"', metric)
-        if fsync not in _FSYNC:
-            raise bad_arg("fsync", '"always", "batch" or "never"', fsync)
+            check_int("dim", dim, 1, 65536)
+        if metric is not None:
+            check_choice("metric", metric, _METRICS, expected='"ip", "l2" or "cos"')
+        check_choice("fsync", fsync, _FSYNC, expected='"always", "batch" or "never"')
         for name, v, lo in (("M", M, 2), ("ef_construction", ef_construction, 1), ("snapshot_every", snapshot_every, 0)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < lo:
-                raise bad_arg(name, f"an int >= {lo}", v)
-        if ef_search is not None and (isinstance(ef_search, bool) or not isinstance(ef_search, (int, np.integer)) or ef_search < 1):
-            raise bad_arg("ef_search", "an int >= 1 or None", ef_search)
-        if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or not 1 <= num_threads <= 256:
-            raise bad_arg("num_threads", "an int in 1..256", num_threads)
+            check_int(name, v, lo)
+        check_int("ef_search", ef_search, 1, none_ok=True)
+        check_int("num_threads", num_threads, 1, 256)
         _check_int(flat_limit, "flat_limit", 0, 1 << 24)
         for name, v, hi in (("M", M, 4096), ("ef_construction", ef_construction, 1 << 20),
                             ("snapshot_every", snapshot_every, (1 << 64) - 1), ("ef_search", ef_search, MAX_EF)):
             if v is not None and int(v) > hi:
                 raise bad_arg(name, f"an int <= {hi}", int(v))
-        if (isinstance(fsync_interval, bool) or not isinstance(fsync_interval, (int, float))
-                or not 0 <= fsync_interval < math.inf):
-            raise bad_arg("fsync_interval", "finite seconds >= 0", fsync_interval)
+        check_float("fsync_interval", fsync_interval, 0, finite=True, expected="finite seconds >= 0")
         p.parent.mkdir(parents=True, exist_ok=True)
         exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
         if not exists and dim is None:
@@ -876,8 +861,8 @@ class MemoryStore:
         event_time: float | None = None,
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
-        and the *union* of the old and new turns (old turns first, duplicates dropped, none ever
-        lost). The previous version stays readable through :meth:`history`. Returns the new
+        and the *union* of the old and new turns (old turns first, a turn already kept dropped
+        (:func:`memkern.turns.turn_key`), none ever lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
         that are new; it is required when the record already has turn records and new turns come.
         ``event_time`` replaces the record's event time (``None`` keeps it); new turn records get
@@ -892,11 +877,11 @@ class MemoryStore:
         et = _check_event_time(event_time, "event_time")
         cur = self._get_raw(rid)
         old_turns = _loads(cur.turns_json, rid, "turns")
-        seen = {_turn_key(t) for t in old_turns}
+        seen = {turn_key(t) for t in old_turns}
         merged = list(old_turns)
         new_rows = []
         for j, t in enumerate(new_turns):
-            k = _turn_key(t)
+            k = turn_key(t)
             if k not in seen:
                 seen.add(k)
                 merged.append(t)
@@ -1135,9 +1120,7 @@ class MemoryStore:
             raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {q.shape[0]} queries)", k)
         ef = self.ef_search if ef is None else _check_int(ef, "ef", 1, MAX_EF, none_ok=True)
         if level == "turn+topic":
-            if (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer))
-                    or not math.isfinite(alpha) or abs(alpha) > MAX_ALPHA):
-                raise bad_arg("alpha", f"a finite float in [-{MAX_ALPHA:g}, {MAX_ALPHA:g}]", alpha)
+            check_float("alpha", alpha, -MAX_ALPHA, MAX_ALPHA, finite=True)
             c = _check_int(candidates, "candidates", 1, MAX_CANDIDATES, none_ok=True)
             if c is None:
                 c = min(max(4 * k, 50), MAX_CANDIDATES)

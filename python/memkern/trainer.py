@@ -41,6 +41,7 @@ import torch
 
 from . import ops
 from .errors import MemkernTypeError, bad_arg
+from .validate import check_float, check_int
 
 
 def _forward_key(*tensors):
@@ -165,27 +166,18 @@ class ReinforceTrainer:
                  guard: bool = True, guard_window: int = 50, guard_tol: float = 0.05, guard_drop: float = 0.25,
                  guard_max_norm: float = 50.0, guard_patience: int = 3, guard_every: int = 10,
                  max_norm: float | None = 20.0):
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise bad_arg("lr", "a positive float", lr)
+        check_float("lr", lr, 0, low_open=True, expected="a positive float")
         if not (isinstance(baseline, (int, float)) and not isinstance(baseline, bool)) and baseline not in (
                 "batch_mean", "running_mean"):
             raise bad_arg("baseline", "a float, 'batch_mean' or 'running_mean'", baseline)
-        if clip_grad_norm is not None and not clip_grad_norm > 0:
-            raise bad_arg("clip_grad_norm", "None or a positive float", clip_grad_norm)
-        if weight_decay < 0:
-            raise bad_arg("weight_decay", "a float >= 0", weight_decay)
-        if isinstance(replay_capacity, bool) or not isinstance(replay_capacity, int) or replay_capacity < 0:
-            raise bad_arg("replay_capacity", "an int >= 0", replay_capacity)
-        if replay_size is not None and (not isinstance(replay_size, int) or replay_size < 0):
-            raise bad_arg("replay_size", "None or an int >= 0", replay_size)
-        if max_norm is not None and not max_norm > 0:
-            raise bad_arg("max_norm", "None or a positive float", max_norm)
-        if not 0.0 <= baseline_momentum < 1.0:
-            raise bad_arg("baseline_momentum", "a float in [0, 1)", baseline_momentum)
-        if isinstance(guard_every, bool) or not isinstance(guard_every, int) or guard_every < 1:
-            raise bad_arg("guard_every", "a positive int", guard_every)
-        if isinstance(guard_window, bool) or not isinstance(guard_window, int) or guard_window < 1:
-            raise bad_arg("guard_window", "a positive int", guard_window)
+        check_float("clip_grad_norm", clip_grad_norm, 0, low_open=True, expected="None or a positive float", none_ok=True)
+        check_float("weight_decay", weight_decay, 0, expected="a float >= 0")
+        check_int("replay_capacity", replay_capacity, 0)
+        check_int("replay_size", replay_size, 0, expected="None or an int >= 0", none_ok=True)
+        check_float("max_norm", max_norm, 0, low_open=True, expected="None or a positive float", none_ok=True)
+        check_float("baseline_momentum", baseline_momentum, 0, 1, high_open=True, expected="a float in [0, 1)")
+        check_int("guard_every", guard_every, 1, expected="a positive int")
+        check_int("guard_window", guard_window, 1, expected="a positive int")
         self.reranker = reranker
         self.lr = float(lr)
         self.baseline = baseline if isinstance(baseline, str) else float(baseline)

@@ -34,6 +34,7 @@ import numpy as np
 from .errors import bad_arg
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
+from .turns import turn_key, union_turns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Store
@@ -53,6 +54,8 @@ __all__ = [
     "union_turns",
     "merge_summaries",
     "supersede_summary",
+    "full_turn_matrix",
+    "has_all_turn_records",
 ]
 
 
@@ -119,22 +122,6 @@ class UpdateResult:
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _turn_key(t: dict) -> tuple:
-    return (t.get("session_id"), t.get("turn_index"), t.get("role"), t.get("content"))
-
-
-def union_turns(old: Sequence[dict] | None, new: Sequence[dict] | None) -> list[dict]:
-    """Old turns then the new ones not already present (keyed by session, index, role, content)."""
-    out = list(old or [])
-    seen = {_turn_key(t) for t in out}
-    for t in new or []:
-        k = _turn_key(t)
-        if k not in seen:
-            seen.add(k)
-            out.append(t)
-    return out
-
-
 _PREFIX = "User said: "
 _SENT = re.compile(r"(?<=[.!?])\s+")
 
@@ -190,12 +177,12 @@ def _is_active(record: Any) -> bool:
     return status is None or str(status).lower() in ("active", "0", "ok", "valid")
 
 
-def _has_all_turn_records(target: Any) -> bool:
+def has_all_turn_records(target: Any) -> bool:
     """Whether every turn of a topic record has its turn record (two-level memory)."""
     return len(getattr(target, "turn_ids", ()) or ()) >= len(target.turns or [])
 
 
-def _full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
+def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
                       new_embs: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray | None:
     """Turn embeddings float32 ``[len(all_turns), d]`` for ``all_turns`` (the target's turns
     unioned with ``new_turns``): rows of ``new_embs`` for the new turns, the stored vectors of the
@@ -203,22 +190,22 @@ def _full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_tu
     ``None`` when ``all_turns`` is empty."""
     if not all_turns:
         return None
-    by_key: dict[tuple, np.ndarray] = {}
+    by_key: dict[str, np.ndarray] = {}
     for t, e in zip(new_turns, new_embs):
-        by_key.setdefault(_turn_key(t), np.asarray(e, np.float32))
+        by_key.setdefault(turn_key(t), np.asarray(e, np.float32))
     tids = [int(i) for i in (getattr(target, "turn_ids", ()) or ())]
     if tids:
         recs = store.get_batch(tids)
         vecs = np.asarray(store.embeddings(tids), np.float32)
         for r, e in zip(recs, vecs):
             if r.turn is not None:
-                by_key.setdefault(_turn_key(r.turn), e)
-    missing = [i for i, t in enumerate(all_turns) if _turn_key(t) not in by_key]
+                by_key.setdefault(turn_key(r.turn), e)
+    missing = [i for i, t in enumerate(all_turns) if turn_key(t) not in by_key]
     if missing:
         em = np.asarray(embed([str(all_turns[i].get("content", "")) for i in missing]), np.float32)
         for i, e in zip(missing, em):
-            by_key[_turn_key(all_turns[i])] = e
-    return np.stack([by_key[_turn_key(t)] for t in all_turns]).astype(np.float32)
+            by_key[turn_key(all_turns[i])] = e
+    return np.stack([by_key[turn_key(t)] for t in all_turns]).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------- deciders
@@ -446,11 +433,11 @@ def apply_decision(
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
-            kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
             store.update(target_id, turns=merged_turns, **kw)
-        elif two_level and not _has_all_turn_records(target):
+        elif two_level and not has_all_turn_records(target):
             store.update(target_id, turns=merged_turns,
-                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
         return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
@@ -460,11 +447,11 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary = merge_summaries(target.summary, summary)
             emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
-        if two_level and not _has_all_turn_records(target):
+        if two_level and not has_all_turn_records(target):
             # The target predates two-level memory: one version with every turn given a record.
             merged_turns = union_turns(target.turns, turns)
             store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
-                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
         else:
             store.merge(target_id, new_summary, emb, turns, **te_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
@@ -476,7 +463,7 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary, emb = summary, embedding
         merged_turns = union_turns(target.turns, turns)
-        kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
         store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import bad_arg, check_int
+from ..errors import bad_arg
+from ..validate import check_int
 from .schema import Conversation, Dataset, Question, Session, Turn
 
 __all__ = ["generate_dialogues", "DIALOGUE_CATEGORIES", "content_words", "content_overlap", "format_session_date",

