@@ -104,7 +104,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _datasets(args):
-    from ..eval.memory import load_dataset
+    from ..eval.data import load_dataset
 
     if args.longmemeval:
         ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
@@ -119,7 +119,8 @@ def run(args) -> int:
     import torch
 
     from ..errors import MemkernError
-    from ..eval import memory as M
+    from ..eval import collapse, granularity, reflection, report, rmm_loop, turn_in_topic
+    from ..eval.units import CachedEmbedder
 
     torch.set_num_threads(max(1, int(args.threads)))
     log.info("eval memory: torch threads = %d", torch.get_num_threads())
@@ -127,7 +128,7 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = None if args.cache_dir == "none" else args.cache_dir
-    emb = M.CachedEmbedder(cache_dir=cache, progress=progress)
+    emb = CachedEmbedder(cache_dir=cache, progress=progress)
     datasets = _datasets(args)
     for _, ds in datasets[:1]:
         print(ds.summary())
@@ -141,15 +142,15 @@ def run(args) -> int:
         try:
             for seed, ds in datasets:
                 if exp == "granularity":
-                    r = M.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
+                    r = granularity.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
                                           llm_conversations=args.llm_conversations,
                                           llm_max_new_tokens=args.llm_max_new_tokens,
                                           max_questions=args.max_questions, progress=progress, seed=seed)
                 elif exp == "turn-in-topic":
-                    r = M.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
+                    r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
                                             max_questions=args.max_questions, progress=progress, seed=seed)
                 elif exp == "reflection":
-                    r = M.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
+                    r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
                                          presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
                                          passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
                                          test_frac=args.test_frac, split=args.split, seeds=[seed],
@@ -157,7 +158,7 @@ def run(args) -> int:
                                          max_questions=args.max_questions, progress=progress,
                                          plot=out / f"reflection{tag}-seed{seed}.png")
                 elif exp == "collapse":
-                    r = M.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
+                    r = collapse.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
                                        presets=args.presets or ["default"], steps=args.steps, k=args.k,
                                        top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
                                        p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
@@ -177,7 +178,7 @@ def run(args) -> int:
                               embedding_threshold=args.embedding_threshold, seed=seed)
                     if args.decider:
                         kw["decider"] = args.decider
-                    r = M.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
+                    r = rmm_loop.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
                                   questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
                                   embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
                 results.append(r)
@@ -185,9 +186,9 @@ def run(args) -> int:
             print(f"{exp}: skipped: {e}")
             status = 1
             continue
-        agg = M.aggregate(results)
-        path = M.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
+        agg = report.aggregate(results)
+        path = report.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
         print(f"\n== {exp} ({len(results)} run(s)); result: {path}")
-        print(M.format_aggregate(agg) if len(results) > 1 else M.format_table(results[0]))
+        print(report.format_aggregate(agg) if len(results) > 1 else report.format_table(results[0]))
     emb.flush()
     return status
