@@ -355,8 +355,8 @@ CATALOGUE: list[Mutant] = [
            'custom_decider, decider = None, (decider if isinstance(decider, str) else "embedding")',
            "a Decider object passed to RMM is not used", T_PROTOCOLS),
     Mutant("protocols-turnstore-not-required", "protocols", "python/memkern/rmm/core.py",
-           'if config.retrieval == "turn+topic" and not isinstance(store, TurnStore):',
-           'if config.retrieval == "turn+topic" and not isinstance(store, Store):',
+           'if self._retrieval == "turn+topic" and not isinstance(store, TurnStore):',
+           'if self._retrieval == "turn+topic" and not isinstance(store, Store):',
            "retrieval='turn+topic' accepts a store without two-level memory", T_PROTOCOLS),
     # ---------------------------------------------------------------- namespace isolation (C++)
     Mutant("store-ids-ignore-namespace", "isolation", "csrc/store/store.cpp",

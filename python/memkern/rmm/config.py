@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemkernTypeError, bad_arg
+from ..template import DEFAULT_TEMPLATE, TurnTemplate
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES"]
 
 #: The values of :attr:`RMMConfig.retrieval`.
-RETRIEVAL_MODES = ("topic", "turn+topic")
+RETRIEVAL_MODES = ("auto", "topic", "turn+topic")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class RMMConfig:
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
     embedding_threshold : float
-        Topic-boundary similarity of the embedding extractor.
+        Similarity to a topic centroid needed to join it, for the ``"sentences"`` extractor
+        (the ``"embedding"`` extractor is TextTiling-like: :class:`memkern.extract.TextTilingExtractor`).
     coverage_threshold : float or None
         With the llm extractor, user statements whose similarity to every extracted summary is
         below this become extra topics (:func:`memkern.extract.complete_coverage`); None: off.
@@ -60,13 +62,20 @@ class RMMConfig:
         ``True`` (the paper's way): the reranker *samples* the top-M (Gumbel-top-M at its ``tau``),
         which explores but may show weaker memories; ``False``: the reranker's top-M by score
         (no noise; rewards still train it).
-    retrieval : {"topic", "turn+topic"}
-        ``"topic"`` (default): search topic records, show their raw turns. ``"turn+topic"``:
-        two-level memory (see :mod:`memkern.rmm`); needs a :class:`memkern.protocols.TurnStore`.
+    retrieval : {"auto", "topic", "turn+topic"}
+        ``"auto"`` (default): ``"turn+topic"`` on a store with two-level memory
+        (:class:`memkern.protocols.TurnStore`, e.g. :class:`memkern.MemoryStore`), else
+        ``"topic"``. ``"topic"``: search topic records, show their raw turns. ``"turn+topic"``:
+        two-level memory (see :mod:`memkern.rmm`), the best measured retrieval
+        (``bench/RESULTS.md``, retrieval section); needs a TurnStore.
     alpha : float
-        ``retrieval="turn+topic"``: weight of the topic similarity in a turn's score.
+        Two-level memory: weight of the topic similarity in a turn's score (default 1.0, chosen
+        on generated data; see the retrieval section of ``bench/RESULTS.md``).
     turns_per_memory : int
-        ``retrieval="turn+topic"``: best retrieved turns shown under each memory.
+        Two-level memory: best retrieved turns shown under each memory.
+    template : str
+        The turn template (:mod:`memkern.template`): how a turn is embedded and shown, default
+        ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
     """
 
     top_k: int = 20
@@ -84,9 +93,10 @@ class RMMConfig:
     cite_fallback: float | None = 0.5
     save_every: int = 1
     explore: bool = True
-    retrieval: str = "topic"
+    retrieval: str = "auto"
     alpha: float = 1.0
     turns_per_memory: int = 3
+    template: str = DEFAULT_TEMPLATE
 
     def __post_init__(self) -> None:
         for name in ("top_k", "top_m", "batch_size", "candidates_k"):
@@ -96,7 +106,8 @@ class RMMConfig:
         if self.top_m > self.top_k:
             raise bad_arg("top_m", f"<= top_k ({self.top_k})", self.top_m)
         if self.retrieval not in RETRIEVAL_MODES:
-            raise bad_arg("retrieval", "'topic' or 'turn+topic'", self.retrieval)
+            raise bad_arg("retrieval", "'auto', 'topic' or 'turn+topic'", self.retrieval)
+        TurnTemplate(self.template)  # a bad pattern raises here, naming `template`
         a = self.alpha
         if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not np.isfinite(a):
             raise bad_arg("alpha", "a finite float", a)
