@@ -201,7 +201,8 @@ def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[An
     with tempfile.TemporaryDirectory() as d:
         store = MemoryStore(d, dim=int(emb.dim))
         kw = dict(extractor="embedding", persist=False, seed=seed) | dict(rmm_kwargs or {})
-        r = RMM(store, embedder=emb, **kw)
+        comp = {k: kw.pop(k) for k in ("extractor", "decider") if k in kw}
+        r = RMM(store, embedder=emb, **comp, **kw)
         try:
             for s, sid, date in zip(sessions, session_ids, dates):
                 r.end_session([{k: v for k, v in t.items() if k != "date"} for t in s], session_id=sid, date=date)

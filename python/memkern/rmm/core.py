@@ -21,7 +21,10 @@ from ..paths import check_namespace
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
-from ..update import EmbeddingDecider, LLMDecider
+from ..update import AppendDecider, EmbeddingDecider, LLMDecider
+
+#: Built-in decider names (``"add"``: :class:`memkern.update.AppendDecider`).
+DECIDERS = ("llm", "embedding", "add")
 from ..template import TurnTemplate
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
@@ -117,9 +120,11 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
     extractor : {"llm", "embedding", "window", "sentences"} or memkern.protocols.Extractor
         Topic extraction (see :mod:`memkern.extract`), by name or your own object:
         ``"embedding"`` is TextTiling-like segmentation, ``"window"`` fixed windows.
-    decider : {"llm", "embedding"} or memkern.protocols.Decider, optional
-        Update decisions, by name or your own object; ``None``: ``"llm"`` with the llm extractor
-        or an extractor object, else ``"embedding"``.
+    decider : {"llm", "embedding", "add"} or memkern.protocols.Decider, optional
+        Update decisions, by name or your own object. ``None``: ``"add"``
+        (:class:`memkern.update.AppendDecider`: every dialogue stretch kept) with the
+        ``"embedding"`` / ``"window"`` extractors, ``"embedding"`` with ``"sentences"``,
+        ``"llm"`` with the llm extractor or an extractor object.
     config : RMMConfig, optional
         The settings (``top_k``, ``top_m``, ``batch_size``, ``seed``, generation budgets,
         thresholds, ``retrieval``, ...; see :class:`RMMConfig`). ``None``: the defaults.
@@ -175,8 +180,9 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
                 raise bad_arg(name, f"None or a memkern.protocols.{proto.__name__}", type(v).__name__, MemkernTypeError)
         custom_extractor, extractor = _component("extractor", extractor, Extractor, EXTRACTORS)
         if decider is None:
-            decider = "llm" if custom_extractor is not None or extractor == "llm" else "embedding"
-        custom_decider, decider = _component("decider", decider, Decider)
+            # dialogue stretches (embedding / window extractors) are all kept; summaries are decided
+            decider = {"embedding": "add", "window": "add", "sentences": "embedding"}.get(extractor, "llm")
+        custom_decider, decider = _component("decider", decider, Decider, DECIDERS)
         if config is None:
             config = RMMConfig().with_overrides(**overrides)
         elif not isinstance(config, RMMConfig):
@@ -252,6 +258,8 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
             if self.decider_kind == "llm":
                 self._decider = LLMDecider(self.chat_model, max_new_tokens=self.decide_max_new_tokens,
                                            **self.config.decider_kwargs)
+            elif self.decider_kind == "add":
+                self._decider = AppendDecider(**self.config.decider_kwargs)
             else:
                 kw = dict(self.config.decider_kwargs)
                 kw.setdefault("embed", self._embed)

@@ -123,8 +123,9 @@ class RetrieveStage:
             if g is None:
                 if len(groups) >= self.top_k:
                     continue
-                groups[int(topic.id)] = g = (topic, [], float(s))
+                groups[int(topic.id)] = g = (topic, [], float(s), [])
             g[1].append(turn)
+            g[3].append(float(s))
         return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
@@ -180,14 +181,34 @@ class RetrieveStage:
     def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, tuple[Any, list[Any], float]],
                         budget: int | None = None):
         """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
-        shown turn keys)``, cut to ``budget`` turns in all (the last memory keeps its best turns).
+        shown turn keys)``, cut to ``budget`` turns in all.
 
         Two-level: each chosen topic's summary with only its best retrieved turns (at most
-        ``turns_per_memory``), in conversation order. Topic mode: each record's summary with its
-        raw turns. Memories are ``{"id", "summary", "turns"}``.
+        ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
+        by score among the first ``budget`` memories. Topic mode: each record's summary with its
+        raw turns (with a budget, memories in order until it is spent, the last one cut).
+        Memories are ``{"id", "summary", "turns"}``.
         """
         memories, shown, keys = [], [], []
         left = budget
+        if budget is not None and groups:
+            # A budget of N turns: the best N retrieved turns (turn+topic score, at most
+            # turns_per_memory per memory) among the first N memories in the reranker's order; a
+            # fresh reranker keeps the retriever's order, so these are the N best turns.
+            cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
+                           for k, sc in enumerate(groups[int(i)][3][: self.turns_per_memory])), key=lambda x: -x[0])
+            take: dict[int, list[int]] = {}
+            for sc, k, i in cand[:budget]:
+                take.setdefault(i, []).append(k)
+            for i in m_sel:
+                if int(i) not in take:
+                    continue
+                trs = sorted([groups[int(i)][1][k] for k in take[int(i)]], key=_turn_order)
+                turns = [t.turn for t in trs]
+                memories.append({"id": int(i), "summary": groups[int(i)][0].summary, "turns": turns})
+                shown.append([int(t.id) for t in trs])
+                keys.append([turn_key(t) for t in turns])
+            return memories, shown, keys
         for i in m_sel:
             if left is not None and left <= 0:
                 break
