@@ -1,7 +1,9 @@
 """``memkern eval memory EXPERIMENT``: retrieval experiments on generated data or benchmark files.
 
-Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``, ``all``
-(all but ``rmm``). Each run prints a table and writes one JSON per experiment (config, dataset
+Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``,
+``retrieval`` (issue 13: content-only vs templated turns, fixed windows, TextTiling topics,
+turn + alpha * parent, and the default RMM's ``RMM.retrieve``, at 5/10/20-turn budgets), ``all``
+(all but ``rmm`` and ``retrieval``). Each run prints a table and writes one JSON per experiment (config, dataset
 hash, metrics, timings) under ``--out``.
 
 On generated data each ``--seeds`` value generates its own dataset (and seeds the experiment);
@@ -14,6 +16,7 @@ Examples::
     memkern eval memory granularity --data dialogues --users 6 --sessions 20
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
+    memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def _fraction(text: str) -> float:
         raise C.bad_arg("value", "a finite number > 0.0 and < 1.0", text)
     return v
 
-EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "all")
+EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "retrieval", "all")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -65,12 +68,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--granularities", nargs="+", default=["turn", "session", "mix", "chunk4", "topic-embedding"],
                    choices=("turn", "session", "mix", "chunk4", "topic-embedding", "topic-llm"), metavar="NAME",
                    help="turn session mix chunk4 topic-embedding topic-llm")
-    g.add_argument("--topic-threshold", type=C.finite_float, default=0.3, help="embedding extractor's split threshold")
+    g.add_argument("--topic-threshold", type=C.finite_float, default=0.3,
+                   help="the 'sentences' extractor's similarity threshold")
     g.add_argument("--llm-conversations", type=C.positive_int, default=1, help="conversations given to the LLM extractor")
     g.add_argument("--llm-max-new-tokens", type=C.positive_int, default=160)
     g.add_argument("--alphas", type=C.finite_float, nargs="+", default=[0.0, 0.5, 1.0, 2.0], help="turn-in-topic weights")
     g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"],
                    choices=("chunk4", "session", "topic-embedding"), metavar="NAME", help="chunk4 session topic-embedding")
+    t = p.add_argument_group("retrieval (also uses --alphas > 0)")
+    t.add_argument("--template", default=None,
+                   help="turn template (default '[{date}] {speaker}: {content}'; fields content, speaker, date, role)")
+    t.add_argument("--window", type=C.positive_int, default=4, help="fixed window size (turns)")
+    t.add_argument("--topic-turns", type=C.positive_float, default=4.0, help="TextTiling target topic size (turns)")
+    t.add_argument("--no-rmm", action="store_true", help="skip the rmm-default row (RMM.retrieve on a store)")
     r = p.add_argument_group("reflection / collapse")
     r.add_argument("--k", type=C.positive_int, default=20, help="candidates from the retriever")
     r.add_argument("--top-m", type=C.positive_int, default=5, help="memories selected")
@@ -149,6 +159,13 @@ def run(args) -> int:
                 elif exp == "turn-in-topic":
                     r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
                                             max_questions=args.max_questions, progress=progress, seed=seed)
+                elif exp == "retrieval":
+                    from ..eval import retrieval
+
+                    r = retrieval.run_retrieval(ds, emb=emb, alphas=[a for a in args.alphas if a > 0] or [1.0],
+                                                template=args.template, window=args.window,
+                                                texttiling={"target_turns": args.topic_turns}, rmm=not args.no_rmm,
+                                                max_questions=args.max_questions, progress=progress, seed=seed)
                 elif exp == "reflection":
                     r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
                                          presets=args.presets or ["default", "paper"], batch_size=args.batch_size,

@@ -134,7 +134,8 @@ def _session_text(turns) -> str:
 
 def _topic_segments(conv: Conversation, extractor: Any, seed: int = 0) -> list[tuple[list[str], str]]:
     """(turn ids, summary) per topic, for every session of ``conv`` (one batched extractor call)."""
-    sess_dicts = [[{"role": t.role, "content": t.content} for t in s.turns] for s in conv.sessions]
+    sess_dicts = [[{"role": t.role, "content": t.content, "speaker": t.speaker, "date": t.date or s.date}
+                   for t in s.turns] for s in conv.sessions]
     topics = extractor.extract_batch(sess_dicts, seed=seed)
     out = []
     for s, tops in zip(conv.sessions, topics):
@@ -184,11 +185,14 @@ def build_units(conv: Conversation, granularity: str, emb: CachedEmbedder | None
 
 def make_extractor(kind: str, emb: CachedEmbedder, chat_model: Any = None, threshold: float = 0.3,
                     llm_max_new_tokens: int = 160):
-    """The extractor ``kind`` (``"embedding"`` or ``"llm"``) the topic granularities use."""
+    """The extractor ``kind`` the topic granularities use: ``"embedding"`` (TextTiling-like, the
+    default turn template), ``"sentences"`` (user sentences clustered at ``threshold``) or ``"llm"``."""
     from ..extract import make_extractor as _make
 
     if kind == "embedding":
-        return _make("embedding", embedder=emb, threshold=threshold)
+        return _make("embedding", embedder=emb)
+    if kind == "sentences":
+        return _make("sentences", embedder=emb, threshold=threshold)
     if chat_model is None:
         from ..models import ChatModel
 
