@@ -67,3 +67,15 @@ def test_template_validation_names_the_argument():
     with pytest.raises(MemkernTypeError, match="template"):
         default_template(3.5)
     assert default_template("{content}") == PLAIN and default_template(None) == TurnTemplate()
+
+
+def test_answer_prompt_shows_dates_of_remembered_turns():
+    from memkern.prompts import rmm as prompts
+
+    mem = [{"summary": "Caroline moved.", "turns": [
+        {"role": "user", "speaker": "Caroline", "content": "Guess where I'm moving? Lisbon!", "date": "1:56 pm on 8 May, 2023"},
+        {"role": "assistant", "content": "Wow.", "timestamp": "2023/05/09 (Tue) 10:00"}]}]
+    text = prompts.answer_messages("When did Caroline move?", mem, max_turns_per_memory=2,
+                                   selected_turns=True)[-1]["content"]
+    assert "[2023-05-08] Caroline: Guess where I'm moving? Lisbon!" in text
+    assert "[2023-05-09] assistant: Wow." in text  # no speaker: the role
