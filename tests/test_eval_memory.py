@@ -309,3 +309,19 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
     assert "rmm-default" in report.format_table(r.to_dict()) and r.config["template"]["template"].startswith("[{date}]")
     with pytest.raises(MemkernValueError, match="alphas"):
         retrieval.run_retrieval(ds, emb=bow, alphas=(0.0,), rmm=False)
+
+
+def test_cli_retrieval_experiment(tmp_path, capsys):
+    from memkern.cli import main
+
+    rc = main(["eval", "memory", "retrieval", "--data", "dialogues", "--users", "1", "--sessions", "6", "--seeds", "0",
+               "--alphas", "0", "1", "--no-rmm", "--out", str(tmp_path), "--quiet", "--cache-dir", str(tmp_path / "c")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "turn+1*texttiling" in out and "window4" in out and "rmm-default" not in out
+    (p,) = tmp_path.glob("retrieval-*.json")
+    res = json.loads(p.read_text())
+    assert res["config"]["alphas"] == [1.0] and "turn (template)" in res["metrics_mean"]
+    # a bad template is refused when parsed, before any model loads
+    assert main(["eval", "memory", "retrieval", "--template", "{speaker} only", "--out", str(tmp_path)]) == 2
+    assert "--template" in capsys.readouterr().err
