@@ -82,7 +82,7 @@ def test_retrieve_is_what_respond_shows(tmp_path):
 
 @pytest.mark.parametrize("budget", [1, 3, 5, 10, 20])
 def test_turn_budget_takes_the_best_scored_turns(tmp_path, budget):
-    rmm, store, emb = bank(tmp_path, turns_per_memory=8, chat=NoChat())
+    rmm, store, emb = bank(tmp_path, chat=NoChat())
     q = "Ann and the violin Bach practice"
     got = rmm.retrieve(q, turns=budget)
     assert got.budget == budget and got.n_turns == min(budget, 24)
@@ -95,10 +95,12 @@ def test_turn_budget_takes_the_best_scored_turns(tmp_path, budget):
         assert keys == sorted(keys, key=lambda k: int(k.split(":")[1]))
 
 
-def test_turns_per_memory_caps_each_memory_under_a_budget(tmp_path):
+def test_turns_per_memory_caps_respond_not_the_budget(tmp_path):
     rmm, store, emb = bank(tmp_path, turns_per_memory=2)
+    shown = rmm.retrieve("violin Bach practice evening")
+    assert len(shown.memory_ids) == rmm.top_m and max(len(k) for k in shown.turn_ids) <= 2
     got = rmm.retrieve("violin Bach practice evening", turns=6)
-    assert got.n_turns == 6 and max(len(k) for k in got.turn_ids) <= 2 and len(got.memory_ids) >= 3
+    assert got.n_turns == 6 and max(len(k) for k in got.turn_ids) == 4  # the whole violin topic first
 
 
 def test_retrieve_topic_mode_and_ids_without_turn_id(tmp_path):

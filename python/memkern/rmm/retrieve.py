@@ -7,7 +7,7 @@ topic (:meth:`RetrieveStage._retrieve_turn_topic`). The reranker then chooses ``
 turn budget is given. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
 shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
 shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
-raw turns), cut to ``turns`` turns in all.
+raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget.
 """
 from __future__ import annotations
 
@@ -185,18 +185,19 @@ class RetrieveStage:
 
         Two-level: each chosen topic's summary with only its best retrieved turns (at most
         ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
-        by score among the first ``budget`` memories. Topic mode: each record's summary with its
+        by score among the first ``budget`` memories (no per-memory cap). Topic mode: each record's summary with its
         raw turns (with a budget, memories in order until it is spent, the last one cut).
         Memories are ``{"id", "summary", "turns"}``.
         """
         memories, shown, keys = [], [], []
         left = budget
         if budget is not None and groups:
-            # A budget of N turns: the best N retrieved turns (turn+topic score, at most
-            # turns_per_memory per memory) among the first N memories in the reranker's order; a
-            # fresh reranker keeps the retriever's order, so these are the N best turns.
+            # A budget of N turns: the best N retrieved turns (turn+topic score) among the first N
+            # memories in the reranker's order; a fresh reranker keeps the retriever's order, so
+            # these are the N best turns. (turns_per_memory bounds respond's prompt; here the
+            # budget is the bound.)
             cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
-                           for k, sc in enumerate(groups[int(i)][3][: self.turns_per_memory])), key=lambda x: -x[0])
+                           for k, sc in enumerate(groups[int(i)][3])), key=lambda x: -x[0])
             take: dict[int, list[int]] = {}
             for sc, k, i in cand[:budget]:
                 take.setdefault(i, []).append(k)
