@@ -49,6 +49,7 @@ __all__ = [
     "Decision",
     "UpdateResult",
     "EmbeddingDecider",
+    "AppendDecider",
     "LLMDecider",
     "apply_decision",
     "union_turns",
@@ -285,6 +286,32 @@ class EmbeddingDecider:
                 out.append(Decision("MERGE", 0, merge_summaries(cands[0].summary, summary), reason=f"similarity {s:.3f}"))
             else:
                 out.append(Decision("ADD", reason=f"similarity {s:.3f} < {self.merge_threshold}"))
+        return out
+
+
+class AppendDecider:
+    """Keep every new memory (``"add"``): ADD, or NOOP for an exact repeat (LLM-free).
+
+    For topics that are stretches of the dialogue itself (the ``"embedding"`` and ``"window"``
+    extractors): every stretch is evidence, so nothing is merged, rewritten or invalidated. A new
+    topic whose similarity to its closest memory is ``>= noop_threshold`` (default 0.999, an
+    identical text) and whose summary is the same string is a NOOP.
+    """
+
+    def __init__(self, noop_threshold: float = 0.999):
+        if not -1.0 <= float(noop_threshold) <= 1.0:
+            raise bad_arg("noop_threshold", "a cosine similarity in [-1, 1]", noop_threshold)
+        self.noop_threshold = float(noop_threshold)
+
+    def decide_batch(self, items: Sequence[tuple[str, Sequence[Candidate]]], seed: int | None = 0) -> list[Decision]:
+        """One :class:`Decision` per ``(new summary, candidates best first)`` item."""
+        out = []
+        for summary, cands in items:
+            c = cands[0] if cands else None
+            if c is not None and c.similarity >= self.noop_threshold and c.summary == summary:
+                out.append(Decision("NOOP", 0, reason=f"identical memory, similarity {c.similarity:.3f}"))
+            else:
+                out.append(Decision("ADD", reason="append: every stretch of dialogue is kept"))
         return out
 
 

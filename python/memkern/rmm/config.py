@@ -14,11 +14,12 @@ from typing import Any
 
 from ..errors import MemkernTypeError, bad_arg
 from ..validate import check_choice, check_float, check_int
+from ..template import DEFAULT_TEMPLATE, TurnTemplate
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES"]
 
 #: The values of :attr:`RMMConfig.retrieval`.
-RETRIEVAL_MODES = ("topic", "turn+topic")
+RETRIEVAL_MODES = ("auto", "topic", "turn+topic")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class RMMConfig:
     persist : bool
         Save the reranker (and the pending reward buffer) under the store's directory.
     embedding_threshold : float
-        Topic-boundary similarity of the embedding extractor.
+        Similarity to a topic centroid needed to join it, for the ``"sentences"`` extractor
+        (the ``"embedding"`` extractor is TextTiling-like: :class:`memkern.extract.TextTilingExtractor`).
     coverage_threshold : float or None
         With the llm extractor, user statements whose similarity to every extracted summary is
         below this become extra topics (:func:`memkern.extract.complete_coverage`); None: off.
@@ -59,13 +61,20 @@ class RMMConfig:
         ``True`` (the paper's way): the reranker *samples* the top-M (Gumbel-top-M at its ``tau``),
         which explores but may show weaker memories; ``False``: the reranker's top-M by score
         (no noise; rewards still train it).
-    retrieval : {"topic", "turn+topic"}
-        ``"topic"`` (default): search topic records, show their raw turns. ``"turn+topic"``:
-        two-level memory (see :mod:`memkern.rmm`); needs a :class:`memkern.protocols.TurnStore`.
+    retrieval : {"auto", "topic", "turn+topic"}
+        ``"auto"`` (default): ``"turn+topic"`` on a store with two-level memory
+        (:class:`memkern.protocols.TurnStore`, e.g. :class:`memkern.MemoryStore`), else
+        ``"topic"``. ``"topic"``: search topic records, show their raw turns. ``"turn+topic"``:
+        two-level memory (see :mod:`memkern.rmm`), the best measured retrieval
+        (``bench/RESULTS.md``, retrieval section); needs a TurnStore.
     alpha : float
-        ``retrieval="turn+topic"``: weight of the topic similarity in a turn's score.
+        Two-level memory: weight of the topic similarity in a turn's score (default 1.0, chosen
+        on generated data; see the retrieval section of ``bench/RESULTS.md``).
     turns_per_memory : int
-        ``retrieval="turn+topic"``: best retrieved turns shown under each memory.
+        Two-level memory: best retrieved turns shown under each memory.
+    template : str
+        The turn template (:mod:`memkern.template`): how a turn is embedded and shown, default
+        ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
     """
 
     top_k: int = 20
@@ -83,9 +92,10 @@ class RMMConfig:
     cite_fallback: float | None = 0.5
     save_every: int = 1
     explore: bool = True
-    retrieval: str = "topic"
+    retrieval: str = "auto"
     alpha: float = 1.0
     turns_per_memory: int = 3
+    template: str = DEFAULT_TEMPLATE
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: checked values are stored normalised
@@ -95,6 +105,7 @@ class RMMConfig:
             raise bad_arg("top_m", f"<= top_k ({self.top_k})", self.top_m)
         check_choice("retrieval", self.retrieval, RETRIEVAL_MODES)
         put(self, "alpha", check_float("alpha", self.alpha, finite=True))
+        TurnTemplate(self.template)  # a bad pattern raises here, naming `template`
         for name in ("turns_per_memory", "save_every"):
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "seed", check_int("seed", self.seed, 0))

@@ -16,17 +16,21 @@ import numpy as np
 
 from ..bank import Bank
 from ..errors import MemkernTypeError, bad_arg
-from ..extract import EmbeddingExtractor, LLMExtractor, validate_turns
+from ..extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
 from ..paths import check_namespace
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
-from ..update import EmbeddingDecider, LLMDecider
+from ..template import TurnTemplate
+from ..update import AppendDecider, EmbeddingDecider, LLMDecider
 from ..validate import check_str
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
 from .reflect import ReflectStage
 from .retrieve import RetrieveStage, _normalize
+
+#: Built-in decider names (``"add"``: :class:`memkern.update.AppendDecider`).
+DECIDERS = ("llm", "embedding", "add")
 
 log = logging.getLogger("memkern")
 
@@ -75,16 +79,15 @@ class Response:
     turn_ids: list[list[int]] = field(default_factory=list)
 
 
-def _component(name: str, value: Any, proto: type) -> tuple[Any, str]:
+def _component(name: str, value: Any, proto: type, names: tuple[str, ...] = ("llm", "embedding")) -> tuple[Any, str]:
     """``(object, "custom")`` for a user object meeting ``proto``, ``(None, value)`` for the
-    built-in names ``"llm"`` / ``"embedding"``; a ``MemkernTypeError`` / ``MemkernValueError``
-    naming ``name`` otherwise."""
+    built-in ``names``; a ``MemkernTypeError`` / ``MemkernValueError`` naming ``name`` otherwise."""
     if isinstance(value, proto):
         return value, "custom"
-    expected = f"'llm', 'embedding' or a memkern.protocols.{proto.__name__}"
+    expected = ", ".join(repr(n) for n in names) + f" or a memkern.protocols.{proto.__name__}"
     if not isinstance(value, str):
         raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
-    if value not in ("llm", "embedding"):
+    if value not in names:
         raise bad_arg(name, expected, value)
     return None, value
 
@@ -115,11 +118,14 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
         ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
         file paths are built.
-    extractor : {"llm", "embedding"} or memkern.protocols.Extractor
-        Topic extraction (see :mod:`memkern.extract`), by name or your own object.
-    decider : {"llm", "embedding"} or memkern.protocols.Decider, optional
-        Update decisions, by name or your own object; ``None``: the same kind as ``extractor``
-        (``"llm"`` when ``extractor`` is an object).
+    extractor : {"llm", "embedding", "window", "sentences"} or memkern.protocols.Extractor
+        Topic extraction (see :mod:`memkern.extract`), by name or your own object:
+        ``"embedding"`` is TextTiling-like segmentation, ``"window"`` fixed windows.
+    decider : {"llm", "embedding", "add"} or memkern.protocols.Decider, optional
+        Update decisions, by name or your own object. ``None``: ``"add"``
+        (:class:`memkern.update.AppendDecider`: every dialogue stretch kept) with the
+        ``"embedding"`` / ``"window"`` extractors, ``"embedding"`` with ``"sentences"``,
+        ``"llm"`` with the llm extractor or an extractor object.
     config : RMMConfig, optional
         The settings (``top_k``, ``top_m``, ``batch_size``, ``seed``, generation budgets,
         thresholds, ``retrieval``, ...; see :class:`RMMConfig`). ``None``: the defaults.
@@ -144,7 +150,12 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
     cite_fallback = _setting("cite_fallback")
     save_every = _setting("save_every")
     explore = _setting("explore")
-    retrieval = _setting("retrieval")
+
+    @property
+    def retrieval(self) -> str:
+        """The retrieval mode in effect: ``"topic"`` or ``"turn+topic"`` (``config.retrieval``,
+        with ``"auto"`` resolved against the store)."""
+        return self._retrieval
     alpha = _setting("alpha")
     turns_per_memory = _setting("turns_per_memory")
 
@@ -168,10 +179,11 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         for name, v, proto in (("chat_model", chat_model, ChatModelProtocol), ("embedder", embedder, EmbedderProtocol)):
             if v is not None and not isinstance(v, proto):
                 raise bad_arg(name, f"None or a memkern.protocols.{proto.__name__}", type(v).__name__, MemkernTypeError)
-        custom_extractor, extractor = _component("extractor", extractor, Extractor)
+        custom_extractor, extractor = _component("extractor", extractor, Extractor, EXTRACTORS)
         if decider is None:
-            decider = "llm" if custom_extractor is not None else extractor
-        custom_decider, decider = _component("decider", decider, Decider)
+            # dialogue stretches (embedding / window extractors) are all kept; summaries are decided
+            decider = {"embedding": "add", "window": "add", "sentences": "embedding"}.get(extractor, "llm")
+        custom_decider, decider = _component("decider", decider, Decider, DECIDERS)
         if config is None:
             config = RMMConfig().with_overrides(**overrides)
         elif not isinstance(config, RMMConfig):
@@ -179,7 +191,11 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         else:
             config = config.with_overrides(**overrides)
         self.config: RMMConfig = config
-        if config.retrieval == "turn+topic" and not isinstance(store, TurnStore):
+        self.turn_template = TurnTemplate(config.template)
+        self._retrieval = config.retrieval
+        if self._retrieval == "auto":
+            self._retrieval = "turn+topic" if isinstance(store, TurnStore) else "topic"
+        if self._retrieval == "turn+topic" and not isinstance(store, TurnStore):
             raise bad_arg("store", "a store with two-level memory (memkern.MemoryStore) for retrieval='turn+topic'",
                           type(store).__name__, MemkernTypeError)
         self.store = store
@@ -229,8 +245,12 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
                     self.chat_model, max_new_tokens=self.extract_max_new_tokens,
                     embed=None if cov is None else self._embed, coverage_threshold=0.45 if cov is None else cov,
                 )
+            elif self.extractor_kind == "sentences":
+                self._extractor = make_extractor("sentences", embedder=self.embedder, threshold=self.embedding_threshold)
+            elif self.extractor_kind == "window":
+                self._extractor = make_extractor("window", template=self.turn_template)
             else:
-                self._extractor = EmbeddingExtractor(self.embedder, threshold=self.embedding_threshold)
+                self._extractor = make_extractor("embedding", embedder=self.embedder, template=self.turn_template)
         return self._extractor
 
     @property
@@ -239,6 +259,8 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
             if self.decider_kind == "llm":
                 self._decider = LLMDecider(self.chat_model, max_new_tokens=self.decide_max_new_tokens,
                                            **self.config.decider_kwargs)
+            elif self.decider_kind == "add":
+                self._decider = AppendDecider(**self.config.decider_kwargs)
             else:
                 kw = dict(self.config.decider_kwargs)
                 kw.setdefault("embed", self._embed)
@@ -275,7 +297,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings)
         cand_sel = np.asarray(self.store.embeddings(m_sel), np.float32) if len(m_sel) else None
         t0 = time.perf_counter()
-        memories, shown = self._shown_memories(m_sel, best_turns)
+        memories, shown, _ = self._shown_memories(m_sel, best_turns)
         if self.two_level:
             msgs = prompts.answer_messages(query, memories, session_turns, max_turns_per_memory=self.turns_per_memory,
                                            selected_turns=True)

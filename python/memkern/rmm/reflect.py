@@ -29,18 +29,27 @@ class ReflectStage:
     """Prospective reflection of :class:`memkern.RMM` (a mixin: it uses the RMM's ``store``,
     ``namespace``, ``config`` fields, ``extractor``, ``decider`` and ``_embed``)."""
 
-    def end_session(self, turns: Sequence[dict], session_id: str | int | None = None, timestamp: str | None = None) -> list[UpdateResult]:
+    def end_session(self, turns: Sequence[dict], session_id: str | int | None = None, date: Any = None, *,
+                    timestamp: Any = None) -> list[UpdateResult]:
         """Prospective reflection: extract the session's topics and fold them into the bank.
 
         Parameters
         ----------
         turns : list of dict
-            The session's turns (``role``, ``content``; extra keys kept). Each stored turn gets
+            The session's turns: ``role``, ``content``; optional ``speaker`` (the speaker's name,
+            embedded through the turn template), ``turn_id`` (your id for the turn, returned by
+            :meth:`retrieve`), ``date`` / ``timestamp``; extra keys kept. Each stored turn gets
             ``session_id`` and ``turn_index`` unless it has them.
         session_id : str or int, optional
             Defaults to a counter-based id.
+        date : str or float, optional
+            The session's date (any form :func:`memkern.template.parse_date` reads, or free
+            text): each turn without its own ``date`` gets it, it is embedded through the turn
+            template (``"[2023-05-08] Caroline: ..."``) and stored in each new record's
+            ``meta["date"]``.
         timestamp : str, optional
-            Stored in each new record's ``meta``.
+            The older name of the session's date: stored in each turn (``timestamp``) and in
+            ``meta["timestamp"]``; also used as the date when ``date`` is not given.
 
         Returns
         -------
@@ -48,7 +57,7 @@ class ReflectStage:
             One per topic; ``results[0].timings`` (shared by all) holds ``extract``, ``embed``,
             ``decide`` and ``update`` seconds.
         """
-        return self.end_sessions([turns], [session_id], [timestamp])[0]
+        return self.end_sessions([turns], [session_id], [timestamp], dates=[date])[0]
 
     def end_sessions(
         self,
@@ -57,20 +66,24 @@ class ReflectStage:
         timestamps: Sequence[Any] | None = None,
         extract_batch: int = 4,
         progress: Any = None,
+        dates: Sequence[Any] | None = None,
     ) -> list[list[UpdateResult]]:
         """Prospective reflection over several sessions, in order (extraction batched).
 
         Extraction of up to ``extract_batch`` sessions runs as one batched model call; updates
         are applied session by session so later sessions see earlier ones. ``progress`` is an
-        optional callable ``progress(n_sessions_done)``.
+        optional callable ``progress(n_sessions_done)``. ``dates`` / ``timestamps``: one per
+        session (see :meth:`end_session`).
         """
         if isinstance(sessions, (str, bytes)) or not isinstance(sessions, Sequence):
             raise bad_arg("sessions", "a list of sessions (lists of turn dicts)", type(sessions).__name__, MemkernTypeError)
         n = len(sessions)
         session_ids = list(session_ids) if session_ids is not None else [None] * n
         timestamps = list(timestamps) if timestamps is not None else [None] * n
-        if len(session_ids) != n or len(timestamps) != n:
-            raise bad_arg("session_ids/timestamps", f"{n} entries", (len(session_ids), len(timestamps)))
+        dates = list(dates) if dates is not None else [None] * n
+        if len(session_ids) != n or len(timestamps) != n or len(dates) != n:
+            raise bad_arg("session_ids/timestamps/dates", f"{n} entries",
+                          (len(session_ids), len(timestamps), len(dates)))
         prepared = []
         for i, turns in enumerate(sessions):
             turns = validate_turns(turns, f"sessions[{i}]")
@@ -78,6 +91,7 @@ class ReflectStage:
             if sid is None:
                 sid = f"s{int(time.time() * 1000)}-{i}"
             sid = str(sid)
+            date = dates[i] if dates[i] is not None else timestamps[i]
             annotated = []
             for j, t in enumerate(turns):
                 t = dict(t)
@@ -85,8 +99,10 @@ class ReflectStage:
                 t.setdefault("turn_index", j)
                 if timestamps[i] is not None:
                     t.setdefault("timestamp", timestamps[i])
+                if dates[i] is not None:
+                    t.setdefault("date", dates[i])
                 annotated.append(t)
-            prepared.append((sid, annotated, timestamps[i]))
+            prepared.append((sid, annotated, (timestamps[i], date)))
         out: list[list[UpdateResult]] = []
         for start in range(0, n, max(1, int(extract_batch))):
             chunk = prepared[start : start + extract_batch]
@@ -125,8 +141,9 @@ class ReflectStage:
             return []
         t0 = time.perf_counter()
         embs = self._embed([tp.summary for tp in topics])
-        # Two-level memory: every turn of the session embedded once, in one batch.
-        turn_embs = self._embed([str(t["content"]) for t in turns]) if self.two_level and turns else None
+        # Two-level memory: every turn of the session embedded once, in one batch, through the
+        # turn template (speaker name and date included).
+        turn_embs = self._embed(self.turn_template.render_turns(turns)) if self.two_level and turns else None
         timings["embed"] = time.perf_counter() - t0
         # Topics of one session that repeat each other are folded together first.
         keep: list[int] = []
@@ -150,8 +167,11 @@ class ReflectStage:
         results = []
         for tp, e, c, d in zip(topics, embs, cands, decisions):
             meta = {"session_id": sid, "source": tp.source}
-            if ts is not None:
-                meta["timestamp"] = ts
+            timestamp, date = ts
+            if timestamp is not None:
+                meta["timestamp"] = timestamp
+            if date is not None:
+                meta["date"] = date
             te = None
             if self.two_level:
                 te = turn_embs[list(tp.turns)] if tp.turns else np.zeros((0, self.store.dim), np.float32)
