@@ -191,6 +191,8 @@ def test_rebalance_resumes_after_a_crash(ray, tmp_path):
     sh = ShardedStore(tmp_path)  # reopening resumes the journal
     try:
         assert sh.shards == 3 and not (tmp_path / "rebalance.json").exists()
+        # every namespace on exactly one shard: its routed one (no copy left on its old shard)
+        assert sum(s["namespaces"] for s in sh.shard_stats()) == len(names)
         for ns in names:
             assert sh.count(ns) == (5 if ns == "t3" else 6 if ns != "t1" else 5)
             assert sh.count(ns, include_invalidated=True) == (5 if ns == "t3" else 6)
