@@ -12,7 +12,7 @@ Routes (all :class:`memkern.Embedder` options, the default is ``backend="torch"`
 Latency is per single query (the RMM ``respond`` path embeds one query), interleaved through
 ``bench/harness.py``, one thread. Retrieval quality: Recall@5/@10 of evidence turns with exact
 cosine search over every turn of each conversation of the generated eval data
-(:func:`memkern.eval.memory.run_granularity`, granularity "turn"), and on the bundled sample
+(:func:`memkern.eval.granularity.run_granularity`, granularity "turn"), and on the bundled sample
 conversation (a question is answered from a session when one of its turns is in the top k).
 
 Run: ``OMP_NUM_THREADS=1 python bench/bench_embedder.py [--quick]`` (prints tables; ``--json``
@@ -93,7 +93,9 @@ def latency(embs: dict, rounds: int = 7) -> dict:
 
 
 def recall_generated(embs: dict, users: int, sessions: int) -> dict:
-    from memkern.eval.memory import CachedEmbedder, load_dataset, run_granularity
+    from memkern.eval.data import load_dataset
+    from memkern.eval.granularity import run_granularity
+    from memkern.eval.units import CachedEmbedder
 
     ds = load_dataset("generated", users=users, sessions=sessions, seed=0)
     out = {"dataset": {"users": users, "sessions": sessions, "turns": ds.n_turns, "questions": ds.n_questions}}

@@ -150,7 +150,9 @@ def test_demo_fake_models_full_flow(tmp_path, fake_models, capsys, monkeypatch):
 
     with MemoryStore(str(store)) as s:
         n_active = s.count("demo")
-    assert 8 <= n_active <= 30
+    # 8 sessions; the TextTiling extractor keeps a short session as one topic and the embedding
+    # decider may fold a repeated one into an older memory
+    assert 5 <= n_active <= 30
 
 
 @pytest.mark.slow

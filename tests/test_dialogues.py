@@ -143,12 +143,12 @@ def test_eval_loads_dialogues_and_cli_option(tmp_path, capsys):
     import json
 
     from memkern.cli import main
-    from memkern.eval import memory as M
+    from memkern.eval import data
 
-    d = M.load_dataset("dialogues", users=2, sessions=6, seed=4)
+    d = data.load_dataset("dialogues", users=2, sessions=6, seed=4)
     assert d.content_hash() == generate_dialogues(2, 6, seed=4).content_hash()
     with pytest.raises(MemkernValueError, match="source"):
-        M.load_dataset("dialogs")
+        data.load_dataset("dialogs")
     rc = main(["eval", "memory", "granularity", "--data", "dialogues", "--users", "1", "--sessions", "6", "--seeds",
                "0", "--granularities", "turn", "chunk4", "--out", str(tmp_path), "--quiet",
                "--cache-dir", str(tmp_path / "cache")])

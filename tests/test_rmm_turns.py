@@ -135,7 +135,7 @@ def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
         answer='{"answer": "Miso", "citations": [0]}',
     )
     old = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": 1.01})
+              decider_kwargs={"min_similarity": 1.01}, retrieval="topic")
     old.end_session(session("a", "My cat is called Miso.", "Cute name.", "I play tennis on Sundays.", "Nice sport."), "a")
     assert store.count(NS) == 2 and store.count(NS, level="turn") == 0
     cat, tennis = [int(b["id"]) for b in old.inspect()]
@@ -147,8 +147,9 @@ def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
     )
     rmm = RMM(store, chat_model=chat2, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
               decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1)
-    # topics without turn records are invisible to turn search
-    assert rmm.respond("What is my cat called?").memory_ids == []
+    # a bank with no turn records at all (written in topic mode) is searched by topic instead
+    assert rmm.respond("What is my cat called?").memory_ids == [cat]
+    assert rmm.retrieve("What is my cat called?", turns=2, explore=False).turn_ids == [["a#0", "a#1"]]
     r = rmm.end_session(session("b", "Miso is a tabby."), "b")
     assert (r[0].action, r[0].id) == ("MERGE", cat)
     rec = store.get(cat)
@@ -220,7 +221,8 @@ def test_respond_shows_only_best_retrieved_turns_of_selected_topics(tmp_path, al
     want = expected_groups(store, q, 4 * rmm.top_k, rmm.top_k, 2, alpha)
     ids, groups = rmm._retrieve_turn_topic(q)
     assert ids.tolist() == list(want) and len(ids) == rmm.top_k
-    assert {t: [tr.id for tr in g[1]] for t, g in groups.items()} == want
+    # groups keep every retrieved turn best first; the shown ones are the first turns_per_memory
+    assert {t: [tr.id for tr in g[1]][:2] for t, g in groups.items()} == want
 
     r = rmm.respond(query)
     # a fresh reranker choosing greedily keeps the retriever's order
@@ -259,7 +261,7 @@ def test_delete_topic_removes_its_turns_from_respond(tmp_path):
 
 
 def test_topic_mode_unchanged(tmp_path):
-    rmm, store, emb, seen = _bank(tmp_path)
+    rmm, store, emb, seen = _bank(tmp_path, retrieval="topic")
     assert rmm.retrieval == "topic"
     assert store.count(NS, level="turn") == 0  # no turn records written
     r = rmm.respond("Where did I run the Boston marathon?")

@@ -8,10 +8,14 @@ Two extractors share one protocol, ``extract_batch(sessions) -> list[list[Topic]
   when in range); an unparseable answer gets one retry, then a logged fallback. A session is never
   lost: the fallback stores the session's user statements as one topic, and user turns that no
   topic references are attached to the nearest topic by turn index.
-- :class:`EmbeddingExtractor` ("embedding", LLM-free): each user turn (with the assistant reply
-  that follows it) is embedded; a new topic starts where a turn's similarity to the running topic
-  centroid falls below ``threshold``; the summary is the topic's salient user statements (the
-  informative sentences, most central first). Deterministic for a deterministic embedder.
+- :class:`TextTilingExtractor` ("embedding", LLM-free; alias :class:`EmbeddingExtractor`): turns
+  rendered with the turn template (speaker, date) are embedded; topic boundaries go where the
+  similarity between the turns before and after a gap drops most (TextTiling depth scores), with
+  minimum and maximum topic sizes; a topic's text is its turns. Deterministic.
+- :class:`WindowExtractor` ("window"): fixed windows of ``size`` turns with ``overlap``.
+- :class:`SentenceExtractor` ("sentences", LLM-free): user sentences clustered by similarity to
+  running topic centroids; the summary is the topic's salient user statements (the extractor
+  that was called "embedding" before issue 13).
 
 Sessions from every extractor come back as :class:`Topic` objects whose ``turns`` index into the
 session's turn list.
@@ -36,8 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("memkern")
 
 __all__ = [
-    "Topic", "LLMExtractor", "EmbeddingExtractor", "fallback_topic", "validate_turns", "parse_topics",
-    "complete_coverage", "make_extractor",
+    "Topic", "LLMExtractor", "EmbeddingExtractor", "TextTilingExtractor", "WindowExtractor", "SentenceExtractor",
+    "fallback_topic", "validate_turns", "parse_topics", "complete_coverage", "make_extractor", "EXTRACTORS",
+    "gap_similarities", "depth_scores", "tile_boundaries",
 ]
 
 
@@ -242,8 +247,10 @@ class LLMExtractor:
         return self.extract_batch([turns], seed=seed)[0]
 
 
-class EmbeddingExtractor:
-    """LLM-free extraction by semantic segmentation of the session (deterministic).
+class SentenceExtractor:
+    """LLM-free extraction by clustering the user's sentences (``"sentences"``; deterministic).
+
+    (Until issue 13 this was the ``"embedding"`` extractor; it is kept under its own name.)
 
     Units are the sentences of the user turns (greetings, fillers and questions dropped). The
     first unit of a user turn is embedded together with the assistant turn just before it (so
@@ -269,7 +276,7 @@ class EmbeddingExtractor:
         A topic with fewer words joins its most similar topic of the session.
     """
 
-    name = "embedding"
+    name = "sentences"
 
     def __init__(self, embedder: Embedder, threshold: float = 0.3, max_sentences: int = 4, context_weight: float = 0.5,
                  min_words: int = 6):
@@ -362,7 +369,7 @@ class EmbeddingExtractor:
                         turn_idx.add(k)
                         k += 1
                 summary = "User said: " + " ".join(us[j][1] for j in keep)
-                topics.append(Topic(summary=summary, turns=sorted(turn_idx), source="embedding"))
+                topics.append(Topic(summary=summary, turns=sorted(turn_idx), source="sentences"))
             if s and not topics:
                 topics = [fallback_topic(s)]
             elif s:
@@ -373,6 +380,241 @@ class EmbeddingExtractor:
     def extract(self, turns: Sequence[dict], seed: int | None = None) -> list[Topic]:
         """Topics of one session (see :meth:`extract_batch`)."""
         return self.extract_batch([turns])[0]
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < low:
+        raise bad_arg(name, f"an int >= {low}", value)
+    return int(value)
+
+
+def _unit_rows(e: np.ndarray) -> np.ndarray:
+    return e / np.maximum(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+
+
+def gap_similarities(e: np.ndarray, window: int) -> np.ndarray:
+    """Cosine similarity across each gap between neighbouring turns (TextTiling's block comparison).
+
+    Parameters
+    ----------
+    e : float32 [n, d]
+        Turn embeddings (any scale).
+    window : int
+        Turns on each side of a gap (fewer at the session's ends).
+
+    Returns
+    -------
+    float32 [n - 1]
+        ``sim[g - 1] = cos(sum(e[g - window:g]), sum(e[g:g + window]))`` for the gap before turn ``g``.
+    """
+    n = e.shape[0]
+    if n < 2:
+        return np.zeros(0, np.float32)
+    u = _unit_rows(np.asarray(e, np.float32))
+    c = np.concatenate([np.zeros((1, u.shape[1]), np.float32), np.cumsum(u, 0, dtype=np.float64).astype(np.float32)])
+    g = np.arange(1, n)
+    left = c[g] - c[np.maximum(g - window, 0)]
+    right = c[np.minimum(g + window, n)] - c[g]
+    return np.sum(_unit_rows(left) * _unit_rows(right), axis=1).astype(np.float32)
+
+
+def depth_scores(sim: np.ndarray) -> np.ndarray:
+    """TextTiling depth of each gap: ``(left peak - sim) + (right peak - sim)``, where a peak is the
+    highest similarity reached climbing away from the gap while similarity rises. float32 ``[n - 1]``."""
+    sim = np.asarray(sim, np.float32)
+    m = len(sim)
+    depth = np.zeros(m, np.float32)
+    for g in range(m):  # m = turns of one session - 1 (tens): not a hot path
+        lp = sim[g]
+        j = g - 1
+        while j >= 0 and sim[j] >= lp:
+            lp = sim[j]
+            j -= 1
+        rp = sim[g]
+        j = g + 1
+        while j < m and sim[j] >= rp:
+            rp = sim[j]
+            j += 1
+        depth[g] = (lp - sim[g]) + (rp - sim[g])
+    return depth
+
+
+def tile_boundaries(depth: np.ndarray, n: int, target_turns: float, min_turns: int, max_turns: int) -> list[int]:
+    """Segment starts (sorted, first 0) for ``n`` turns from gap depths.
+
+    ``round(n / target_turns) - 1`` cuts are placed at the deepest gaps (ties: earlier gap first)
+    such that every segment keeps at least ``min_turns`` turns; then any segment longer than
+    ``max_turns`` is cut at its deepest admissible gap until none is (evenly when no gap is
+    admissible; among equally deep gaps the one nearest the segment's middle).
+    """
+    if n <= 0:
+        return []
+    want = max(0, int(round(n / float(target_turns))) - 1)
+    cuts: list[int] = []
+    order = np.argsort(-np.asarray(depth, np.float64), kind="stable")  # gap index j = cut before turn j + 1
+    for j in order:
+        if len(cuts) >= want:
+            break
+        b = int(j) + 1
+        edges = [0] + sorted(cuts) + [n]
+        k = int(np.searchsorted(edges, b))
+        if b - edges[k - 1] >= min_turns and edges[k] - b >= min_turns:
+            cuts.append(b)
+    cuts.sort()
+    changed = True
+    while changed:
+        changed = False
+        edges = [0] + cuts + [n]
+        for a, z in zip(edges[:-1], edges[1:]):
+            if z - a <= max_turns:
+                continue
+            lo, hi = a + min_turns, z - min_turns  # admissible cut positions b in [lo, hi]
+            if lo <= hi:
+                # deepest admissible gap; among equal depths the one nearest the middle
+                cand = np.arange(lo, hi + 1)
+                score = np.asarray(depth, np.float64)[cand - 1] - 1e-9 * np.abs(cand - (a + z) / 2.0)
+                b = int(cand[int(np.argmax(score))])
+            else:
+                b = a + (z - a) // 2
+            cuts = sorted(cuts + [b])
+            changed = True
+            break
+    return [0] + cuts
+
+
+class TextTilingExtractor:
+    """LLM-free topics as contiguous stretches of the session (``"embedding"``; deterministic).
+
+    TextTiling with sentence embeddings: every turn is rendered with the turn template
+    (:mod:`memkern.template`, speaker and date included) and embedded; at each gap between
+    neighbouring turns the ``window`` turns before and after are compared
+    (:func:`gap_similarities`); a gap's depth score measures how far similarity drops there
+    relative to the peaks on both sides (:func:`depth_scores`); the deepest gaps become topic
+    boundaries, about one per ``target_turns`` turns, with every topic between ``min_turns`` and
+    ``max_turns`` turns (:func:`tile_boundaries`). A topic's text (its summary) is its turns
+    rendered as one block (:meth:`memkern.template.TurnTemplate.render_block`), so a topic holds
+    every turn of its stretch, speaker names and the session date included.
+
+    Parameters
+    ----------
+    embedder : object with ``encode(texts, kind="passage") -> float32 [n, d]``
+    target_turns : float
+        Mean topic size aimed at (default 4, the size of the fixed windows it replaces).
+    min_turns, max_turns : int
+        Bounds on a topic's size (defaults 2 and 8).
+    window : int
+        Turns on each side of a gap in the block comparison (default 2).
+    template : memkern.template.TurnTemplate or str, optional
+        How turns become text (default :data:`memkern.template.DEFAULT_TEMPLATE`).
+    """
+
+    name = "embedding"
+
+    def __init__(self, embedder: Embedder, target_turns: float = 4.0, min_turns: int = 2, max_turns: int = 8,
+                 window: int = 2, template: Any = None):
+        from .template import default_template
+
+        self.min_turns = _check_int("min_turns", min_turns, 1)
+        self.max_turns = _check_int("max_turns", max_turns, 1)
+        if self.max_turns < 2 * self.min_turns - 1:
+            raise bad_arg("max_turns", f">= 2 * min_turns - 1 ({2 * self.min_turns - 1})", max_turns)
+        if isinstance(target_turns, bool) or not isinstance(target_turns, (int, float, np.number)) \
+                or not self.min_turns <= float(target_turns) <= self.max_turns:
+            raise bad_arg("target_turns", f"a number in [min_turns, max_turns] = [{self.min_turns}, {self.max_turns}]",
+                          target_turns)
+        self.target_turns = float(target_turns)
+        self.window = _check_int("window", window, 1)
+        self.embedder = embedder
+        self.template = default_template(template)
+        self.last_stats: dict[str, Any] = {}
+
+    def segment(self, e: np.ndarray) -> list[list[int]]:
+        """Contiguous segments (lists of turn indices) of one session's turn embeddings ``[n, d]``."""
+        n = int(e.shape[0])
+        if n == 0:
+            return []
+        depth = depth_scores(gap_similarities(e, self.window))
+        starts = tile_boundaries(depth, n, self.target_turns, self.min_turns, self.max_turns)
+        ends = starts[1:] + [n]
+        return [list(range(a, z)) for a, z in zip(starts, ends)]
+
+    def extract_batch(self, sessions: Sequence[Sequence[dict]], seed: int | None = None) -> list[list[Topic]]:
+        """Topics of each session (one ``encode`` call for all turns; ``seed`` unused)."""
+        sessions = [validate_turns(s, f"sessions[{i}]") for i, s in enumerate(sessions)]
+        texts = [self.template.render_turn(t) for s in sessions for t in s]
+        t0 = time.perf_counter()
+        emb = np.asarray(self.embedder.encode(texts, kind="passage"), np.float32) if texts else np.zeros((0, 1), np.float32)
+        self.last_stats = {"seconds": time.perf_counter() - t0, "calls": 1 if texts else 0, "units": len(texts)}
+        out: list[list[Topic]] = []
+        pos = 0
+        for s in sessions:
+            segs = self.segment(emb[pos:pos + len(s)])
+            pos += len(s)
+            out.append([Topic(summary=self.template.render_block([s[i] for i in seg]), turns=seg, source="embedding")
+                        for seg in segs])
+        return out
+
+    def extract(self, turns: Sequence[dict], seed: int | None = None) -> list[Topic]:
+        """Topics of one session (see :meth:`extract_batch`)."""
+        return self.extract_batch([turns])[0]
+
+
+EmbeddingExtractor = TextTilingExtractor
+"""The ``"embedding"`` extractor (an alias of :class:`TextTilingExtractor`)."""
+
+
+class WindowExtractor:
+    """Fixed windows of ``size`` turns, consecutive windows sharing ``overlap`` turns (``"window"``).
+
+    Windows start every ``size - overlap`` turns; the last one ends at the session's end. A
+    topic's text is its turns rendered as one block with the turn template. No model call.
+
+    Parameters
+    ----------
+    size : int
+        Turns per window (default 4).
+    overlap : int
+        Turns shared by neighbouring windows, ``0 <= overlap < size`` (default 0).
+    template : memkern.template.TurnTemplate or str, optional
+    embedder : ignored
+        Accepted so that every extractor can be built the same way.
+    """
+
+    name = "window"
+
+    def __init__(self, size: int = 4, overlap: int = 0, template: Any = None, embedder: Any = None):
+        from .template import default_template
+
+        self.size = _check_int("size", size, 1)
+        self.overlap = _check_int("overlap", overlap, 0)
+        if self.overlap >= self.size:
+            raise bad_arg("overlap", f"an int in [0, size) = [0, {self.size})", overlap)
+        self.template = default_template(template)
+        self.last_stats: dict[str, Any] = {}
+
+    def windows(self, n: int) -> list[list[int]]:
+        """Turn indices of each window over ``n`` turns."""
+        step = self.size - self.overlap
+        out = []
+        for a in range(0, max(n, 1), step):
+            if a >= n:
+                break
+            out.append(list(range(a, min(a + self.size, n))))
+            if a + self.size >= n:
+                break
+        return out
+
+    def extract_batch(self, sessions: Sequence[Sequence[dict]], seed: int | None = None) -> list[list[Topic]]:
+        sessions = [validate_turns(s, f"sessions[{i}]") for i, s in enumerate(sessions)]
+        self.last_stats = {"seconds": 0.0, "calls": 0, "units": sum(len(s) for s in sessions)}
+        return [[Topic(summary=self.template.render_block([s[i] for i in w]), turns=w, source="window")
+                 for w in self.windows(len(s))] for s in sessions]
+
+    def extract(self, turns: Sequence[dict], seed: int | None = None) -> list[Topic]:
+        return self.extract_batch([turns])[0]
+
+
+EXTRACTORS = ("llm", "embedding", "window", "sentences")
 
 
 def complete_coverage(
@@ -421,10 +663,20 @@ def complete_coverage(
 
 
 def make_extractor(kind: str, chat_model: ChatModel | None = None, embedder: Embedder | None = None,
-                   **kwargs: Any) -> LLMExtractor | EmbeddingExtractor:
-    """Build the extractor named ``kind`` (``"llm"`` or ``"embedding"``)."""
+                   **kwargs: Any) -> LLMExtractor | TextTilingExtractor | WindowExtractor | SentenceExtractor:
+    """Build the extractor named ``kind`` (one of :data:`EXTRACTORS`).
+
+    ``"llm"``: :class:`LLMExtractor` (needs ``chat_model``); ``"embedding"``:
+    :class:`TextTilingExtractor`; ``"window"``: :class:`WindowExtractor` (fixed windows with
+    overlap); ``"sentences"``: :class:`SentenceExtractor` (user sentences clustered by topic).
+    ``kwargs`` go to the class.
+    """
     if kind == "llm":
         return LLMExtractor(chat_model, **kwargs)
     if kind == "embedding":
-        return EmbeddingExtractor(embedder, **kwargs)
-    raise bad_arg("extractor", "'llm' or 'embedding'", kind)
+        return TextTilingExtractor(embedder, **kwargs)
+    if kind == "window":
+        return WindowExtractor(**kwargs)
+    if kind == "sentences":
+        return SentenceExtractor(embedder, **kwargs)
+    raise bad_arg("extractor", f"one of {EXTRACTORS}", kind)

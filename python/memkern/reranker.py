@@ -407,12 +407,14 @@ class Reranker(nn.Module):
         return self.trainer.step(selection, rewards)
 
     # ------------------------------------------------------------------ persistence
-    def _config(self) -> dict:
+    def config(self) -> dict:
+        """The settings this reranker runs with: its own (``dim``, ``top_m``, ``tau``, ``logp``,
+        ``backend``, ``seed``) and its trainer's (:meth:`memkern.trainer.ReinforceTrainer.config`)."""
         return dict(dim=self.dim, top_m=self.top_m, tau=self.tau, logp=self.logp, backend=self.backend,
                     seed=self.seed, **self.trainer.config())
 
     def get_extra_state(self) -> dict:
-        return {"format_version": _FORMAT_VERSION, "config": self._config(), "offset": self._offset,
+        return {"format_version": _FORMAT_VERSION, "config": self.config(), "offset": self._offset,
                 **self.trainer.state()}
 
     def set_extra_state(self, state: dict) -> None:

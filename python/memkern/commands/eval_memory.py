@@ -1,7 +1,9 @@
 """``memkern eval memory EXPERIMENT``: retrieval experiments on generated data or benchmark files.
 
-Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``, ``all``
-(all but ``rmm``). Each run prints a table and writes one JSON per experiment (config, dataset
+Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``,
+``retrieval`` (issue 13: content-only vs templated turns, fixed windows, TextTiling topics,
+turn + alpha * parent, and the default RMM's ``RMM.retrieve``, at 5/10/20-turn budgets), ``all``
+(all but ``rmm`` and ``retrieval``). Each run prints a table and writes one JSON per experiment (config, dataset
 hash, metrics, timings) under ``--out``.
 
 On generated data each ``--seeds`` value generates its own dataset (and seeds the experiment);
@@ -14,6 +16,7 @@ Examples::
     memkern eval memory granularity --data dialogues --users 6 --sessions 20
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
+    memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
     memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds as Ray tasks
 """
 from __future__ import annotations
@@ -36,7 +39,7 @@ def _fraction(text: str) -> float:
         raise C.bad_arg("value", "a finite number > 0.0 and < 1.0", text)
     return v
 
-EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "all")
+EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "retrieval", "all")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -69,12 +72,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--granularities", nargs="+", default=["turn", "session", "mix", "chunk4", "topic-embedding"],
                    choices=("turn", "session", "mix", "chunk4", "topic-embedding", "topic-llm"), metavar="NAME",
                    help="turn session mix chunk4 topic-embedding topic-llm")
-    g.add_argument("--topic-threshold", type=C.finite_float, default=0.3, help="embedding extractor's split threshold")
+    g.add_argument("--topic-threshold", type=C.finite_float, default=0.3,
+                   help="the 'sentences' extractor's similarity threshold")
     g.add_argument("--llm-conversations", type=C.positive_int, default=1, help="conversations given to the LLM extractor")
     g.add_argument("--llm-max-new-tokens", type=C.positive_int, default=160)
     g.add_argument("--alphas", type=C.finite_float, nargs="+", default=[0.0, 0.5, 1.0, 2.0], help="turn-in-topic weights")
     g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"],
                    choices=("chunk4", "session", "topic-embedding"), metavar="NAME", help="chunk4 session topic-embedding")
+    t = p.add_argument_group("retrieval (also uses --alphas > 0)")
+    t.add_argument("--template", default=None,
+                   help="turn template (default '[{date}] {speaker}: {content}'; fields content, speaker, date, role)")
+    t.add_argument("--window", type=C.positive_int, default=4, help="fixed window size (turns)")
+    t.add_argument("--topic-turns", type=C.positive_float, default=4.0, help="TextTiling target topic size (turns)")
+    t.add_argument("--no-rmm", action="store_true", help="skip the rmm-default row (RMM.retrieve on a store)")
     r = p.add_argument_group("reflection / collapse")
     r.add_argument("--k", type=C.positive_int, default=20, help="candidates from the retriever")
     r.add_argument("--top-m", type=C.positive_int, default=5, help="memories selected")
@@ -108,7 +118,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _datasets(args):
-    from ..eval.memory import load_dataset
+    from ..eval.data import load_dataset
 
     if args.longmemeval:
         ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
@@ -124,7 +134,7 @@ def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
     ``--ray`` runs as one Ray task (same function, same arguments: the same result)."""
     import torch
 
-    from ..eval import memory as M
+    from ..eval import collapse, granularity, reflection, rmm_loop, turn_in_topic
 
     torch.set_num_threads(max(1, int(args.threads)))
     progress = not args.quiet and not getattr(args, "ray", False)
@@ -133,15 +143,23 @@ def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
         emb.path = None  # a Ray task's own copy of the embedder: the driver alone writes the cache file
     overrides = {k: v for k, v in (("lr", args.lr), ("optimizer", args.optimizer)) if v is not None}
     if exp == "granularity":
-        r = M.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
-                              llm_conversations=args.llm_conversations,
-                              llm_max_new_tokens=args.llm_max_new_tokens,
-                              max_questions=args.max_questions, progress=progress, seed=seed)
+        r = granularity.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
+                                        llm_conversations=args.llm_conversations,
+                                        llm_max_new_tokens=args.llm_max_new_tokens,
+                                        max_questions=args.max_questions, progress=progress, seed=seed)
     elif exp == "turn-in-topic":
-        r = M.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
-                                max_questions=args.max_questions, progress=progress, seed=seed)
+        r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb,
+                                            topic_threshold=args.topic_threshold,
+                                            max_questions=args.max_questions, progress=progress, seed=seed)
+    elif exp == "retrieval":
+        from ..eval import retrieval
+
+        r = retrieval.run_retrieval(ds, emb=emb, alphas=[a for a in args.alphas if a > 0] or [1.0],
+                                    template=args.template, window=args.window,
+                                    texttiling={"target_turns": args.topic_turns}, rmm=not args.no_rmm,
+                                    max_questions=args.max_questions, progress=progress, seed=seed)
     elif exp == "reflection":
-        r = M.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
+        r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
                              presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
                              passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
                              test_frac=args.test_frac, split=args.split, seeds=[seed],
@@ -149,7 +167,7 @@ def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
                              max_questions=args.max_questions, progress=progress,
                              plot=out / f"reflection{tag}-seed{seed}.png")
     elif exp == "collapse":
-        r = M.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
+        r = collapse.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
                            presets=args.presets or ["default"], steps=args.steps, k=args.k,
                            top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
                            p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
@@ -169,7 +187,7 @@ def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
                   embedding_threshold=args.embedding_threshold, seed=seed)
         if args.decider:
             kw["decider"] = args.decider
-        r = M.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
+        r = rmm_loop.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
                       questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
                       embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
     return r
@@ -179,7 +197,8 @@ def run(args) -> int:
     import torch
 
     from ..errors import MemkernError
-    from ..eval import memory as M
+    from ..eval import report
+    from ..eval.units import CachedEmbedder
 
     torch.set_num_threads(max(1, int(args.threads)))
     log.info("eval memory: torch threads = %d", torch.get_num_threads())
@@ -187,7 +206,7 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = None if args.cache_dir == "none" else args.cache_dir
-    emb = M.CachedEmbedder(cache_dir=cache, progress=progress)
+    emb = CachedEmbedder(cache_dir=cache, progress=progress)
     datasets = _datasets(args)
     for _, ds in datasets[:1]:
         print(ds.summary())
@@ -220,9 +239,9 @@ def run(args) -> int:
             print(f"{exp}: skipped: {e}")
             status = 1
             continue
-        agg = M.aggregate(results)
-        path = M.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
+        agg = report.aggregate(results)
+        path = report.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
         print(f"\n== {exp} ({len(results)} run(s)); result: {path}")
-        print(M.format_aggregate(agg) if len(results) > 1 else M.format_table(results[0]))
+        print(report.format_aggregate(agg) if len(results) > 1 else report.format_table(results[0]))
     emb.flush()
     return status

@@ -82,6 +82,18 @@ ANSWER_EXAMPLE_IN = (
 ANSWER_EXAMPLE_OUT = '{"answer": "Your cat is called Miso.", "citations": [1]}'
 
 
+def _fmt_memory_turn(turn: dict, max_chars: int = 160) -> str:
+    """A remembered turn as the answer prompt shows it: its date and speaker through the turn
+    template (``"[2023-05-08] Caroline: ..."``; the role when there is no speaker), because
+    temporal questions need the date."""
+    from ..template import TurnTemplate, turn_date
+
+    content = " ".join(str(turn.get("content", "")).split())
+    if len(content) > max_chars:
+        content = content[: max_chars - 3] + "..."
+    return TurnTemplate().render(content, turn.get("speaker") or str(turn.get("role", "user")), turn_date(turn))
+
+
 def _fmt_turn(turn: dict, index: int | None = None, max_chars: int = 300) -> str:
     role = str(turn.get("role", "user"))
     content = " ".join(str(turn.get("content", "")).split())
@@ -151,6 +163,7 @@ def answer_messages(
         on long prompts). Raw turns the summary already quotes are not repeated.
     selected_turns : bool
         ``False``: the first ``max_turns_per_memory`` *user* turns of each memory are shown.
+        Remembered turns show their date and speaker (``"[2023-05-08] Caroline: ..."``).
         ``True``: the given turns were chosen by retrieval, so turns of any role are shown (up to
         ``max_turns_per_memory``).
     """
@@ -164,7 +177,7 @@ def answer_messages(
         # Raw turns the summary already quotes (embedding-extractor summaries) would only cost tokens.
         user_turns = [t for t in user_turns if " ".join(str(t.get("content", "")).split())[:40] not in summary]
         for t in user_turns[:max_turns_per_memory]:
-            lines.append("    " + _fmt_turn(t, None, max_turn_chars))
+            lines.append("    " + _fmt_memory_turn(t, max_turn_chars))
     mem_block = "\n".join(lines) if lines else "(no memories)"
     parts = [f"Memories:\n{mem_block}"]
     if session_turns:

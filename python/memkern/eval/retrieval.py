@@ -1,0 +1,218 @@
+"""Retrieval experiment (issue 13): what to embed and which unit to rank, at equal turn budgets.
+
+Every row ranks the turns (or units) of the question's conversation and is scored by evidence
+recall within a budget of 5 / 10 / 20 turns (:func:`memkern.eval.metrics.recall_at_budget`):
+
+- ``turn (content)``: turns embedded as their content only (what the eval did before);
+- ``turn (template)``: turns embedded through the turn template (:mod:`memkern.template`,
+  ``"[{date}] {speaker}: {content}"`` by default);
+- ``window{W}``: fixed ``W``-turn windows (:class:`memkern.extract.WindowExtractor`) as units;
+- ``texttiling``: the ``embedding`` extractor's topics (:class:`memkern.extract.TextTilingExtractor`)
+  as units;
+- ``turn+{a}*window{W}`` / ``turn+{a}*texttiling``: templated turns scored
+  ``cos(q, turn) + a * cos(q, parent)`` with the window / TextTiling topic as parent;
+- ``rmm-default``: what :meth:`memkern.RMM.retrieve` returns for a fresh default
+  :class:`memkern.RMM` (embedding extractor and decider, a real :class:`memkern.MemoryStore`)
+  fed every session through :meth:`memkern.RMM.end_session` with its date, speakers and turn ids.
+
+All rows but ``rmm-default`` use exact cosine (numpy) over the conversation's units; windows,
+topics and the RMM store embed through the same template. Unit rows also report the mean tokens
+per retrieved unit (the top 5), so windows and topics are compared at equal size.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ..data.schema import Conversation, Dataset
+from ..errors import bad_arg
+from .data import by_type, dataset_info, mean, progress_bar, questions_by_conversation
+from .metrics import recall_at_budget
+from .report import ExperimentResult, cell, environment
+from .units import BUDGETS, CachedEmbedder
+
+__all__ = ["run_retrieval", "RetrievalResult", "turn_dicts"]
+
+BASELINE = "turn (content)"
+
+
+@dataclass
+class RetrievalResult(ExperimentResult):
+    """Result of :func:`run_retrieval`.
+
+    ``metrics[row]``: ``recall@Bturns`` per budget, ``delta_recall@Bturns`` (points vs
+    ``turn (content)``, as a fraction), ``questions``, ``by_type``; unit rows add
+    ``tokens_per_unit``, ``turns_per_unit`` and ``units_per_conversation``.
+    """
+
+    experiment: ClassVar[str] = "retrieval"
+
+    @classmethod
+    def format_metrics(cls, metrics: dict[str, Any], config: dict[str, Any]) -> str:
+        budgets = config.get("budgets", list(BUDGETS))
+        cols = [f"recall@{b}turns" for b in budgets] + [f"delta_recall@{b}turns" for b in budgets] + \
+               ["tokens_per_unit", "questions"]
+        heads = [f"R@{b}" for b in budgets] + [f"Δ@{b}" for b in budgets] + ["tok/unit", "questions"]
+        lines = [f"{'row':<24}" + "".join(f"{h:>10}" for h in heads)]
+        for name, v in metrics.items():
+            lines.append(f"{name:<24}" + "".join(cell(v.get(c), 10) for c in cols))
+        return "\n".join(lines)
+
+
+def turn_dicts(conv: Conversation) -> list[list[dict[str, Any]]]:
+    """The conversation's sessions as RMM-style turn dicts (``role``, ``content``, ``speaker``,
+    ``turn_id``, ``date``), one list per session."""
+    return [[{"role": t.role, "content": t.content, "speaker": t.speaker, "turn_id": t.turn_id,
+              "date": t.date if t.date is not None else s.date} for t in s.turns] for s in conv.sessions]
+
+
+def _segments(sessions: list[list[dict]], extractor: Any) -> tuple[list[list[str]], list[str]]:
+    """(turn ids, text) of every topic the extractor makes of the sessions."""
+    ids, texts = [], []
+    for s, tops in zip(sessions, extractor.extract_batch(sessions)):
+        for tp in tops:
+            if tp.turns:
+                ids.append([s[i]["turn_id"] for i in tp.turns])
+                texts.append(tp.summary)
+    return ids, texts
+
+
+def _rank_rows(S: np.ndarray, unit_ids: list[list[str]], questions, budgets, name: str, rows: dict) -> None:
+    order = np.argsort(-S, axis=1, kind="stable")
+    for qi, q in enumerate(questions):
+        ranked = [unit_ids[j] for j in order[qi]]
+        r = {f"recall@{b}turns": recall_at_budget(ranked, q.evidence_turn_ids, b) for b in budgets}
+        r["question_type"] = q.question_type
+        rows.setdefault(name, []).append(r)
+
+
+def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Sequence[float] = (0.5, 1.0, 2.0),
+                  budgets: Sequence[int] = BUDGETS, template: Any = None, window: int = 4,
+                  texttiling: dict[str, Any] | None = None, rmm: bool = True, rmm_kwargs: dict[str, Any] | None = None,
+                  max_questions: int | None = None, progress: bool = False, seed: int = 0) -> RetrievalResult:
+    """Every retrieval configuration of issue 13 at equal turn budgets (see the module doc).
+
+    Parameters
+    ----------
+    ds : Dataset
+    emb : CachedEmbedder, optional
+        Default: the offline MiniLM with the on-disk cache.
+    alphas : sequence of float
+        Parent weights for the two-level rows (each > 0).
+    budgets : sequence of int
+        Turn budgets.
+    template : memkern.template.TurnTemplate or str, optional
+        The turn template (default :data:`memkern.template.DEFAULT_TEMPLATE`).
+    window : int
+        Size of the fixed windows.
+    texttiling : dict, optional
+        Keyword arguments of :class:`memkern.extract.TextTilingExtractor`.
+    rmm : bool
+        Also measure ``rmm-default`` (:meth:`memkern.RMM.retrieve`; a store per conversation).
+    rmm_kwargs : dict, optional
+        Extra :class:`memkern.RMM` arguments for that row (default: none, the defaults).
+    """
+    from ..extract import TextTilingExtractor, WindowExtractor
+    from ..template import PLAIN, default_template
+
+    for a in alphas:
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0:
+            raise bad_arg("alphas", "numbers > 0", a)
+    tpl = default_template(template)
+    emb = emb or CachedEmbedder()
+    t_start = time.perf_counter()
+    convs, skipped = questions_by_conversation(ds, max_questions)
+    win = WindowExtractor(size=window, template=tpl)
+    tiler = TextTilingExtractor(emb, template=tpl, **(texttiling or {}))
+    wname = f"window{window}"
+    rows: dict[str, list[dict[str, Any]]] = {}
+    ustats: dict[str, dict[str, list[float]]] = {}
+    timings: dict[str, float] = {"rmm": 0.0}
+    for c, questions in progress_bar(convs, progress, desc="retrieval", unit="conv"):
+        sessions = turn_dicts(c)
+        flat = [t for s in sessions for t in s]
+        tid = [t["turn_id"] for t in flat]
+        pos = {t: i for i, t in enumerate(tid)}
+        qe = emb.encode([q.question for q in questions], kind="query")
+        e_plain = emb.encode([PLAIN.render_turn(t) for t in flat])
+        e_tpl = emb.encode([tpl.render_turn(t) for t in flat])
+        s_plain, s_tpl = qe @ e_plain.T, qe @ e_tpl.T  # [Q, T]
+        _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
+        _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
+        for name, ex in ((wname, win), ("texttiling", tiler)):
+            ids, texts = _segments(sessions, ex)
+            pe = emb.encode(texts)
+            sp = qe @ pe.T  # [Q, P]
+            _rank_rows(sp, ids, questions, budgets, name, rows)
+            st = ustats.setdefault(name, {"tokens": [], "turns": [], "units": []})
+            st["units"].append(len(ids))
+            top = np.argsort(-sp, axis=1, kind="stable")[:, :5]
+            for j in top.reshape(-1):
+                st["turns"].append(len(ids[j]))
+                st["tokens"].append(emb.count_tokens(texts[j]))
+            parent_of = np.full(len(tid), -1, np.int64)
+            for j, u in enumerate(ids):
+                for t in u:
+                    if parent_of[pos[t]] < 0:
+                        parent_of[pos[t]] = j
+            ps = np.where(parent_of[None, :] >= 0, sp[:, np.maximum(parent_of, 0)], 0.0)
+            for a in alphas:
+                _rank_rows(s_tpl + float(a) * ps, [[t] for t in tid], questions, budgets, f"turn+{a:g}*{name}", rows)
+        if rmm:
+            t0 = time.perf_counter()
+            _rmm_rows(sessions, [s.session_id for s in c.sessions], [s.date for s in c.sessions], questions, emb,
+                      budgets, rmm_kwargs, seed, rows)
+            timings["rmm"] += time.perf_counter() - t0
+    emb.flush()
+    names = [f"recall@{b}turns" for b in budgets]
+    metrics: dict[str, Any] = {}
+    base = {n: mean([r[n] for r in rows.get(BASELINE, [])]) for n in names}
+    for name, rs in rows.items():
+        m = {n: mean([r[n] for r in rs]) for n in names}
+        m |= {f"delta_{n}": m[n] - base[n] for n in names}
+        m["questions"] = len(rs)
+        if name in ustats:
+            m["tokens_per_unit"] = mean(ustats[name]["tokens"])
+            m["turns_per_unit"] = mean(ustats[name]["turns"])
+            m["units_per_conversation"] = mean(ustats[name]["units"])
+        m["by_type"] = by_type(rs, names)
+        metrics[name] = m
+    timings["total"] = time.perf_counter() - t_start
+    config = dict(experiment="retrieval", alphas=list(alphas), budgets=list(budgets), template=tpl.to_dict(),
+                  window=window, texttiling=dict(target_turns=tiler.target_turns, min_turns=tiler.min_turns,
+                                                 max_turns=tiler.max_turns, window=tiler.window),
+                  rmm=bool(rmm), rmm_kwargs=dict(rmm_kwargs or {}), embedder=emb.model_name, seed=seed,
+                  retrieval="exact cosine (numpy); rmm-default: RMM.retrieve on a MemoryStore")
+    return RetrievalResult(config, dataset_info(ds) | {"skipped_no_evidence": skipped}, metrics, timings,
+                           environment())
+
+
+def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[Any], questions, emb: Any,
+              budgets: Sequence[int], rmm_kwargs: dict | None, seed: int, rows: dict) -> None:
+    """``rmm-default``: a fresh default RMM over a real store, fed every session, asked through
+    :meth:`memkern.RMM.retrieve` (greedy: the reranker's best, no sampling) at each budget."""
+    from ..rmm import RMM
+    from ..store import MemoryStore
+
+    with tempfile.TemporaryDirectory() as d:
+        store = MemoryStore(d, dim=int(emb.dim))
+        kw = dict(extractor="embedding", persist=False, seed=seed) | dict(rmm_kwargs or {})
+        comp = {k: kw.pop(k) for k in ("extractor", "decider") if k in kw}
+        r = RMM(store, embedder=emb, **comp, **kw)
+        try:
+            for s, sid, date in zip(sessions, session_ids, dates):
+                r.end_session([{k: v for k, v in t.items() if k != "date"} for t in s], session_id=sid, date=date)
+            for q in questions:
+                row = {"question_type": q.question_type}
+                for b in budgets:
+                    got = r.retrieve(q.question, turns=b, explore=False)
+                    ranked = [[str(t)] for t in got.all_turn_ids]
+                    row[f"recall@{b}turns"] = recall_at_budget(ranked, q.evidence_turn_ids, b)
+                rows.setdefault("rmm-default", []).append(row)
+        finally:
+            r.close()
+            store.close()

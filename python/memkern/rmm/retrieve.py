@@ -1,0 +1,268 @@
+"""RMM's retrieval stage: top-K search (topic or turn+topic), the reranker's choice, the budget.
+
+Topic mode searches topic records. Two-level mode (``retrieval="turn+topic"``) searches
+``4 * top_k`` turn records scored ``sim(q, turn) + alpha * sim(q, its topic)`` and groups them by
+topic (:meth:`RetrieveStage._retrieve_turn_topic`). The reranker then chooses ``top_m`` of the
+``<= top_k`` candidates (:meth:`RetrieveStage._retrieve_and_rerank`), or orders all of them when a
+turn budget is given. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
+shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
+shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
+raw turns), cut to ``turns`` turns in all.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import MemkernValueError, bad_arg
+
+__all__ = ["RetrieveStage", "Retrieval", "turn_key"]
+
+
+def turn_key(turn: dict) -> Any:
+    """The id a caller knows a turn by: its ``turn_id`` when it carried one, else
+    ``"{session_id}#{turn_index}"`` (the keys :meth:`memkern.RMM.end_session` adds)."""
+    if isinstance(turn, dict):
+        if turn.get("turn_id") is not None:
+            return turn["turn_id"]
+        return f"{turn.get('session_id')}#{turn.get('turn_index')}"
+    return None
+
+
+@dataclass
+class Retrieval:
+    """What :meth:`memkern.RMM.respond` would show the model for a query (:meth:`RMM.retrieve`).
+
+    Attributes
+    ----------
+    query : str
+    memory_ids : list[int]
+        Store ids of the chosen memories, in prompt order.
+    memories : list[dict]
+        Aligned with ``memory_ids``: ``{"id", "summary", "turns"}`` with the turn dicts shown
+        (conversation order).
+    turn_ids : list[list]
+        Aligned with ``memory_ids``: :func:`turn_key` of each shown turn (the caller's
+        ``turn_id`` where the turn carried one).
+    record_ids : list[list[int]]
+        Aligned with ``memory_ids``: the turn-record ids shown (two-level memory; empty lists in
+        topic mode).
+    budget : int or None
+        The turn budget asked for (``None``: ``top_m`` memories, as :meth:`RMM.respond`).
+    timings : dict[str, float]
+        Seconds: ``embed``, ``retrieve``, ``rerank``, ``total``.
+    """
+
+    query: str
+    memory_ids: list[int]
+    memories: list[dict]
+    turn_ids: list[list[Any]]
+    record_ids: list[list[int]]
+    budget: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def all_turn_ids(self) -> list[Any]:
+        """Every shown turn's id, memory by memory (prompt order)."""
+        return [t for ids in self.turn_ids for t in ids]
+
+    @property
+    def n_turns(self) -> int:
+        """Turns shown in all (``<= budget`` when a budget was given)."""
+        return sum(len(ids) for ids in self.turn_ids)
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` (float32 ``[..., d]``) scaled to unit length (zero rows stay ~0)."""
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _turn_order(turn_record: Any) -> int:
+    """A turn record's position in its topic's turn list (old sessions first: conversation order)."""
+    pos = (turn_record.meta or {}).get("turn_position", 0)
+    return int(pos) if isinstance(pos, int) else 0
+
+
+class RetrieveStage:
+    """Retrieval + rerank of :class:`memkern.RMM` (a mixin: it uses the RMM's ``store``,
+    ``namespace``, ``config`` fields and ``reranker``)."""
+
+    @property
+    def two_level(self) -> bool:
+        """Whether this RMM runs two-level memory (``retrieval="turn+topic"``)."""
+        return self.retrieval == "turn+topic"
+
+    def _retrieve_turn_topic(self, q: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
+        """Turn+topic search, grouped by topic.
+
+        Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
+        them best first: the first ``top_k`` distinct topics become the candidates (in order of
+        their best turn), each keeping its retrieved turns best first (the shown ones are cut to
+        ``turns_per_memory`` in :meth:`_shown_memories`).
+
+        Returns
+        -------
+        ids : int64 [n]
+            Candidate topic ids, ``n <= top_k``.
+        groups : dict
+            ``topic id -> (topic record, [turn records, best first], best turn+topic score)``.
+        """
+        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        if self.store.count(self.namespace, level="turn") == 0:
+            return np.zeros(0, np.int64), groups
+        tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
+        tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
+        keep = tids >= 0
+        pairs = self.store.turns_with_topics(tids[keep])
+        for (turn, topic), s in zip(pairs, scores[keep]):
+            g = groups.get(int(topic.id))
+            if g is None:
+                if len(groups) >= self.top_k:
+                    continue
+                groups[int(topic.id)] = g = (topic, [], float(s), [])
+            g[1].append(turn)
+            g[3].append(float(s))
+        return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
+
+    def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
+                             explore: bool | None = None):
+        """Top-K search then top-M selection (``order_all``: every candidate, in the reranker's order).
+
+        Returns (candidate ids, candidates, selected ids, selection, groups); ``groups`` is the
+        turn+topic grouping of :meth:`_retrieve_turn_topic` (empty in topic mode). ``explore``
+        (default ``config.explore``): sample (Gumbel-top-M) rather than take the best scores.
+        """
+        import torch
+
+        t0 = time.perf_counter()
+        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        if self.store.count(self.namespace) == 0:
+            timings["retrieve"] = time.perf_counter() - t0
+            timings["rerank"] = 0.0
+            return np.zeros(0, np.int64), None, np.zeros(0, np.int64), None, groups
+        if self.two_level and self.store.count(self.namespace, level="turn") > 0:
+            ids, groups = self._retrieve_turn_topic(q)
+        else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
+            ids, _ = self.store.search(self.namespace, q, k=self.top_k)
+            ids = np.asarray(ids).reshape(-1)
+            ids = ids[ids >= 0].astype(np.int64)
+        emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
+        if groups and len(ids):
+            # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
+            # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
+            best = np.asarray(self.store.embeddings([int(groups[int(i)][1][0].id) for i in ids]), dtype=np.float32)
+            emb = best + np.float32(self.alpha) * emb
+        timings["retrieve"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n = len(ids)
+        m = n if order_all else self.top_m
+        explore = self.explore if explore is None else bool(explore)
+        if n <= 1 or (n <= m and not order_all):
+            # Nothing to choose: every candidate is shown, the reranker neither samples nor learns.
+            timings["rerank"] = time.perf_counter() - t0
+            return ids, emb, ids, None, groups
+        cand = torch.zeros(1, self.top_k, self.store.dim, dtype=torch.float32)
+        cand[0, :n] = torch.from_numpy(emb)
+        mask = torch.zeros(1, self.top_k, dtype=torch.bool)
+        mask[0, :n] = True
+        sel = self.reranker.select(torch.from_numpy(q), cand, mask=mask, seed=self.seed + self.n_responses,
+                                   greedy=not explore, m=m)
+        picks = [int(i) for i in sel.indices[0].tolist() if int(i) >= 0 or not order_all]
+        bad = [i for i in picks if not 0 <= i < n]
+        if bad:
+            raise MemkernValueError(f"reranker.select: expected indices of unmasked candidates in [0, {n}), got {picks}")
+        timings["rerank"] = time.perf_counter() - t0
+        return ids, emb, ids[picks], sel, groups
+
+    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, tuple[Any, list[Any], float]],
+                        budget: int | None = None):
+        """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
+        shown turn keys)``, cut to ``budget`` turns in all.
+
+        Two-level: each chosen topic's summary with only its best retrieved turns (at most
+        ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
+        by score among the first ``budget`` memories. Topic mode: each record's summary with its
+        raw turns (with a budget, memories in order until it is spent, the last one cut).
+        Memories are ``{"id", "summary", "turns"}``.
+        """
+        memories, shown, keys = [], [], []
+        left = budget
+        if budget is not None and groups:
+            # A budget of N turns: the best N retrieved turns (turn+topic score, at most
+            # turns_per_memory per memory) among the first N memories in the reranker's order; a
+            # fresh reranker keeps the retriever's order, so these are the N best turns.
+            cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
+                           for k, sc in enumerate(groups[int(i)][3][: self.turns_per_memory])), key=lambda x: -x[0])
+            take: dict[int, list[int]] = {}
+            for sc, k, i in cand[:budget]:
+                take.setdefault(i, []).append(k)
+            for i in m_sel:
+                if int(i) not in take:
+                    continue
+                trs = sorted([groups[int(i)][1][k] for k in take[int(i)]], key=_turn_order)
+                turns = [t.turn for t in trs]
+                memories.append({"id": int(i), "summary": groups[int(i)][0].summary, "turns": turns})
+                shown.append([int(t.id) for t in trs])
+                keys.append([turn_key(t) for t in turns])
+            return memories, shown, keys
+        for i in m_sel:
+            if left is not None and left <= 0:
+                break
+            if int(i) in groups:
+                topic, trs = groups[int(i)][0], list(groups[int(i)][1][: self.turns_per_memory])
+                if left is not None:
+                    trs = trs[:left]
+                trs = sorted(trs, key=_turn_order)
+                turns, rec = [t.turn for t in trs], [int(t.id) for t in trs]
+                summary = topic.summary
+            else:
+                r = self.store.get(int(i))
+                turns = list(r.turns or [])
+                if left is not None:
+                    turns = turns[:left]
+                rec, summary = [], r.summary
+            memories.append({"id": int(i), "summary": summary, "turns": turns})
+            shown.append(rec)
+            keys.append([turn_key(t) for t in turns])
+            if left is not None:
+                left -= len(turns)
+        return memories, shown, keys
+
+    def retrieve(self, query: str, turns: int | None = None, *, explore: bool | None = None) -> Retrieval:
+        """What :meth:`respond` would show the model for ``query``, without calling the model.
+
+        The query is embedded (``kind="query"``), the store searched and the reranker consulted
+        exactly as in :meth:`respond` (the reranker does not learn here). ``turns=None`` gives
+        the ``top_m`` memories :meth:`respond` shows; ``turns=N`` takes memories in the
+        reranker's order until ``N`` turns are shown (the last memory cut to its best turns).
+
+        Parameters
+        ----------
+        query : str
+        turns : int, optional
+            Turn budget (>= 1).
+        explore : bool, optional
+            Sample the reranker's choice (``True``) or take its best scores (``False``); default
+            ``config.explore`` (with ``seed + responses so far``, as :meth:`respond` would).
+
+        Returns
+        -------
+        Retrieval
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise bad_arg("query", "a non-empty str", query)
+        if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
+            raise bad_arg("turns", "None or an int >= 1", turns)
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        q = self._embed([query], kind="query")
+        timings["embed"] = time.perf_counter() - t0
+        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore)
+        memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
+        timings["total"] = sum(timings.values())
+        return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,
+                         None if turns is None else int(turns), timings)
