@@ -355,7 +355,7 @@ CATALOGUE: list[Mutant] = [
            "a plugged-in decider is not given the RMM's seed (the one decide_batch signature is not used)",
            T_PROTOCOLS),
     Mutant("rmm-custom-decider-ignored", "protocols", "python/memkern/rmm/core.py",
-           'custom_decider, decider = _component("decider", decider, Decider)',
+           'custom_decider, decider = _component("decider", decider, Decider, DECIDERS)',
            'custom_decider, decider = None, (decider if isinstance(decider, str) else "embedding")',
            "a Decider object passed to RMM is not used", T_PROTOCOLS),
     Mutant("protocols-turnstore-not-required", "protocols", "python/memkern/rmm/core.py",
