@@ -51,11 +51,21 @@ class IngestReport:
     duplicates: int = 0          # sessions a shard refused at write time (already held)
     records: int = 0             # topic records written now
     seconds: float = 0.0
+    first_batch_s: float = 0.0   # start -> first batch written (loading, actor start-up, model load)
+    first_batch_sessions: int = 0
     per_shard: dict[int, int] = field(default_factory=dict)   # sessions written per shard
 
     @property
     def sessions_per_s(self) -> float:
+        """Sessions processed per second, start-up included."""
         return (self.written + self.duplicates) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def steady_sessions_per_s(self) -> float:
+        """Sessions per second after the first batch (start-up and model loading excluded)."""
+        n = self.written + self.duplicates - self.first_batch_sessions
+        dt = self.seconds - self.first_batch_s
+        return n / dt if n > 0 and dt > 0 else 0.0
 
 
 def load_sessions_any(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -226,6 +236,9 @@ def ingest(store: Any, source: str | os.PathLike | list[dict], *, namespace: str
                 report.written += len(written)
                 report.records += sum(len(ids) for _, _, ids in written)
             n_items = len(items)
+            if not report.first_batch_s:
+                report.first_batch_s = time.perf_counter() - t0
+                report.first_batch_sessions = n_items
             report.duplicates += n_items - sum(len(w) for w in res.values())
             if bar is not None:
                 bar.update(n_items)
