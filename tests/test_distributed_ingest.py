@@ -117,3 +117,27 @@ def test_bad_arguments(ray, tmp_path):
         dup = [{"session_id": "a", "turns": [{"role": "user", "content": "x"}]}] * 2
         with pytest.raises(MemkernValueError, match="unique session ids"):
             ingest(store, dup, progress=False)
+
+
+def test_sources_jsonl_and_locomo(tmp_path):
+    """The pipeline's reader: JSONL (one session per line, validated) and the benchmark layouts
+    through memkern.data's loaders (LoCoMo sessions keep their sample in the id)."""
+    from test_locomo import _sample
+
+    from memkern.data.schema import DatasetFormatError
+    from memkern.distributed.ingest import load_sessions_any
+
+    loco = tmp_path / "locomo.json"
+    loco.write_text(json.dumps([_sample("conv-7")]))
+    ss = load_sessions_any(loco)
+    assert [s["session_id"] for s in ss] == ["conv-7:session_1", "conv-7:session_2"]
+    assert all(t["content"] for s in ss for t in s["turns"])
+    good = tmp_path / "a.jsonl"
+    good.write_text(json.dumps({"session_id": "x", "turns": [{"role": "user", "content": "hi"}]}) + "\n\n"
+                    + json.dumps([{"content": "bare list"}]) + "\n")
+    got = load_sessions_any(good)
+    assert [s["session_id"] for s in got] == ["x", "s2"] and got[1]["turns"][0]["role"] == "user"
+    bad = tmp_path / "b.jsonl"
+    bad.write_text(json.dumps({"session_id": "x", "turns": []}) + "\n{not json\n")
+    with pytest.raises(DatasetFormatError, match="line 2"):
+        load_sessions_any(bad)
