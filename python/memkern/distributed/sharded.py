@@ -708,6 +708,8 @@ class ShardedStore:
             if mv["state"] == "pending":
                 items = self._get(self._actors[src].export_namespace.remote(ns), src, True)
                 created = self._get(self._actors[dst].import_namespace.remote(ns, items), dst, True)
+                if getattr(self, "_crash_after_copy", False):
+                    raise RuntimeError("rebalance: simulated crash after a copy (test hook _crash_after_copy)")
                 o, n = [], []
                 for it, (tid, kids) in zip(items, created):
                     o.append(_to_global(src, it["id"]))
