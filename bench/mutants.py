@@ -46,6 +46,9 @@ T_SHARDED = ("tests/test_distributed.py",)
 T_INGEST = ("tests/test_distributed_ingest.py",)
 T_DPTRAIN = ("tests/test_distributed_train.py",)
 T_RAYEVAL = ("tests/test_distributed_eval.py",)
+T_TEMPLATE = ("tests/test_template.py", "tests/test_rmm_retrieve.py")
+T_TILING = ("tests/test_extract.py",)
+T_RETRIEVE = ("tests/test_rmm_retrieve.py", "tests/test_rmm_turns.py")
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -412,4 +415,49 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    # ---------------------------------------------------------------- retrieval (issue 13: template, TextTiling, RMM.retrieve)
+    Mutant("template-missing-field-kept", "retrieval", "python/memkern/template.py",
+           "            elif values[name]:\n",
+           "            else:\n                out.append(pre + (values[name] or '') + suf)\n                continue\n",
+           "a missing speaker / date leaves its punctuation behind ('[] : text')", T_TEMPLATE),
+    Mutant("template-date-not-normalised", "retrieval", "python/memkern/template.py",
+           "                return d.strftime(self.date_format)",
+           "                return str(value)",
+           "recognised dates are not rewritten with date_format", T_TEMPLATE),
+    Mutant("rmm-turns-embedded-content-only", "retrieval", "python/memkern/rmm/reflect.py",
+           "turn_embs = self._embed(self.turn_template.render_turns(turns)) if self.two_level and turns else None",
+           'turn_embs = self._embed([str(t["content"]) for t in turns]) if self.two_level and turns else None',
+           "turn records are embedded without the speaker and date", T_TEMPLATE),
+    Mutant("tiling-window-ignored", "retrieval", "python/memkern/extract.py",
+           "    left = c[g] - c[np.maximum(g - window, 0)]",
+           "    left = c[g] - c[np.maximum(g - 1, 0)]",
+           "the block comparison uses one turn on the left whatever the window", T_TILING),
+    Mutant("tiling-depth-one-side", "retrieval", "python/memkern/extract.py",
+           "        depth[g] = (lp - sim[g]) + (rp - sim[g])",
+           "        depth[g] = lp - sim[g]",
+           "the depth score ignores the peak on the right of a gap", T_TILING),
+    Mutant("tiling-min-size-ignored", "retrieval", "python/memkern/extract.py",
+           "        if b - edges[k - 1] >= min_turns and edges[k] - b >= min_turns:",
+           "        if True:",
+           "topic boundaries may leave segments shorter than min_turns", T_TILING),
+    Mutant("tiling-max-size-ignored", "retrieval", "python/memkern/extract.py",
+           "            if z - a <= max_turns:",
+           "            if True:",
+           "segments longer than max_turns are not cut", T_TILING),
+    Mutant("retrieve-budget-off-by-one", "retrieval", "python/memkern/rmm/retrieve.py",
+           "            for sc, k, i in cand[:budget]:",
+           "            for sc, k, i in cand[:budget + 1]:",
+           "RMM.retrieve shows one turn more than the budget", T_RETRIEVE),
+    Mutant("retrieve-budget-worst-turns", "retrieval", "python/memkern/rmm/retrieve.py",
+           "for k, sc in enumerate(groups[int(i)][3][: self.turns_per_memory])), key=lambda x: -x[0])",
+           "for k, sc in enumerate(groups[int(i)][3][: self.turns_per_memory])), key=lambda x: x[0])",
+           "a turn budget keeps the lowest-scored retrieved turns", T_RETRIEVE),
+    Mutant("retrieve-ignores-caller-turn-id", "retrieval", "python/memkern/rmm/retrieve.py",
+           '        if turn.get("turn_id") is not None:\n            return turn["turn_id"]\n',
+           "",
+           "RMM.retrieve returns session#index ids although the caller gave turn_ids", T_RETRIEVE),
+    Mutant("rmm-default-decider-merges-stretches", "retrieval", "python/memkern/rmm/core.py",
+           'decider = {"embedding": "add", "window": "add", "sentences": "embedding"}.get(extractor, "llm")',
+           'decider = {"embedding": "embedding", "window": "embedding", "sentences": "embedding"}.get(extractor, "llm")',
+           "the default two-level memory merges / invalidates dialogue stretches (evidence lost)", T_RETRIEVE),
 ]

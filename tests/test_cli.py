@@ -107,15 +107,15 @@ def test_ingest_ask_inspect_forget(tmp_path, fake_models, capsys):
 
 
 def test_turn_topic_retrieval_flags(tmp_path, fake_models, capsys):
-    """--retrieval turn+topic: ingest stores turn records; ask on a topic-mode bank indexes its
-    turns once, then answers from turn+topic retrieval."""
+    """--retrieval turn+topic (and the default, auto): ingest stores turn records; ask on a
+    topic-mode bank indexes its turns once, then answers from turn+topic retrieval."""
     from memkern.store import MemoryStore
 
     store = tmp_path / "store"
     f = _sessions_file(tmp_path, "bundled")
     common = ["--store", str(store), "--extractor", "embedding", "--no-progress"]
     assert main(["ingest", str(f), "-n", "two", "--retrieval", "turn+topic", *common]) == 0
-    assert main(["ingest", str(f), "-n", "one", *common]) == 0
+    assert main(["ingest", str(f), "-n", "one", "--retrieval", "topic", *common]) == 0
     capsys.readouterr()
     with MemoryStore(str(store)) as s:
         assert s.count("two", level="turn") > 0

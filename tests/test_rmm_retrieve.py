@@ -126,3 +126,14 @@ def test_retrieve_validation(tmp_path):
     with pytest.raises(MemkernValueError, match="template"):
         RMM(MemoryStore(tmp_path / "t", dim=DIM, metric="cos"), template="{speaker} only")
     assert TurnTemplate(rmm.config.template).render("x", "Ann", "2023-05-08") == "[2023-05-08] Ann: x"
+
+
+def test_append_decider_keeps_every_stretch():
+    from memkern.update import AppendDecider, Candidate
+
+    d = AppendDecider()
+    out = d.decide_batch([("a b", []), ("a b", [Candidate(3, "a b", 1.0)]), ("a b c", [Candidate(3, "a b", 0.99)]),
+                          ("a b", [Candidate(3, "a  b!", 0.9995)])])
+    assert [x.action for x in out] == ["ADD", "NOOP", "ADD", "ADD"] and out[1].target == 0
+    with pytest.raises(MemkernValueError, match="noop_threshold"):
+        AppendDecider(noop_threshold=2.0)

@@ -43,6 +43,14 @@ def _arg_type(fn):
 
 
 @_arg_type
+def turn_template(text: str) -> str:
+    """A turn template pattern (:class:`memkern.template.TurnTemplate`), checked when parsed."""
+    from ..template import TurnTemplate
+
+    return TurnTemplate(text).template
+
+
+@_arg_type
 def namespace_name(text: str) -> str:
     """A namespace name (:func:`memkern.paths.check_namespace`: the one check of namespace names)."""
     return check_namespace(text, "value")
@@ -120,16 +128,21 @@ def add_model_args(p) -> None:
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: half the cores, 1 to 4; small models on busy "
                         "machines run much faster with few threads)")
-    p.add_argument("--retrieval", choices=("topic", "turn+topic"), default="topic",
-                   help="memory unit retrieved: topics (the paper's) or turns scored with their topic "
-                        "(two-level memory; stores every turn as its own record)")
+    p.add_argument("--retrieval", choices=("auto", "topic", "turn+topic"), default="auto",
+                   help="memory unit retrieved: 'auto' (default: turns scored with their topic, two-level "
+                        "memory, on the MemoryStore), 'topic' (the paper's) or 'turn+topic'")
     p.add_argument("--alpha", type=finite_float, default=1.0,
-                   help="weight of the topic score in --retrieval turn+topic (default 1.0)")
+                   help="weight of the topic score in two-level retrieval (default 1.0)")
+    p.add_argument("--template", default=None, type=turn_template,
+                   help="turn template: how turns are embedded and shown (default '[{date}] {speaker}: {content}')")
 
 
 def rmm_retrieval_kwargs(args) -> dict:
-    """The RMM keyword arguments chosen by --retrieval / --alpha."""
-    return {"retrieval": args.retrieval, "alpha": args.alpha}
+    """The RMM keyword arguments chosen by --retrieval / --alpha / --template."""
+    kw = {"retrieval": args.retrieval, "alpha": args.alpha}
+    if getattr(args, "template", None) is not None:
+        kw["template"] = args.template
+    return kw
 
 
 def store_path(args) -> Path:

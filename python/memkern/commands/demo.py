@@ -21,7 +21,7 @@ log = logging.getLogger("memkern")
 def configure(p: argparse.ArgumentParser) -> None:
     C.add_store_args(p, namespace="demo")
     C.add_model_args(p)
-    p.add_argument("--extractor", choices=("llm", "embedding"), default="embedding",
+    p.add_argument("--extractor", choices=("llm", "embedding", "window", "sentences"), default="embedding",
                    help="how memories are built: 'embedding' (default: LLM-free topic segmentation and "
                         "update decisions by similarity; fast and deterministic) or 'llm' (the paper's way: "
                         "the chat model extracts topics and decides updates; slow on CPU, and the 135M "

@@ -80,7 +80,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--parents", nargs="+", default=["chunk4", "topic-embedding"],
                    choices=("chunk4", "session", "topic-embedding"), metavar="NAME", help="chunk4 session topic-embedding")
     t = p.add_argument_group("retrieval (also uses --alphas > 0)")
-    t.add_argument("--template", default=None,
+    t.add_argument("--template", default=None, type=C.turn_template,
                    help="turn template (default '[{date}] {speaker}: {content}'; fields content, speaker, date, role)")
     t.add_argument("--window", type=C.positive_int, default=4, help="fixed window size (turns)")
     t.add_argument("--topic-turns", type=C.positive_float, default=4.0, help="TextTiling target topic size (turns)")
@@ -105,8 +105,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     m.add_argument("--rmm-conversations", type=C.positive_int, default=1)
     m.add_argument("--rmm-sessions", type=C.positive_int, default=4)
     m.add_argument("--rmm-questions", type=C.positive_int, default=3)
-    m.add_argument("--extractor", choices=["llm", "embedding"], default="llm")
-    m.add_argument("--decider", choices=["llm", "embedding"], default=None, help="default: same as --extractor")
+    m.add_argument("--extractor", choices=["llm", "embedding", "window", "sentences"], default="llm")
+    m.add_argument("--decider", choices=["llm", "embedding", "add"], default=None,
+                   help="default: llm for the llm extractor, add for embedding/window, embedding for sentences")
     m.add_argument("--chat-model", default=None, help="local model folder (default: the offline SmolLM2)")
     m.add_argument("--rmm-top-k", type=C.positive_int, default=20)
     m.add_argument("--rmm-top-m", type=C.positive_int, default=5)

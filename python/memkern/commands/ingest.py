@@ -43,7 +43,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", type=C.input_file, help="JSON file of sessions")
     C.add_store_args(p)
     C.add_model_args(p)
-    p.add_argument("--extractor", choices=("llm", "embedding"), default="embedding",
+    p.add_argument("--extractor", choices=("llm", "embedding", "window", "sentences"), default="embedding",
                    help="how memories are built: 'embedding' (default: LLM-free topic segmentation and "
                         "similarity-based updates; fast) or 'llm' (the paper's way: the chat model extracts "
                         "topics and decides updates; slow on CPU, best with --chat-model BIGGER_MODEL)")
