@@ -111,6 +111,12 @@ def test_reopen_keeps_layout_and_refuses_other_counts(ray, tmp_path):
         assert sh.get(ids["b"][4]).summary == "b memory 4"
     with pytest.raises(MemkernValueError, match="rebalance"):
         ShardedStore(tmp_path, shards=3)
+    # the shards' store options are checked in the caller, before anything is written
+    with pytest.raises(MemkernValueError, match="fsync"):
+        ShardedStore(tmp_path / "new", dim=D, shards=2, fsync="sometimes")
+    with pytest.raises(TypeError, match="colour"):
+        ShardedStore(tmp_path / "new", dim=D, shards=2, colour="red")
+    assert not (tmp_path / "new").exists()
     # each shard directory is a plain MemoryStore holding exactly its routed namespaces
     from memkern.distributed.sharded import shard_of
 

@@ -276,6 +276,7 @@ class ShardedStore:
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
             raise bad_arg("max_restarts", "an int >= -1", max_restarts)
         self._closed = True
+        _check_store_options(store_options)
         self._path = Path(path)
         self._path.mkdir(parents=True, exist_ok=True)
         man = self._path / "manifest.json"
@@ -365,25 +366,8 @@ class ShardedStore:
                 time.sleep(0.05)
 
     def _fan(self, kind: str, per_shard: dict[int, tuple[str, tuple, dict]]) -> dict[int, Any]:
-        """One call per shard, all in flight at once; results by shard (reads retried)."""
-        self._check_open()
-        out: dict[int, Any] = {}
-        pending = dict(per_shard)
-        deadline = time.monotonic() + 120.0
-        while pending:
-            refs = {s: getattr(self._actors[s], kind).remote(n, a, k) for s, (n, a, k) in pending.items()}
-            retry = {}
-            for s, ref in refs.items():
-                try:
-                    out[s] = self._get(ref, s, kind == "write")
-                except _Retry:
-                    retry[s] = pending[s]
-            pending = retry
-            if pending:
-                if time.monotonic() > deadline:
-                    raise ShardUnavailableError(f"shards {sorted(pending)}: did not come back within 120 s")
-                time.sleep(0.05)
-        return out
+        """One ``read``/``write`` dispatch per shard, all in flight at once; results by shard."""
+        return self._fan_method(kind, {s: (n, a, k) for s, (n, a, k) in per_shard.items()}, write=kind == "write")
 
     def _shard_of_id(self, id: Any, name: str = "id") -> tuple[int, int]:
         from ..store import _check_id
@@ -750,6 +734,25 @@ class ShardedStore:
 
 class _Retry(Exception):
     pass
+
+
+def _check_store_options(options: dict) -> None:
+    """Validate the shards' MemoryStore options in the caller (a bad value raises the store's own
+    error naming it, before any manifest or actor exists): open and close a throwaway store."""
+    import tempfile
+
+    from ..store import MemoryStore
+
+    for k in ("path", "dim", "metric"):
+        if k in options:
+            raise bad_arg("store_options", "MemoryStore options other than path/dim/metric", k)
+    with tempfile.TemporaryDirectory(prefix="memkern-sharded-check-") as d:
+        try:
+            MemoryStore(d, dim=1, **options).close()
+        except TypeError as e:
+            if isinstance(e, MemkernError):
+                raise
+            raise MemkernTypeError(f"store_options: {e}") from None
 
 
 def _np(x: Any) -> Any:
