@@ -52,7 +52,7 @@ def test_run_jobs_keeps_order_and_errors(ray):
 
     out = run_jobs(mean_std, [([1.0, 2.0, 3.0],), ([5.0],), ([2.0, 2.0],)])
     assert out == [mean_std([1.0, 2.0, 3.0]), mean_std([5.0]), mean_std([2.0, 2.0])]
-    from memkern.eval.memory import load_dataset
+    from memkern.eval.data import load_dataset
 
     got = run_jobs(load_dataset, [("nope",), ("generated",)], shared={"users": 1, "sessions": 4},
                    return_exceptions=True)
