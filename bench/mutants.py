@@ -45,6 +45,10 @@ T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
 T_CPP = ("tests/test_cpp_unit.py",)
 T_LEXICAL = ("tests/test_lexical.py", "tests/test_store_lexical.py")
 T_FILTERS = ("tests/test_store_filters.py",)
+T_SHARDED = ("tests/test_distributed.py",)
+T_INGEST = ("tests/test_distributed_ingest.py",)
+T_DPTRAIN = ("tests/test_distributed_train.py",)
+T_RAYEVAL = ("tests/test_distributed_eval.py",)
 T_TEMPLATE = ("tests/test_template.py", "tests/test_rmm_retrieve.py")
 T_TILING = ("tests/test_extract.py",)
 T_RETRIEVE = ("tests/test_rmm_retrieve.py", "tests/test_rmm_turns.py")
@@ -167,8 +171,8 @@ CATALOGUE: list[Mutant] = [
            "a path resolving outside the store folder (through a link) is accepted", T_PATHS),
     # ---------------------------------------------------------------- trainer safety mechanisms
     Mutant("trainer-var-n-minus-1", "trainer", "python/memkern/trainer.py",
-           "var = torch.where(slot, adv - mu, zero).square().sum() / n_slot1",
-           "var = torch.where(slot, adv - mu, zero).square().sum() / (n_slot1 - 1).clamp_min(1)",
+           "            var = sq / n_slot1\n",
+           "            var = sq / (n_slot1 - 1).clamp_min(1)\n",
            "advantage normalisation divides the variance by n - 1", T_TRAINER),
     Mutant("trainer-no-normalisation", "trainer", "python/memkern/trainer.py",
            "adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)",
@@ -368,6 +372,51 @@ CATALOGUE: list[Mutant] = [
            'if self._retrieval == "turn+topic" and not isinstance(store, TurnStore):',
            'if self._retrieval == "turn+topic" and not isinstance(store, Store):',
            "retrieval='turn+topic' accepts a store without two-level memory", T_PROTOCOLS),
+    # ---------------------------------------------------------------- scale-out on Ray (memkern.distributed)
+    Mutant("sharded-route-python-hash", "distributed", "python/memkern/distributed/sharded.py",
+           'return int.from_bytes(h, "little") % shards',
+           'return hash(namespace) % shards',
+           "namespaces routed by Python's salted hash(): another process routes them elsewhere", T_SHARDED),
+    Mutant("sharded-id-drops-shard", "distributed", "python/memkern/distributed/sharded.py",
+           "    return (shard << ID_SHIFT) | local\n",
+           "    return local\n",
+           "global ids lose their shard bits: ids collide across shards and route to the wrong one", T_SHARDED),
+    Mutant("sharded-rebalance-keeps-source", "distributed", "python/memkern/distributed/sharded.py",
+           "                self._get(self._actors[src].drop_namespace.remote(ns), src, True)\n",
+           "                pass\n",
+           "a rebalance copies a namespace but leaves the old copy on its source shard", T_SHARDED),
+    Mutant("sharded-restart-elsewhere", "distributed", "python/memkern/distributed/sharded.py",
+           "        self.store = MemoryStore(directory, dim=dim, metric=metric, **options)\n",
+           "        self.store = MemoryStore(f\"{directory}-{os.getpid()}\", dim=dim, metric=metric, **options)\n",
+           "a restarted shard actor opens a fresh directory instead of replaying its own log", T_SHARDED),
+    Mutant("sharded-rebalance-copy-twice", "distributed", "python/memkern/distributed/sharded.py",
+           "        self.drop_namespace(ns)\n        if not items:\n",
+           "        if not items:\n",
+           "a resumed move adds its namespace again on top of the copy an interrupted run left", T_SHARDED),
+    Mutant("ingest-shard-ledger-ignored", "distributed", "python/memkern/distributed/sharded.py",
+           "            if (ns, sid) in done:  # already written (an earlier run, or twice in this run)\n",
+           "            if False:\n",
+           "a shard writes a session it already holds (the write-time idempotency check is gone)", T_INGEST),
+    Mutant("ingest-no-skip-before-embedding", "distributed", "python/memkern/distributed/ingest.py",
+           'todo = [r for r in rows if (r["namespace"], r["session_id"]) not in held]',
+           'todo = list(rows)',
+           "a rerun re-extracts and re-embeds sessions the store already holds", T_INGEST),
+    Mutant("dp-grad-sum-not-mean", "distributed", "python/memkern/trainer.py",
+           "grads[0].copy_(torch.where(finite, g0 / total, zero))",
+           "grads[0].copy_(torch.where(finite, g0 / w, zero))",
+           "data-parallel dWq is the row-weighted sum over workers divided by the local rows, not the mean", T_DPTRAIN),
+    Mutant("dp-grad-unweighted", "distributed", "python/memkern/trainer.py",
+           "w = torch.tensor(float(Bn), dtype=grads[0].dtype, device=grads[0].device)",
+           "w = torch.tensor(1.0, dtype=grads[0].dtype, device=grads[0].device)",
+           "workers' gradients averaged without weighting by their rows (unequal shares differ)", T_DPTRAIN),
+    Mutant("dp-baseline-local", "distributed", "python/memkern/trainer.py",
+           "            n_slot, r_sum = red([n_slot.to(Rm.dtype), r_sum])\n",
+           "            n_slot, r_sum = n_slot.to(Rm.dtype), r_sum\n",
+           "the batch-mean baseline uses each worker's own rows, not the whole batch's", T_DPTRAIN),
+    Mutant("ray-jobs-out-of-order", "distributed", "python/memkern/distributed/evaluate.py",
+           "    for r in refs:\n",
+           "    for r in reversed(refs):\n",
+           "Ray evaluation jobs' results come back in the wrong order (seeds swapped)", T_RAYEVAL),
     # ---------------------------------------------------------------- namespace isolation (C++)
     Mutant("store-ids-ignore-namespace", "isolation", "csrc/store/query.cpp",
            "if (r.ns == it->second && r.level == level && (include_invalidated || r.status == Status::Active))",

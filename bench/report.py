@@ -247,6 +247,7 @@ SECTIONS = (
     "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
     "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
     "retrieval",           # issue 13 items 1-4: memkern eval memory retrieval (template, TextTiling, RMM default)
+    "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

@@ -218,6 +218,10 @@ class ReinforceTrainer:
         self._good_state: dict | None = None
         self._rollbacks = 0
         self._consecutive_rollbacks = 0
+        # data-parallel training (memkern.distributed.train): None, or a callable that sums a list
+        # of tensors over every worker (an all-reduce) and returns the sums; the batch statistics
+        # (baseline, advantage normalisation) and the gradient then cover all workers' rows
+        self.reducer = None
 
     @classmethod
     def from_preset(cls, name: str, reranker, **overrides) -> "ReinforceTrainer":
@@ -444,14 +448,18 @@ class ReinforceTrainer:
             idx, R = idx_new, R_new
 
         # ---- advantages (tensor ops; no branch on values). Rewards of -1 slots are ignored, even NaN.
+        red = self.reducer
         slot = idx >= 0
         n_slot = slot.sum()
-        n_slot1 = n_slot.clamp_min(1)
         Rm = torch.where(slot, R, zero)
+        r_sum = Rm.sum()
+        if red is not None:   # data-parallel: statistics over every worker's rows
+            n_slot, r_sum = red([n_slot.to(Rm.dtype), r_sum])
+        n_slot1 = n_slot.clamp_min(1)
         if isinstance(self.baseline, float):
             base = base_stat = self.baseline
         else:
-            mean_now = Rm.sum() / n_slot1
+            mean_now = r_sum / n_slot1
             if self.baseline == "batch_mean":
                 base = mean_now
             else:   # running_mean: the first batch uses its own mean
@@ -468,8 +476,14 @@ class ReinforceTrainer:
         adv = torch.where(slot, Rm - base, zero)
         if self.normalize_advantages:
             # population variance (divisor n) of the slots' advantages; no scaling when n <= 1
-            mu = adv.sum() / n_slot1
-            var = torch.where(slot, adv - mu, zero).square().sum() / n_slot1
+            a_sum = adv.sum()
+            if red is not None:
+                (a_sum,) = red([a_sum])
+            mu = a_sum / n_slot1
+            sq = torch.where(slot, adv - mu, zero).square().sum()
+            if red is not None:
+                (sq,) = red([sq])
+            var = sq / n_slot1
             adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)
         # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
         Wq, Wm = rr.Wq, rr.Wm
@@ -516,6 +530,16 @@ class ReinforceTrainer:
         grads = self._grad_buffers(Wq)
         torch.mm(qp.t(), U, out=grads[1])
         torch.mm(V.t(), qf, out=grads[0])
+        if red is not None:
+            # data-parallel: each worker's gradient and loss are means over its Bn rows, so the
+            # full batch's are sum_w(Bn_w g_w) / sum_w Bn_w; a non-finite step anywhere skips everywhere
+            w = torch.tensor(float(Bn), dtype=grads[0].dtype, device=grads[0].device)
+            g0, g1, l_sum, bad, total = red([grads[0] * w, grads[1] * w, loss.detach() * w,
+                                             (~finite).to(grads[0].dtype), w])
+            finite = bad.eq(0)
+            grads[0].copy_(torch.where(finite, g0 / total, zero))
+            grads[1].copy_(torch.where(finite, g1 / total, zero))
+            loss = l_sum / total
         gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         coef = None
         if self.clip_grad_norm is not None:

@@ -17,6 +17,7 @@ Examples::
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
     memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
+    memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds as Ray tasks
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", default="eval-results", help="folder for JSON results and plots (default eval-results)")
     o.add_argument("--tag", default="", help="suffix for result file names")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
+    o.add_argument("--ray", action="store_true",
+                   help="run every (experiment, seed) as a Ray task (local Ray, or the cluster at $RAY_ADDRESS); "
+                        "same JSON as the local run (needs memkern[ray])")
     o.add_argument("--threads", type=C.positive_int, default=1,
                    help="torch CPU threads (default 1: on shared 2-core machines more threads thrash)")
     o.add_argument("--cache-dir", default="default",
@@ -126,11 +130,75 @@ def _datasets(args):
     return [(s, load_dataset(args.data, users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
 
 
+def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
+    """One experiment on one seed's dataset: what the local loop runs per (experiment, seed) and what
+    ``--ray`` runs as one Ray task (same function, same arguments: the same result)."""
+    import torch
+
+    from ..eval import collapse, granularity, reflection, rmm_loop, turn_in_topic
+
+    torch.set_num_threads(max(1, int(args.threads)))
+    progress = not args.quiet and not getattr(args, "ray", False)
+    out = Path(out)
+    if getattr(args, "ray", False):
+        emb.path = None  # a Ray task's own copy of the embedder: the driver alone writes the cache file
+    overrides = {k: v for k, v in (("lr", args.lr), ("optimizer", args.optimizer)) if v is not None}
+    if exp == "granularity":
+        r = granularity.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
+                                        llm_conversations=args.llm_conversations,
+                                        llm_max_new_tokens=args.llm_max_new_tokens,
+                                        max_questions=args.max_questions, progress=progress, seed=seed)
+    elif exp == "turn-in-topic":
+        r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb,
+                                            topic_threshold=args.topic_threshold,
+                                            max_questions=args.max_questions, progress=progress, seed=seed)
+    elif exp == "retrieval":
+        from ..eval import retrieval
+
+        r = retrieval.run_retrieval(ds, emb=emb, alphas=[a for a in args.alphas if a > 0] or [1.0],
+                                    template=args.template, window=args.window,
+                                    texttiling={"target_turns": args.topic_turns}, rmm=not args.no_rmm,
+                                    max_questions=args.max_questions, progress=progress, seed=seed)
+    elif exp == "reflection":
+        r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
+                             presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
+                             passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
+                             test_frac=args.test_frac, split=args.split, seeds=[seed],
+                             eval_every=args.eval_every, reranker_overrides=overrides or None,
+                             max_questions=args.max_questions, progress=progress,
+                             plot=out / f"reflection{tag}-seed{seed}.png")
+    elif exp == "collapse":
+        r = collapse.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
+                           presets=args.presets or ["default"], steps=args.steps, k=args.k,
+                           top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
+                           p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
+                           eval_every=args.eval_every,
+                           max_questions=args.max_questions, progress=progress,
+                           plot=out / f"collapse{tag}-seed{seed}.png")
+    else:
+        chat = None
+        if args.chat_model:
+            from ..models import ChatModel
+
+            chat = ChatModel(args.chat_model)
+        kw = dict(top_k=args.rmm_top_k, top_m=args.rmm_top_m, batch_size=args.rmm_batch_size,
+                  answer_max_new_tokens=args.answer_max_new_tokens,
+                  extract_max_new_tokens=args.extract_max_new_tokens,
+                  decide_max_new_tokens=args.decide_max_new_tokens,
+                  embedding_threshold=args.embedding_threshold, seed=seed)
+        if args.decider:
+            kw["decider"] = args.decider
+        r = rmm_loop.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
+                      questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
+                      embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
+    return r
+
+
 def run(args) -> int:
     import torch
 
     from ..errors import MemkernError
-    from ..eval import collapse, granularity, reflection, report, rmm_loop, turn_in_topic
+    from ..eval import report
     from ..eval.units import CachedEmbedder
 
     torch.set_num_threads(max(1, int(args.threads)))
@@ -146,60 +214,28 @@ def run(args) -> int:
     exps = ["granularity", "turn-in-topic", "reflection", "collapse"] if args.experiment == "all" else [args.experiment]
     tag = f"-{args.tag}" if args.tag else ""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    overrides = {k: v for k, v in (("lr", args.lr), ("optimizer", args.optimizer)) if v is not None}
     status = 0
+    jobs = {exp: [(exp, seed, ds, args, str(out), tag) for seed, ds in datasets] for exp in exps}
+    if getattr(args, "ray", False):
+        # every (experiment, seed) is one Ray task running run_job; the embedder (with its cache)
+        # travels once through the object store
+        from ..distributed.evaluate import JobFailed, run_jobs
+
+        flat = [j for exp in exps for j in jobs[exp]]
+        got = run_jobs(run_job, flat, shared={"emb": emb}, return_exceptions=True, progress=progress)
+        done = {}
+        for j, r in zip(flat, got):
+            done.setdefault(j[0], []).append(r)
     for exp in exps:
-        results = []
         try:
-            for seed, ds in datasets:
-                if exp == "granularity":
-                    r = granularity.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
-                                          llm_conversations=args.llm_conversations,
-                                          llm_max_new_tokens=args.llm_max_new_tokens,
-                                          max_questions=args.max_questions, progress=progress, seed=seed)
-                elif exp == "turn-in-topic":
-                    r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb, topic_threshold=args.topic_threshold,
-                                            max_questions=args.max_questions, progress=progress, seed=seed)
-                elif exp == "retrieval":
-                    from ..eval import retrieval
-
-                    r = retrieval.run_retrieval(ds, emb=emb, alphas=[a for a in args.alphas if a > 0] or [1.0],
-                                                template=args.template, window=args.window,
-                                                texttiling={"target_turns": args.topic_turns}, rmm=not args.no_rmm,
-                                                max_questions=args.max_questions, progress=progress, seed=seed)
-                elif exp == "reflection":
-                    r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
-                                         presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
-                                         passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
-                                         test_frac=args.test_frac, split=args.split, seeds=[seed],
-                                         eval_every=args.eval_every, reranker_overrides=overrides or None,
-                                         max_questions=args.max_questions, progress=progress,
-                                         plot=out / f"reflection{tag}-seed{seed}.png")
-                elif exp == "collapse":
-                    r = collapse.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
-                                       presets=args.presets or ["default"], steps=args.steps, k=args.k,
-                                       top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
-                                       p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
-                                       eval_every=args.eval_every,
-                                       max_questions=args.max_questions, progress=progress,
-                                       plot=out / f"collapse{tag}-seed{seed}.png")
-                else:
-                    chat = None
-                    if args.chat_model:
-                        from ..models import ChatModel
-
-                        chat = ChatModel(args.chat_model)
-                    kw = dict(top_k=args.rmm_top_k, top_m=args.rmm_top_m, batch_size=args.rmm_batch_size,
-                              answer_max_new_tokens=args.answer_max_new_tokens,
-                              extract_max_new_tokens=args.extract_max_new_tokens,
-                              decide_max_new_tokens=args.decide_max_new_tokens,
-                              embedding_threshold=args.embedding_threshold, seed=seed)
-                    if args.decider:
-                        kw["decider"] = args.decider
-                    r = rmm_loop.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
-                                  questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
-                                  embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
-                results.append(r)
+            if getattr(args, "ray", False):
+                results = []
+                for r in done[exp]:
+                    if isinstance(r, JobFailed):
+                        raise r.error
+                    results.append(r)
+            else:
+                results = [run_job(*j, emb=emb) for j in jobs[exp]]
         except MemkernError as e:
             print(f"{exp}: skipped: {e}")
             status = 1
