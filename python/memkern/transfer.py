@@ -43,7 +43,9 @@ map, which :func:`import_store` returns.
 
 What a round trip keeps exactly: namespaces, ids (see above), levels and topic <-> turn links,
 every version (number, op, summary, turns, meta, embedding bits), status and invalidation reason,
-and the reranker files. What it does not: ``created_at`` / ``updated_at`` are the store's own
+and the reranker files. (Metric ``"cos"``: a store normalises what it is given, so the import
+gives it, for each unit vector, an input that normalises back to the same bits; the rare vector
+with no such input, counted in ``ImportResult.inexact_vectors``, lands one ulp away.) What it does not: ``created_at`` / ``updated_at`` are the store's own
 clock (a store sets them when a record is written), so imported records carry the import time;
 the exported values stay in the file.
 """
@@ -514,6 +516,9 @@ class ImportResult:
         Reranker files written (``<namespace>.pt`` / ``<namespace>.buffer.pt``); none for an
         InMemoryStore (it keeps no files; ``rerankers_skipped`` lists them).
     path : str or None
+    inexact_vectors : int
+        Metric "cos" only: vectors stored one ulp away from the file's bits (no float32 input
+        normalises to them exactly; about 1 in 500 at d <= 8, none seen at d >= 64).
     """
 
     records: int
@@ -523,6 +528,7 @@ class ImportResult:
     rerankers: list
     rerankers_skipped: list
     path: str | None
+    inexact_vectors: int = 0
 
 
 def _embed_missing(parsed: _Parsed, embedder: Any) -> None:
@@ -546,6 +552,25 @@ def _embed_missing(parsed: _Parsed, embedder: Any) -> None:
         for v in r.versions:
             v.embedding = emb[j]
             j += 1
+
+
+def _exact_inputs(parsed: _Parsed) -> int:
+    """For metric "cos", replace each stored unit vector by an input the store normalises back to
+    exactly those bits (a store renormalises what it is given, which moves ~15% of unit vectors by
+    one ulp). Returns how many vectors have no such input (they may differ by one ulp)."""
+    if parsed.metric != "cos" or not parsed.embeddings:
+        return 0
+    from .inmemory import _cos_preimage
+
+    inexact = 0
+    for r in parsed.records:
+        for v in r.versions:
+            x = _cos_preimage(v.embedding)
+            if x is None:
+                inexact += 1
+            else:
+                v.embedding = x
+    return inexact
 
 
 def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
@@ -652,11 +677,12 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
                           f"dim={target.dim}, metric={target.metric!r} (dim mismatch)" if parsed.dim != target.dim
                           else f"metric={target.metric!r}")
         _embed_missing(parsed, embedder)
+        inexact = _exact_inputs(parsed)
         fresh = InMemoryStore(parsed.dim, parsed.metric)
         id_map, renumbered = _write_records(fresh, parsed)
         target._native = fresh._native  # one step: the target shows all of it or none
         return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, [],
-                            [f"{ns}{_RERANKER_FILES[k]}" for ns, k, _ in parsed.rerankers], None)
+                            [f"{ns}{_RERANKER_FILES[k]}" for ns, k, _ in parsed.rerankers], None, inexact)
     if isinstance(target, MemoryStore):
         raise bad_arg("target", "a path for a new store or an empty InMemoryStore (import never writes into an "
                       "open store)", repr(target))
@@ -669,6 +695,7 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
                       "store, to stay atomic)", str(path))
     parsed = _parse(source)
     _embed_missing(parsed, embedder)
+    inexact = _exact_inputs(parsed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.import-{os.getpid()}-{secrets.token_hex(4)}"
     try:
@@ -701,4 +728,4 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, written, [], str(path))
+    return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, written, [], str(path), inexact)
