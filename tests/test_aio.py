@@ -195,3 +195,33 @@ def test_wrapping_rules(tmp_path):
     run(main())
     with MemoryStore(tmp_path / "w") as st:
         assert st.count("u") == 1
+
+
+def test_close_waits_for_running_calls(tmp_path):
+    """Calls already running in the pool finish on an open store: the store is closed only after
+    them, even when the pool has a free thread for the close (here: 3 calls held at a gate)."""
+    gate = threading.Event()
+
+    async def main():
+        s = AsyncMemoryStore(tmp_path / "g", dim=D, max_workers=4)
+        real = s.store.add
+
+        def gated(*a, **kw):
+            gate.wait(5)
+            return real(*a, **kw)
+
+        s.store.add = gated
+        calls = [asyncio.ensure_future(s.add("u", f"m{i}", vecs(1, i)[0])) for i in range(3)]
+        await asyncio.sleep(0.05)  # all three are running (blocked at the gate)
+        closing = asyncio.ensure_future(s.aclose())
+        await asyncio.sleep(0.05)
+        assert not closing.done() and not s.store.closed  # waiting for the running calls
+        gate.set()
+        ids = await asyncio.gather(*calls)
+        await closing
+        assert s.store.closed
+        return ids
+
+    ids = run(main())
+    with MemoryStore(tmp_path / "g") as st:
+        assert sorted(st.ids("u").tolist()) == sorted(ids)
