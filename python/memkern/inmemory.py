@@ -28,9 +28,12 @@ GIL inside the scans.
 """
 from __future__ import annotations
 
+import json
 import math
+import struct
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +91,95 @@ class _Rec:
     op: int = 0
     history: list = field(default_factory=list)  # older _Version, oldest first
     children: list = field(default_factory=list)  # turn record ids of a topic
+    event_time: float | None = None  # the conversation's own date (unix seconds)
+    canon: dict = field(default_factory=dict)  # filterable meta: top-level key -> canonical bytes
+
+
+def _canonical(v: Any) -> bytes | None:
+    """The canonical bytes of a top-level meta value (the native filter's encoding, see
+    ``memkern.store`` / ``filter.h``): JSON equality, ``1 == 1.0``, ``True != 1``; ``None`` for
+    values that are not filterable (null, objects, arrays)."""
+    if isinstance(v, bool):
+        return b"b1" if v else b"b0"
+    if isinstance(v, (int, float)):
+        try:
+            f = float(v)
+        except OverflowError:
+            f = math.inf if v > 0 else -math.inf
+        return b"n" + struct.pack("<d", f + 0.0)
+    if isinstance(v, str):
+        return b"s" + v.encode("utf-8")
+    return None
+
+
+def _canon_meta(meta_json: str) -> dict:
+    try:
+        meta = json.loads(meta_json)
+    except ValueError:
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    out = {}
+    for key, v in meta.items():
+        c = _canonical(v)
+        if c is not None:
+            out[key] = c
+    return out
+
+
+class _Lexical:
+    """BM25 postings of one (namespace, level): every record it holds (active and invalidated;
+    deleted ones removed), its text the record's summary, tokenised by
+    :func:`memkern.lexical.tokenize`."""
+
+    __slots__ = ("post", "lens", "total")
+
+    def __init__(self):
+        self.post: dict[str, dict[int, int]] = {}
+        self.lens: dict[int, int] = {}
+        self.total = 0
+
+    def put(self, rid: int, text: str) -> None:
+        from .lexical import tokenize
+
+        self.remove(rid)
+        toks = tokenize(text)
+        self.lens[rid] = len(toks)
+        self.total += len(toks)
+        for t, tf in Counter(toks).items():
+            self.post.setdefault(t, {})[rid] = tf
+
+    def remove(self, rid: int) -> None:
+        n = self.lens.pop(rid, None)
+        if n is None:
+            return
+        self.total -= n
+        for t in [t for t, p in self.post.items() if rid in p]:
+            del self.post[t][rid]
+            if not self.post[t]:
+                del self.post[t]
+
+    def search(self, terms: list[str], depth: int, allow) -> list[tuple[float, int]]:
+        """Top ``depth`` (BM25, id) of the allowed records holding a query term (float64)."""
+        from .lexical import B as _B, K1 as _K1
+
+        N = len(self.lens)
+        if N == 0 or depth == 0 or self.total == 0:
+            return []
+        avgdl = self.total / N
+        acc: dict[int, float] = {}
+        for t in dict.fromkeys(terms):
+            p = self.post.get(t)
+            if not p:
+                continue
+            df = len(p)
+            idf = math.log(1.0 + (N - df + 0.5) / (df + 0.5))
+            for rid, tf in p.items():
+                acc[rid] = acc.get(rid, 0.0) + idf * tf * (_K1 + 1.0) / (
+                    tf + _K1 * (1.0 - _B + _B * self.lens[rid] / avgdl))
+        hits = [(sc, rid) for rid, sc in acc.items() if allow(rid)]
+        hits.sort(key=lambda e: (-e[0], e[1]))
+        return hits[:depth]
 
 
 class _Vectors:
@@ -215,6 +307,7 @@ class _PyStore:
         self._recs: dict[int, _Rec] = {}
         self._tomb: set[int] = set()
         self._vec: dict[tuple[str, int], _Vectors] = {}
+        self._lex: dict[tuple[str, int], _Lexical] = {}
         self._next = 0
         self._lock = threading.RLock()
 
@@ -328,7 +421,9 @@ class _PyStore:
                 pr.children.append(rid)
                 if pr.status == "invalidated":
                     r.status, r.reason = "invalidated", pr.reason
+            r.canon = _canon_meta(r.meta_json)
             self._recs[rid] = r
+            self._lex.setdefault((r.ns, lv), _Lexical()).put(rid, r.summary)
             idx = self._index(r.ns, lv)
             idx.put(rid, vecs[i])
             idx.invalid[idx.row[rid]] = r.status == "invalidated"
@@ -343,6 +438,7 @@ class _PyStore:
             if xr is None:
                 continue
             self._vec[(xr.ns, xr.level)].remove(x)
+            self._lex[(xr.ns, xr.level)].remove(x)
             self._tomb.add(x)
         if r.parent >= 0 and r.parent in self._recs:
             ch = self._recs[r.parent].children
@@ -386,12 +482,14 @@ class _PyStore:
                                       r.updated_at, r.op))
             if summary is not None:
                 r.summary = summary
+                self._lex[(r.ns, r.level)].put(r.id, summary)
             if emb is not None:
                 self._vec[(r.ns, r.level)].put(r.id, self._prepare(emb)[0])
             if turns_json is not None:
                 r.turns_json = turns_json
             if meta_json is not None:
                 r.meta_json = meta_json
+                r.canon = _canon_meta(meta_json)
             r.updated_at = now
             r.version += 1
             r.op = int(op)
@@ -536,6 +634,95 @@ class _PyStore:
             out_sc[b, :len(s)] = s
         return out_ids, out_sc
 
+    def search_ex(self, ns, q, texts, k, ef, include_invalidated, level, mode, fusion, lexical_weight, clauses,
+                  has_time, t_lo, t_hi, time_field, half_life, recency_weight, now, candidates):
+        """The native ``search_ex`` (lexical / hybrid search, meta filter, time range, recency
+        prior; arguments validated by :meth:`MemoryStore.search`): exact dense list, BM25 list,
+        fusion and prior exactly as ``csrc/store/hybrid_search.cpp`` defines them."""
+        with self._lock:
+            self._check_open()
+            level, mode, k = int(level), int(mode), int(k)
+            if level not in (_TOPIC, _TURN):
+                raise MemkernValueError("level: expected topic or turn")
+            q = np.asarray(q, dtype=np.float32)
+            self._check_queries(q, k, int(ef))
+            B = q.shape[0]
+            if mode != 0 and len(texts) != B:
+                raise MemkernValueError(f"texts: expected {B} texts (one per query), got {len(texts)}")
+            out_ids = np.full((B, k), -1, dtype=np.int64)
+            out_sc = np.full((B, k), PAD_SCORE, dtype=np.float32)
+            idx = self._vec.get((ns, level))
+            if idx is None or idx.n == 0 or k == 0:
+                return out_ids, out_sc
+            from .lexical import tokenize
+
+            qterms = [tokenize(t) for t in texts] if mode != 0 else []
+            recs, inc = self._recs, bool(include_invalidated)
+            field_ = int(time_field)
+            clauses = [(key, set(vals)) for key, vals in clauses]
+
+            def t_of(r: _Rec) -> float:
+                if field_ == 1:
+                    return r.created_at
+                if field_ == 2:
+                    return r.updated_at
+                return r.created_at if r.event_time is None else r.event_time
+
+            def allow(rid: int) -> bool:
+                r = recs[rid]
+                if not inc and r.status == "invalidated":
+                    return False
+                if has_time and not (t_lo <= t_of(r) < t_hi):
+                    return False
+                for key, vals in clauses:
+                    v = r.canon.get(key)
+                    if v is None and r.level == _TURN and r.parent in recs:
+                        v = recs[r.parent].canon.get(key)
+                    if v is None or v not in vals:
+                        return False
+                return True
+
+            ids = idx.ids[:idx.n].copy()
+            keep = np.fromiter((allow(int(i)) for i in ids), dtype=bool, count=len(ids))
+            ids, mat = ids[keep], idx.mat[:idx.n][keep].copy()
+            lex = self._lex.get((ns, level))
+            rescore = half_life > 0
+            depth = max(k, int(candidates)) if (mode == 2 or rescore) else k
+            dense_sc = _finite32(self._scores(self._prepare(q), mat)) if mode != 1 and len(ids) else None
+            allowed = set(ids.tolist())
+            times = {int(i): t_of(recs[int(i)]) for i in ids} if rescore else {}
+            for b in range(B):
+                dl: list[tuple[float, int]] = []
+                if dense_sc is not None:
+                    di, ds = _top(dense_sc[b], ids, depth)
+                    dl = [(float(x), int(i)) for x, i in zip(ds, di)]
+                ll = lex.search(qterms[b], depth, allowed.__contains__) if mode != 0 and lex is not None else []
+                if mode == 0:
+                    res = dl
+                elif mode == 1:
+                    res = ll
+                else:
+                    fused: dict[int, float] = {}
+                    for L, wgt in ((dl, 1.0 - lexical_weight), (ll, lexical_weight)):
+                        if not L:
+                            continue
+                        if int(fusion) == 0:
+                            for r_, (_, rid) in enumerate(L):
+                                fused[rid] = fused.get(rid, 0.0) + wgt / (60.0 + (r_ + 1))
+                        else:
+                            lo, hi = min(e[0] for e in L), max(e[0] for e in L)
+                            for sc, rid in L:
+                                fused[rid] = fused.get(rid, 0.0) + wgt * (1.0 if hi == lo else (sc - lo) / (hi - lo))
+                    res = [(sc, rid) for rid, sc in fused.items()]
+                if rescore:
+                    res = [(sc + recency_weight * 2.0 ** (-max(0.0, now - times[rid]) / half_life), rid)
+                           for sc, rid in res]
+                res.sort(key=lambda e: (-e[0], e[1]))
+                res = res[:k]
+                out_ids[b, :len(res)] = [rid for _, rid in res]
+                out_sc[b, :len(res)] = _finite32(np.array([sc for sc, _ in res], dtype=np.float64))
+            return out_ids, out_sc
+
     def namespaces(self) -> list[str]:
         with self._lock:
             self._check_open()
@@ -576,6 +763,7 @@ class _PyStore:
             self._tomb.clear()
             for key in [key for key, idx in self._vec.items() if idx.n == 0]:
                 del self._vec[key]
+                self._lex.pop(key, None)
             for idx in self._vec.values():  # shrink to fit
                 cap = max(4, idx.n)
                 idx.mat, idx.ids, idx.invalid = idx.mat[:cap].copy(), idx.ids[:cap].copy(), idx.invalid[:cap].copy()
@@ -597,6 +785,7 @@ class _PyStore:
             self.closed = True
             self._recs.clear()
             self._vec.clear()
+            self._lex.clear()
             self._tomb.clear()
 
     def index_kind(self, ns, level) -> str:
