@@ -324,3 +324,23 @@ def test_cli_export_import_and_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("memkern: error: ") and err.count("\n") == 1, (argv, err)
     assert not (tmp_path / "new").exists()
+
+
+def test_cli_import_without_embeddings_uses_the_embedder(tmp_path, capsys, monkeypatch):
+    from memkern.commands import _common as C
+
+    emb = HashEmbedder(D)
+    built = []
+    monkeypatch.setattr(C, "build_models", lambda args, need_chat=True: built.append(args.embedder) or (None, emb))
+    src = InMemoryStore(D)
+    fill(src)
+    export_store(src, tmp_path / "x.jsonl", embeddings=False)
+    assert cli.main(["import", "--store", str(tmp_path / "d"), "--in", str(tmp_path / "x.jsonl"),
+                     "--embedder", "my-model"]) == 0
+    assert built == ["my-model"]
+    with MemoryStore(tmp_path / "d") as d:
+        r = d.get(int(d.ids("bob")[0]))
+        np.testing.assert_array_equal(r.embedding, emb.encode([r.summary])[0])
+    export_store(src, tmp_path / "y.jsonl")
+    assert cli.main(["import", "--store", str(tmp_path / "e"), "--in", str(tmp_path / "y.jsonl")]) == 0
+    assert built == ["my-model"]  # a file with vectors needs no model
