@@ -362,11 +362,11 @@ CATALOGUE: list[Mutant] = [
            'if retrieval == "turn+topic" and not isinstance(store, Store):',
            "retrieval='turn+topic' accepts a store without two-level memory", T_PROTOCOLS),
     # ---------------------------------------------------------------- namespace isolation (C++)
-    Mutant("store-ids-ignore-namespace", "isolation", "csrc/store/store.cpp",
+    Mutant("store-ids-ignore-namespace", "isolation", "csrc/store/query.cpp",
            "if (r.ns == it->second && r.level == level && (include_invalidated || r.status == Status::Active))",
            "if (r.level == level && (include_invalidated || r.status == Status::Active))",
            "ids(namespace) lists other namespaces' records", T_STORE),
-    Mutant("store-search-shows-invalidated", "isolation", "csrc/store/store.cpp",
+    Mutant("store-search-shows-invalidated", "isolation", "csrc/store/query.cpp",
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
