@@ -176,6 +176,9 @@ def test_protocols_and_no_path():
     s = memkern.InMemoryStore(dim=4)
     assert isinstance(s, P.Store) and isinstance(s, P.TurnStore)
     assert s.path is None and s.closed is False and repr(s) == "InMemoryStore(dim=4, metric='ip')"
+    empty = s.memory_bytes()
+    s.add_batch("u", ["x" * 1000] * 50, np.ones((50, 4), np.float32))
+    assert s.memory_bytes() >= empty + 50 * (1000 + 16)
     s.flush()
     s.close()
     assert repr(s) == "InMemoryStore(closed)"
