@@ -39,7 +39,7 @@ def observable(s, namespaces=("a", "b")) -> dict:
                 for rid in ids:
                     r = s.get(rid)
                     out[rid] = (r.namespace, r.summary, json.dumps(r.turns), json.dumps(r.meta), r.version,
-                                r.status, r.invalidated_reason, r.level, r.topic_id, r.turn_ids,
+                                r.status, r.invalidated_reason, r.level, r.topic_id, r.turn_ids, r.event_time,
                                 r.embedding.tobytes())
                     out[("h", rid)] = [(h.version, h.summary, json.dumps(h.turns), json.dumps(h.meta),
                                         h.embedding.tobytes()) for h in s.history(rid)]
@@ -47,6 +47,14 @@ def observable(s, namespaces=("a", "b")) -> dict:
             for inc in (False, True):
                 ids, sc = s.search(ns, q, k=12, include_invalidated=inc, level=level)
                 out[("search", ns, level, inc)] = (ids.tolist(), sc)
+        for level in ("topic", "turn"):  # lexical, hybrid, filters, time ranges (the native search_ex)
+            texts = ["merged s1 x-0-1 b0", "upd u-1-2", "m-0-0 zzz"]
+            for j, kw in enumerate((dict(mode="lexical", texts=texts), dict(mode="hybrid", texts=texts),
+                                    dict(mode="hybrid", texts=texts, fusion="weighted", lexical_weight=0.3),
+                                    dict(filter={"k": {"$in": [0, 2]}}), dict(filter={"j": 1}, mode="hybrid", texts=texts),
+                                    dict(time_range=(1.2e9, None), time_field="event"))):
+                ids, sc = s.search(ns, None if kw.get("mode") == "lexical" else q, k=6, level=level, **kw)
+                out[("search", ns, level, "ex", j)] = (ids.tolist(), sc)
     return out
 
 
@@ -83,7 +91,9 @@ def random_ops(s, seed: int, n_ops: int = 60) -> list:
         if op == "add":
             t = conv(rng, int(rng.integers(0, 4)), "x")
             te = rows(rng, len(t)) if t and rng.random() < 0.7 else None
-            call(s.add, ns, f"s{rng.integers(99)}", rows(rng, 1)[0], t, {"k": int(rng.integers(3))}, turn_embeddings=te)
+            et = float(rng.integers(10**9, 2 * 10**9)) if rng.random() < 0.5 else None
+            call(s.add, ns, f"s{rng.integers(99)}", rows(rng, 1)[0], t, {"k": int(rng.integers(3))}, turn_embeddings=te,
+                 event_time=et)
         elif op == "add_batch":
             m = int(rng.integers(1, 5))
             ts = [conv(rng, int(rng.integers(1, 3)), f"b{j}") for j in range(m)]
@@ -93,7 +103,8 @@ def random_ops(s, seed: int, n_ops: int = 60) -> list:
         elif op == "merge":
             t = conv(rng, int(rng.integers(0, 3)), "m")
             te = rows(rng, len(t)) if t and rng.random() < 0.7 else None
-            call(s.merge, pick, "merged", rows(rng, 1)[0], t, turn_embeddings=te)
+            call(s.merge, pick, "merged", rows(rng, 1)[0], t, turn_embeddings=te,
+                 event_time=float(rng.integers(10**9)) if rng.random() < 0.3 else None)
         elif op == "update":
             call(s.update, pick, summary="upd" if rng.random() < 0.5 else None, meta={"u": 1},
                  embedding=rows(rng, 1)[0] if rng.random() < 0.5 else None)

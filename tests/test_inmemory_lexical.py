@@ -140,10 +140,12 @@ def test_native_and_in_memory_agree(tmp_path):
         for st in (nat, mem):
             ids = st.add_batch("u", TEXTS, e, metas=META)
             st.invalidate(int(ids[7]), "spam")
-        for kw in (dict(mode="lexical", texts=["Caroline Pepper"]), dict(mode="hybrid", texts=["beagle lake"]),
-                   dict(mode="hybrid", texts=["beagle lake"], fusion="weighted", lexical_weight=0.7),
+        t3 = ["Caroline Pepper", "beagle lake", "Melanie hiking Lisbon"]
+        for kw in (dict(mode="lexical", texts=t3), dict(mode="hybrid", texts=t3),
+                   dict(mode="hybrid", texts=t3, fusion="weighted", lexical_weight=0.7),
                    dict(filter={"user": "alice"}), dict(filter={"tag": {"$in": ["pet", "art"]}}, mode="hybrid",
-                                                          texts=["Pepper"])):
+                                                          texts=t3),
+                   dict(mode="lexical", texts=t3, include_invalidated=True, filter={"user": {"$in": ["bob", True]}})):
             a = nat.search("u", e[:3], k=5, **kw) if kw.get("mode") != "lexical" else nat.search("u", None, k=5, **kw)
             b = mem.search("u", e[:3], k=5, **kw) if kw.get("mode") != "lexical" else mem.search("u", None, k=5, **kw)
             np.testing.assert_array_equal(a[0], b[0])

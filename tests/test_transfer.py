@@ -31,13 +31,15 @@ def fill(s, seed: int = 0) -> dict:
     conv = lambda n, t: [{"role": "user", "content": f"{t}-{i}", "turn_index": i, "x": {"deep": [i, 1.5]}}  # noqa
                          for i in range(n)]
     a = s.add_batch("alice", ["tea ✓", "cats", "jobs", "gone"], v(4), turns=[conv(2, "t"), conv(1, "c"), None, None],
-                    metas=[{"k": 1}, {}, {"u": [1, None, True]}, {}], turn_embeddings=[v(2), v(1), None, None])
+                    metas=[{"k": 1}, {}, {"u": [1, None, True]}, {}], turn_embeddings=[v(2), v(1), None, None],
+                    event_times=[1.7e9, None, -5.5, None])
     s.merge(int(a[0]), "tea, green", v(1)[0], [{"role": "user", "content": "new"}], turn_embeddings=v(1))
     s.update(int(a[1]), summary="cats!", meta={"m": 2})
     s.update(int(a[1]), embedding=v(1)[0])
     s.invalidate(int(a[2]), "outdated")
     s.delete(int(a[3]))
     b = s.add("bob", "bob 1", v(1)[0], conv(3, "b"), turn_embeddings=v(3))
+    s.update(int(a[1]), event_time=1234.5)
     s.invalidate(s.get(b).turn_ids[1], "single turn")
     s.update(s.get(b).turn_ids[0], summary="edited turn")
     s.delete(s.get(int(a[0])).turn_ids[0])
@@ -55,6 +57,7 @@ def state(s) -> dict:
             for rid in s.ids(ns, True, level=level).tolist():
                 r = s.get(rid)
                 out[rid] = (r.namespace, r.summary, r.turns, r.meta, r.version, r.status, r.invalidated_reason,
+                            r.event_time,
                             r.level, r.topic_id, r.turn_ids, r.embedding.tobytes(),
                             [(h.version, h.summary, h.turns, h.meta, h.embedding.tobytes()) for h in s.history(rid)])
             for inc in (False, True):

@@ -42,6 +42,7 @@ import numpy as np
 from .errors import MemkernKeyError, MemkernValueError, bad_arg
 from .store import (
     DEFAULT_EF_SEARCH,
+    MAX_TIME,
     MAX_ALPHA,
     MAX_CANDIDATES,
     MAX_K,
@@ -381,16 +382,24 @@ class _PyStore:
             return -np.maximum(d, 0.0)
         return q64 @ m64.T
 
-    def _new_items(self, ns: str, summaries, turns, metas, emb, levels, parents, now: float) -> list[int]:
-        """Validate then apply new records (the native ``add``: all or nothing)."""
+    def _new_items(self, ns: str, summaries, turns, metas, emb, levels, parents, now: float,
+                   event_times=None) -> list[int]:
+        """Validate then apply new records (the native ``add``: all or nothing). ``event_times``:
+        float64 ``[n]`` (NaN: none) or empty (none for all)."""
         n = len(summaries)
         emb = np.asarray(emb, dtype=np.float32)
         if len(turns) != n or len(metas) != n or len(levels) != n or len(parents) != n:
             raise MemkernValueError("add: summaries, turns, metas, levels and parents must have the same length")
         if emb.shape != (n, self.dim):
             raise MemkernValueError(f"embeddings: expected shape [{n}, {self.dim}]")
+        et = np.full(n, np.nan) if event_times is None or len(event_times) == 0 else np.asarray(event_times, np.float64)
+        if et.shape != (n,):
+            raise MemkernValueError(f"event_times: expected {n} values, got {et.size}")
         self._validate_rows(emb)
         for i in range(n):
+            if not np.isnan(et[i]) and not abs(et[i]) <= MAX_TIME:
+                raise MemkernValueError(f"event_times: expected unix seconds with |t| <= 1e12 or None, got "
+                                        f"{et[i]:.3g} in row {i}")
             lv, p = int(levels[i]), int(parents[i])
             if lv not in (_TOPIC, _TURN):
                 raise MemkernValueError("level: expected topic or turn")
@@ -415,6 +424,7 @@ class _PyStore:
             lv, p = int(levels[i]), int(parents[i])
             parent = first + (-2 - p) if p <= -2 else p
             r = _Rec(rid, ns, lv, parent, summaries[i], turns[i], metas[i], now, now)
+            r.event_time = None if np.isnan(et[i]) else float(et[i])
             if parent >= 0:
                 pr = self._recs[parent]
                 r.ns = pr.ns  # a turn lives in its topic's namespace
@@ -446,7 +456,7 @@ class _PyStore:
                 ch.remove(rid)
 
     # ------------------------------------------------------------------ writes
-    def add(self, ns, summaries, turns, metas, emb, levels, parents) -> np.ndarray:
+    def add(self, ns, summaries, turns, metas, emb, levels, parents, event_times=None) -> np.ndarray:
         with self._lock:
             self._check_open()
             if not ns:
@@ -454,10 +464,10 @@ class _PyStore:
             if len(summaries) == 0:
                 return np.zeros(0, dtype=np.int64)
             return np.asarray(self._new_items(ns, list(summaries), list(turns), list(metas), emb, levels, parents,
-                                              time.time()), dtype=np.int64)
+                                              time.time(), event_times), dtype=np.int64)
 
     def new_version(self, rid, op, summary, emb, turns_json, meta_json, c_summaries, c_turns, c_metas, c_emb,
-                    replace_children):
+                    replace_children, event_time=None, c_event_times=None):
         with self._lock:
             self._check_open()
             r = self._rec(rid, "id")
@@ -473,6 +483,14 @@ class _PyStore:
             if c_emb.shape[0] != m:
                 raise MemkernValueError(f"embeddings: expected shape [{m}, {self.dim}]")
             self._validate_rows(c_emb)
+            if event_time is not None and not abs(event_time) <= MAX_TIME:
+                raise MemkernValueError(f"event_time: expected unix seconds with |t| <= 1e12, got {event_time:.3g}")
+            cet = np.full(m, np.nan) if c_event_times is None or len(c_event_times) == 0 else np.asarray(
+                c_event_times, np.float64)
+            if cet.shape != (m,):
+                raise MemkernValueError(f"event_times: expected {m} values, got {cet.size}")
+            if (~np.isnan(cet) & ~(np.abs(cet) <= MAX_TIME)).any():
+                raise MemkernValueError("event_times: expected unix seconds with |t| <= 1e12 or None")
             now = time.time()
             # validated: apply (old turn records out, the new version, the new turn records in)
             if replace_children:
@@ -493,8 +511,10 @@ class _PyStore:
             r.updated_at = now
             r.version += 1
             r.op = int(op)
+            if event_time is not None:
+                r.event_time = float(event_time)
             child_ids = self._new_items(r.ns, list(c_summaries), list(c_turns), list(c_metas), c_emb,
-                                        np.full(m, _TURN, np.uint8), np.full(m, rid, np.int64), now) if m else []
+                                        np.full(m, _TURN, np.uint8), np.full(m, rid, np.int64), now, cet) if m else []
             return r.version, np.asarray(child_ids, dtype=np.int64)
 
     def invalidate(self, rid, reason) -> None:
@@ -526,7 +546,7 @@ class _PyStore:
                 "parent": r.parent, "status": r.status, "version": r.version, "created_at": r.created_at,
                 "updated_at": r.updated_at, "summary": r.summary, "turns_json": r.turns_json,
                 "meta_json": r.meta_json, "reason": r.reason, "children": list(r.children),
-                "embedding": self._vector_of(r)}
+                "event_time": r.event_time, "embedding": self._vector_of(r)}
 
     def contains(self, rid) -> bool:
         with self._lock:

@@ -8,7 +8,7 @@ File format (UTF-8, one JSON object per line, ``format_version`` 1):
 
      {"kind": "record", "id": 7, "namespace": "alice", "level": "topic"|"turn",
       "topic_id": null|int, "turn_ids": [int, ...], "status": "active"|"invalidated",
-      "reason": null|str, "created_at": float, "updated_at": float,
+      "reason": null|str, "created_at": float, "updated_at": float, "event_time": float (if set),
       "versions": [{"version": 1, "op": "add"|"merge"|"update", "summary": str, "turns": [...],
                     "meta": {...}, "updated_at": float, "embedding": "<base64>"}, ...]}
 
@@ -42,6 +42,7 @@ renumbered in the file's order instead and every link (``topic_id``, ``turn_ids`
 map, which :func:`import_store` returns.
 
 What a round trip keeps exactly: namespaces, ids (see above), levels and topic <-> turn links,
+``event_time``,
 every version (number, op, summary, turns, meta, embedding bits), status and invalidation reason,
 and the reranker files. (Metric ``"cos"``: a store normalises what it is given, so the import
 gives it, for each unit vector, an input that normalises back to the same bits; the rare vector
@@ -68,7 +69,7 @@ import numpy as np
 
 from .errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from .paths import check_namespace, reranker_file
-from .store import MAX_NORM, MemoryStore, _check_meta, _check_summary, _check_turns, _check_utf8, _json_text
+from .store import MAX_NORM, MAX_TIME, MemoryStore, _check_meta, _check_summary, _check_turns, _check_utf8, _json_text
 
 __all__ = ["export_store", "import_store", "ImportResult", "FORMAT", "FORMAT_VERSION"]
 
@@ -77,6 +78,7 @@ FORMAT_VERSION = 1
 _OPS = {"add": 0, "merge": 1, "update": 2}
 _RERANKER_FILES = {"state": ".pt", "buffer": ".buffer.pt"}
 _MAX_ID = (1 << 63) - 1
+_NO_TIMES = np.zeros(0, dtype=np.float64)  # the native "no event times" (NaN per item means none)
 
 
 def _b64(vec: np.ndarray) -> str:
@@ -425,6 +427,8 @@ def _check_record(L: _Line, d: dict, out: _Parsed) -> _Record:
     created = L.time(d, "created_at")
     updated = L.time(d, "updated_at")
     event = L.time(d, "event_time", none_ok=True) if "event_time" in d else None
+    if event is not None and not abs(event) <= MAX_TIME:
+        raise L.fail("event_time", "unix seconds with |t| <= 1e12 or null", event)
     vs = L.get(d, "versions", (list,), "a non-empty list of versions")
     if not vs:
         raise L.fail("versions", "a non-empty list of versions", vs)
@@ -595,7 +599,7 @@ def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
         if not renumber and r.id > next_id:  # fill the gap with placeholders (deleted below)
             m = r.id - next_id
             got = n.add(scratch, [""] * m, ["[]"] * m, ["{}"] * m, np.repeat(placeholder, m, axis=0),
-                        np.zeros(m, np.uint8), np.full(m, -1, np.int64))
+                        np.zeros(m, np.uint8), np.full(m, -1, np.int64), _NO_TIMES)
             filled.extend(int(x) for x in got)
             next_id = r.id
         # one add call for a run of records of one namespace (first versions), the later versions after
@@ -610,9 +614,11 @@ def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
         parents = np.array([-1 if b.topic_id is None else (-2 - pos[b.topic_id] if b.topic_id in pos
                                                               else id_map[b.topic_id]) for b in batch], np.int64)
         first = [b.versions[0] for b in batch]
+        times = np.array([math.nan if b.event_time is None else b.event_time for b in batch], np.float64)
         got = n.add(r.namespace, [v.summary for v in first], [_json_text(v.turns, "turns") for v in first],
                     [_json_text(v.meta, "meta") for v in first], np.stack([v.embedding for v in first]),
-                    np.array([0 if b.level == "topic" else 1 for b in batch], np.uint8), parents)
+                    np.array([0 if b.level == "topic" else 1 for b in batch], np.uint8), parents,
+                    times if not np.isnan(times).all() else _NO_TIMES)
         for b, new in zip(batch, got):
             id_map[b.id] = int(new)
             if not renumber and int(new) != b.id:
@@ -622,7 +628,7 @@ def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
         for b in batch:
             for v in b.versions[1:]:
                 n.new_version(id_map[b.id], _OPS[v.op], v.summary, v.embedding[None, :], _json_text(v.turns, "turns"),
-                              _json_text(v.meta, "meta"), [], [], [], empty, False)
+                              _json_text(v.meta, "meta"), [], [], [], empty, False, None, _NO_TIMES)
         i = j
     for x in filled:
         n.delete(x)
