@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fakes_rmm import HashEmbedder
-from memkern import MemkernValueError, cli
+from memkern import MemkernError, MemkernValueError, cli
 from memkern.inmemory import InMemoryStore
 from memkern.paths import reranker_file
 from memkern.store import MemoryStore
@@ -229,14 +229,68 @@ def test_reranker_checksum_is_checked(tmp_path):
     assert not (tmp_path / "dst").exists()
 
 
-def test_existing_store_is_refused_untouched(tmp_path):
-    x = _export(tmp_path)
+def _files(path: Path) -> list:
+    return sorted((str(p.relative_to(path)), p.read_bytes()) for p in path.rglob("*") if p.is_file() and p.name != "LOCK")
+
+
+def test_import_into_an_existing_store_adds_namespaces(tmp_path):
+    src = InMemoryStore(D)
+    fill(src)
+    reranker_dir = tmp_path / "r"
+    export_store(src, tmp_path / "x.jsonl")
     with MemoryStore(tmp_path / "dst", dim=D) as d:
-        d.add("keep", "mine", np.ones(D, np.float32))
-    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "dst").rglob("*") if p.is_file())
-    with pytest.raises(MemkernValueError, match="new store directory"):
+        keep = d.add_batch("keep", ["mine", "also mine"], np.ones((2, D), np.float32))
+        d.delete(int(keep[1]))
+        before = state(d)
+    res = import_store(tmp_path / "dst", tmp_path / "x.jsonl")
+    assert res.renumbered and sorted(res.id_map) == sorted(k for k in state(src) if isinstance(k, int))
+    assert min(res.id_map.values()) > int(keep[1])  # numbered after the store's own ids
+    with MemoryStore(tmp_path / "dst") as d:
+        after = state(d)
+        assert d.namespaces() == ["alice", "bob", "keep"]
+        assert {k: v for k, v in after.items() if (isinstance(k, int) and v[0] == "keep") or
+                (isinstance(k, tuple) and k[0] == "keep")} == \
+            {k: v for k, v in before.items() if k != "ns"}
+        inv = {v: k for k, v in res.id_map.items()}
+        for new_id in res.id_map.values():  # every imported record as in the source, links mapped
+            r, s0 = d.get(new_id), src.get(inv[new_id])
+            assert (r.summary, r.turns, r.meta, r.version, r.status, r.invalidated_reason, r.event_time, r.level) == \
+                (s0.summary, s0.turns, s0.meta, s0.version, s0.status, s0.invalidated_reason, s0.event_time, s0.level)
+            assert r.turn_ids == tuple(res.id_map[c] for c in s0.turn_ids)
+            assert r.topic_id == (None if s0.topic_id is None else res.id_map[s0.topic_id])
+            np.testing.assert_array_equal(r.embedding, s0.embedding)
+            assert [h.summary for h in d.history(new_id)] == [h.summary for h in src.history(inv[new_id])]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_existing_store_refusals_leave_it_untouched(tmp_path):
+    x = _export(tmp_path)  # namespaces alice, bob
+    with MemoryStore(tmp_path / "dst", dim=D) as d:
+        d.add("bob", "mine", np.ones(D, np.float32))
+    before = _files(tmp_path / "dst")
+    with pytest.raises(MemkernValueError, match=r"namespaces: .*never merges.*\['bob'\]"):
         import_store(tmp_path / "dst", x)
-    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "dst").rglob("*") if p.is_file()) == before
+    assert _files(tmp_path / "dst") == before
+    with MemoryStore(tmp_path / "other", dim=D + 1) as d:
+        d.add("z", "z", np.ones(D + 1, np.float32))
+    before = _files(tmp_path / "other")
+    with pytest.raises(MemkernValueError, match="dim mismatch"):
+        import_store(tmp_path / "other", x)
+    assert _files(tmp_path / "other") == before
+    with MemoryStore(tmp_path / "rr", dim=D) as d:  # a reranker file of "alice" but no records
+        d.add("z", "z", np.ones(D, np.float32))
+    reranker_file(tmp_path / "rr", "alice").parent.mkdir()
+    reranker_file(tmp_path / "rr", "alice").write_bytes(b"old")
+    with pytest.raises(MemkernValueError, match="alice"):
+        import_store(tmp_path / "rr", x)
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "f").write_text("not a store")
+    with pytest.raises(MemkernValueError, match="store"):
+        import_store(tmp_path / "junk", x)
+    with MemoryStore(tmp_path / "held", dim=D):
+        with pytest.raises(MemkernError, match="already open"):
+            import_store(tmp_path / "held", x)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     (tmp_path / "empty").mkdir()
     import_store(tmp_path / "empty", x)  # an empty directory is a new store
     with MemoryStore(tmp_path / "empty") as d:
@@ -287,21 +341,34 @@ _KILL = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("at", ["records", "before-rename"])
-@pytest.mark.parametrize("target", ["absent", "empty dir"])
+@pytest.mark.parametrize("target", ["absent", "empty dir", "existing store"])
 def test_kill_mid_import_leaves_target_unchanged(tmp_path, at, target):
     x = _export(tmp_path)
     dst = tmp_path / "dst"
     if target == "empty dir":
         dst.mkdir()
+    before = None
+    if target == "existing store":
+        with MemoryStore(dst, dim=D, snapshot_every=0) as d:
+            d.add("keep", "mine", np.ones(D, np.float32))
+        with MemoryStore(dst) as d:
+            before = state(d)
     proc = subprocess.run([sys.executable, "-c", _KILL, at, str(dst), str(x)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == -9, proc.stderr[-2000:]
-    assert dst.exists() == (target == "empty dir") and (not dst.exists() or list(dst.iterdir()) == [])
+    if before is None:
+        assert dst.exists() == (target == "empty dir") and (not dst.exists() or list(dst.iterdir()) == [])
+    else:
+        with MemoryStore(dst) as d:
+            assert state(d) == before
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".dst.import-")]
     assert len(leftovers) == 1  # the half-built store, beside the target, never read
     assert cli.main(["import", "--store", str(dst), "--in", str(x)]) == 0  # a rerun succeeds
     with MemoryStore(dst) as d, MemoryStore(tmp_path / "src") as s:
-        assert state(d) == state(s)
+        if before is None:
+            assert state(d) == state(s)
+        else:
+            assert d.namespaces() == ["alice", "bob", "keep"] and d.count("alice") == s.count("alice")
 
 
 def test_cli_export_import_and_one_line_errors(tmp_path, capsys):
@@ -347,3 +414,23 @@ def test_cli_import_without_embeddings_uses_the_embedder(tmp_path, capsys, monke
     export_store(src, tmp_path / "y.jsonl")
     assert cli.main(["import", "--store", str(tmp_path / "e"), "--in", str(tmp_path / "y.jsonl")]) == 0
     assert built == ["my-model"]  # a file with vectors needs no model
+
+
+def test_import_into_a_store_with_an_unsnapshotted_log(tmp_path):
+    """The target's writes are only in its log (killed without close): the import snapshots it
+    before copying, so closing the old handle after the swap writes nothing into the new store."""
+    x = _export(tmp_path)
+    code = textwrap.dedent(f"""
+        import os, numpy as np
+        from memkern.store import MemoryStore
+        s = MemoryStore({str(tmp_path / 'dst')!r}, dim={D}, snapshot_every=0)
+        s.add_batch("keep", ["a", "b"], np.ones((2, {D}), np.float32))
+        os._exit(0)
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    assert not (tmp_path / "dst" / "CURRENT").exists()
+    res = import_store(tmp_path / "dst", x)
+    for _ in range(2):
+        with MemoryStore(tmp_path / "dst") as d:
+            assert d.namespaces() == ["alice", "bob", "keep"] and d.count("keep") == 2
+            assert d.get(min(res.id_map.values())).namespace == "alice"

@@ -26,20 +26,27 @@ unique, versions 1..n, embedding size = ``dim``, finite vectors within the norm 
 turn links both ways, reranker checksums, the trailer's counts) and writes nothing if any check
 fails; errors name the line and the field.
 
-Atomicity: the import writes a new store only. Into a path, it builds the whole store (records,
-then a compacted snapshot, then the reranker files) in a hidden temporary directory beside the
-target, fsyncs it and renames it into place: a failure or a kill at any point leaves the target
-as it was (absent, or an empty directory), at worst with a ``.<name>.import-*`` directory beside
-it (removable; never read). An existing, non-empty store is refused (a store has no way to take
-many writes atomically; import into a new path and point the application at it). Into an
-:class:`~memkern.InMemoryStore` that has never been written, the records are built into a fresh
-one that replaces its content in one step.
+Atomicity: a failure or a kill at any point leaves the target as it was, at worst with a
+``.<name>.import-*`` directory beside it (removable; never read).
+
+* A new store (the path is absent or an empty directory): the whole store (records, a snapshot,
+  the reranker files) is built in a hidden directory beside the target, fsynced and renamed into
+  place.
+* An existing store: the file's namespaces are *added* (a namespace the store already holds, or
+  has reranker files for, is refused: an import never merges into a namespace). With the store
+  held open (its lock keeps every other writer out), its files are copied beside it, the import
+  goes into the copy, and the two directories are swapped in one step
+  (``renameat2(RENAME_EXCHANGE)``, Linux); the old one is then removed. This costs a copy of the
+  store. The store must not be open elsewhere (its lock is taken).
+* An :class:`~memkern.InMemoryStore` that has never been written: the records are built into a
+  fresh one that replaces its content in one step.
 
 Ids: a new store takes the file's ids exactly (its ids are assigned in order, so the import fills
 the id gaps left by deleted records with placeholder records that it deletes and compacts away);
 should the gaps outnumber the records by far (more than ``4 * records + 4096``), ids are
 renumbered in the file's order instead and every link (``topic_id``, ``turn_ids``) follows the
-map, which :func:`import_store` returns.
+map, which :func:`import_store` returns. An existing store numbers the imported records after
+its own (renumbered, links following).
 
 What a round trip keeps exactly: namespaces, ids (see above), levels and topic <-> turn links,
 ``event_time``,
@@ -577,14 +584,14 @@ def _exact_inputs(parsed: _Parsed) -> int:
     return inexact
 
 
-def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
-    """Write the checked records into the fresh ``store``; returns (id map, renumbered)."""
+def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) -> tuple[dict, bool]:
+    """Write the checked records into ``store`` (fresh unless ``renumber``); returns (id map, renumbered)."""
     n = _native(store)
     recs = parsed.records
     dim = parsed.dim
     max_id = recs[-1].id if recs else -1
     gaps = max_id + 1 - len(recs)
-    renumber = gaps > 4 * len(recs) + 4096
+    renumber = renumber or gaps > 4 * len(recs) + 4096
     id_map: dict[int, int] = {}
     scratch = "memkern-import-gaps"
     while scratch in parsed.namespaces:
@@ -642,6 +649,95 @@ def _write_records(store: MemoryStore, parsed: _Parsed) -> tuple[dict, bool]:
     return id_map, renumber
 
 
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_rerankers(root: Path, parsed: _Parsed) -> list[str]:
+    """The file's reranker files under ``root/rerankers/``, fsynced (files and folders)."""
+    written = []
+    for ns, kind, data in parsed.rerankers:
+        p = reranker_file(root, ns, _RERANKER_FILES[kind])
+        p.parent.mkdir(exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        written.append(p.name)
+    for d in (root / "rerankers", root):
+        if d.is_dir():
+            _fsync_dir(d)
+    return written
+
+
+def _renameat2():
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _exchange_available() -> None:
+    if _renameat2() is None:
+        raise MemkernError("store: importing into an existing store swaps two directories atomically "
+                           "(renameat2 RENAME_EXCHANGE, Linux), which this system lacks; import into a new path")
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap directories ``a`` and ``b`` in one atomic step (``renameat2(RENAME_EXCHANGE)``)."""
+    import ctypes
+
+    at_fdcwd, rename_exchange = -100, 2
+    if _renameat2()(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"exchange {a} and {b}: {os.strerror(err)}", str(b))
+
+
+def _import_into_existing(path: Path, tmp: Path, parsed: _Parsed, store_kwargs: dict) -> tuple[dict, list]:
+    """Add the file's namespaces to the store at ``path``, atomically: with the store held open (its
+    lock keeps every other writer out), copy its files beside it, import into the copy (ids
+    renumbered after the store's own), then swap the two directories in one step."""
+    with MemoryStore(path) as live:
+        if (live.dim, live.metric) != (parsed.dim, parsed.metric):
+            raise bad_arg("store", f"a store of dim={parsed.dim}, metric={parsed.metric!r} (the file's)",
+                          f"dim={live.dim}, metric={live.metric!r} (dim mismatch)" if live.dim != parsed.dim
+                          else f"metric={live.metric!r}")
+        clash = sorted(set(parsed.namespaces) & set(live.namespaces()))
+        clash += [ns for ns in parsed.namespaces if ns not in clash and any(
+            _has_reranker(path, ns, suffix) for suffix in _RERANKER_FILES.values())]
+        if clash:
+            raise bad_arg("namespaces", "namespaces the store does not hold yet (an import adds namespaces, it "
+                          "never merges into one)", clash)
+        if getattr(live._n(), "replayed_entries", 0):
+            # The copy must be one snapshot, and closing `live` after the swap must write nothing
+            # (it would write into the new store's folder): a snapshot now leaves it nothing to do.
+            live.snapshot()
+        shutil.copytree(path, tmp, ignore=shutil.ignore_patterns("LOCK", "*.tmp"))
+        with MemoryStore(tmp, fsync="never", snapshot_every=0, **store_kwargs) as s:
+            id_map, _ = _write_records(s, parsed, renumber=True)
+            s.snapshot()
+        written = _write_rerankers(tmp, parsed)
+        _exchange(tmp, path)
+        _fsync_dir(path.parent)
+    return id_map, written
+
+
+def _has_reranker(root: Path, ns: str, suffix: str) -> bool:
+    try:
+        return reranker_file(root, ns, suffix).exists()
+    except MemkernError:
+        return False
+
+
 def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathLike | io.TextIOBase, *,
                  embedder: Any = None, **store_kwargs: Any) -> ImportResult:
     """Import an export file (:func:`export_store`) into a new store, atomically.
@@ -649,9 +745,9 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
     Parameters
     ----------
     target : str, os.PathLike or InMemoryStore
-        A store directory that does not exist yet (or is empty): the store is built beside it and
-        renamed into place. Or an :class:`~memkern.InMemoryStore` that was never written to.
-        An existing store is refused (see the module docstring).
+        A store directory: new (absent or empty; built beside it and renamed into place) or an
+        existing store (the file's namespaces are added to a copy that is swapped in). Or an
+        :class:`~memkern.InMemoryStore` that was never written to. See the module docstring.
     source : str, os.PathLike or text file object
         The JSON Lines file.
     embedder : Embedder, optional
@@ -696,42 +792,31 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
         raise bad_arg("target", "a store directory path or an InMemoryStore", type(target).__name__,
                       MemkernTypeError)
     path = Path(target)
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise bad_arg("store", "a new store directory (absent or empty; import never writes into an existing "
-                      "store, to stay atomic)", str(path))
+    existing = path.is_dir() and ((path / "CURRENT").exists() or (path / "wal.log").exists())
+    if path.exists() and not existing and (not path.is_dir() or any(path.iterdir())):
+        raise bad_arg("store", "a memkern store directory, or a new one (absent or empty)", str(path))
+    if existing:
+        _exchange_available()
     parsed = _parse(source)
     _embed_missing(parsed, embedder)
     inexact = _exact_inputs(parsed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.import-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        with MemoryStore(tmp, dim=parsed.dim, metric=parsed.metric, fsync="never", snapshot_every=0,
-                         **store_kwargs) as s:
-            id_map, renumbered = _write_records(s, parsed)
-            s.snapshot()  # everything durable in one snapshot before the rename
-        written = []
-        for ns, kind, data in parsed.rerankers:
-            p = reranker_file(tmp, ns, _RERANKER_FILES[kind])
-            p.parent.mkdir(exist_ok=True)
-            with open(p, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            written.append(p.name)
-        for d in (tmp / "rerankers", tmp):
-            if d.is_dir():
-                fd = os.open(d, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        os.rename(tmp, path)  # atomic; replaces an empty directory
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if existing:
+            id_map, written = _import_into_existing(path, tmp, parsed, store_kwargs)
+            renumbered = True
+        else:
+            with MemoryStore(tmp, dim=parsed.dim, metric=parsed.metric, fsync="never", snapshot_every=0,
+                             **store_kwargs) as s:
+                id_map, renumbered = _write_records(s, parsed)
+                s.snapshot()  # everything durable in one snapshot before the rename
+            written = _write_rerankers(tmp, parsed)
+            os.rename(tmp, path)  # atomic; replaces an empty directory
+            _fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if existing:
+        shutil.rmtree(tmp, ignore_errors=True)  # the store as it was before (swapped out); never read
     return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, written, [], str(path), inexact)

@@ -1,10 +1,11 @@
-"""``memkern import``: build a new store from a ``memkern export`` file, atomically.
+"""``memkern import``: load a ``memkern export`` file into a store, atomically.
 
-Every line is checked before anything is written; the store is built beside ``--store`` and
-renamed into place, so a failure (or a kill) leaves ``--store`` as it was. ``--store`` must not
-hold a store yet (absent or an empty directory). A file exported with ``--no-embeddings`` is
-embedded again with ``--embedder`` (default: the offline all-MiniLM-L6-v2). Details in
-:mod:`memkern.transfer`.
+Every line is checked before anything is written. A new ``--store`` (absent or empty) is built
+beside its path and renamed into place; into an existing store the file's namespaces are added
+(a namespace the store already holds is refused) in a copy that is swapped in with one atomic
+exchange. Either way a failure (or a kill) leaves ``--store`` as it was. A file exported with
+``--no-embeddings`` is embedded again with ``--embedder`` (default: the offline
+all-MiniLM-L6-v2). Details in :mod:`memkern.transfer`.
 """
 from __future__ import annotations
 
@@ -34,15 +35,12 @@ def _needs_embedder(path: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import bad_arg
     from ..transfer import import_store
 
     path = C.store_path(args)
-    if C.store_exists(path):
-        raise bad_arg("--store", "a new store directory (absent or empty; import never writes into an existing "
-                      "store, to stay atomic)", str(path))
     embedder = C.build_models(args, need_chat=False)[1] if _needs_embedder(args.input) else None
     res = import_store(path, args.input, embedder=embedder)
     print(f"imported {res.records} records in {len(res.namespaces)} namespace(s) and {len(res.rerankers)} reranker "
-          f"file(s) into {path}" + (" (ids renumbered)" if res.renumbered else ""))
+          f"file(s) into {path}" + (" (ids renumbered: see the id map of memkern.import_store)" if res.renumbered
+                                   else ""))
     return 0
