@@ -5,8 +5,9 @@ type and message, the dtype rules and the limits are the same code) over :class:
 pure-Python twin of the native ``memkern._store.Store`` (see ``_store.pyi``): same ids (assigned in
 order, never reused), versions and history, invalidation and deletion (a topic's turn records
 follow it), two-level memory (``level="turn"`` / ``"turn+topic"`` with ``alpha`` and
-``candidates``), the same padding (``-1`` / :data:`~memkern.store.PAD_SCORE`) and the same tie
-order (equal scores: lower id first).
+``candidates``), lexical / hybrid search, metadata filters, time ranges and the recency prior
+(the native ``search_ex``, BM25 by :mod:`memkern.lexical`), the same padding (``-1`` /
+:data:`~memkern.store.PAD_SCORE`) and the same tie order (equal scores: lower id first).
 
 Differences from :class:`~memkern.MemoryStore`:
 
@@ -19,9 +20,11 @@ Differences from :class:`~memkern.MemoryStore`:
   equal a :class:`~memkern.MemoryStore` whose indexes are flat (``flat_limit``); for larger
   namespaces they are what HNSW approximates. Scores are computed in float64 and rounded to
   float32 (the native store computes in float32), so scores agree to float32 rounding.
-* **Costs:** each search scans the namespace: ``O(n d)`` per query with numpy (no per-record
-  Python loop); writes are Python (about 10-50 us per record). Meant for tests, notebooks and small
-  agents, and as the reference implementation of the Store protocol.
+* **Costs:** each dense search scans the namespace: ``O(n d)`` per query with numpy (no
+  per-record Python loop); a metadata filter or time range is evaluated per record in Python, and
+  BM25 walks the postings of the query's terms in Python; writes are Python (tens of us per
+  record). Meant for tests, notebooks and small agents, and as the reference implementation of
+  the Store protocol (``bench/bench_inmemory.py`` measures it against MemoryStore).
 
 Thread safety: every call holds one lock (readers and writers are serialised); numpy releases the
 GIL inside the scans.
@@ -187,28 +190,30 @@ class _Vectors:
     """The vectors of one (namespace, level): rows in a growing float32 matrix, an id per row,
     removal by moving the last row into the hole (row order is irrelevant: ties go by id)."""
 
-    __slots__ = ("mat", "ids", "row", "n", "invalid")
+    __slots__ = ("mat", "ids", "row", "n", "invalid", "parent")
 
     def __init__(self, dim: int):
         self.mat = np.zeros((4, dim), dtype=np.float32)
         self.ids = np.zeros(4, dtype=np.int64)
         self.invalid = np.zeros(4, dtype=bool)
+        self.parent = np.full(4, -1, dtype=np.int64)  # a turn record's topic id (-1 for topics)
         self.row: dict[int, int] = {}
         self.n = 0
 
-    def put(self, rid: int, vec: np.ndarray) -> None:
+    def put(self, rid: int, vec: np.ndarray, parent: int = -1) -> None:
         r = self.row.get(rid)
         if r is None:
             if self.n == len(self.ids):
-                cap = 2 * len(self.ids)
-                self.mat = np.concatenate([self.mat, np.zeros_like(self.mat)])[:cap]
-                self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])[:cap]
-                self.invalid = np.concatenate([self.invalid, np.zeros_like(self.invalid)])[:cap]
+                self.mat = np.concatenate([self.mat, np.zeros_like(self.mat)])
+                self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+                self.invalid = np.concatenate([self.invalid, np.zeros_like(self.invalid)])
+                self.parent = np.concatenate([self.parent, np.full_like(self.parent, -1)])
             r = self.n
             self.n += 1
             self.row[rid] = r
             self.ids[r] = rid
             self.invalid[r] = False
+            self.parent[r] = parent
         self.mat[r] = vec
 
     def remove(self, rid: int) -> None:
@@ -219,6 +224,7 @@ class _Vectors:
             self.mat[r] = self.mat[last]
             self.ids[r] = moved
             self.invalid[r] = self.invalid[last]
+            self.parent[r] = self.parent[last]
             self.row[moved] = r
         self.n = last
 
@@ -365,9 +371,9 @@ class _PyStore:
             raise MemkernValueError(f"ef: expected 1..{MAX_K}, got {ef}")
         if k and q.shape[0] > MAX_RESULTS // k:
             raise MemkernValueError(f"k: expected B * k <= {MAX_RESULTS} result slots, got B={q.shape[0]}, k={k}")
-        for b in range(q.shape[0]):
-            if not np.isfinite(q[b]).all():
-                raise MemkernValueError(f"queries: expected finite values, got a NaN/inf in row {b}")
+        bad = ~np.isfinite(q).all(axis=1)
+        if bad.any():
+            raise MemkernValueError(f"queries: expected finite values, got a NaN/inf in row {int(np.argmax(bad))}")
         norms = np.sqrt(np.square(q, dtype=np.float64).sum(axis=1))
         if len(norms) and norms.max() > MAX_NORM:
             b = int(np.argmax(norms))
@@ -435,7 +441,7 @@ class _PyStore:
             self._recs[rid] = r
             self._lex.setdefault((r.ns, lv), _Lexical()).put(rid, r.summary)
             idx = self._index(r.ns, lv)
-            idx.put(rid, vecs[i])
+            idx.put(rid, vecs[i], parent)
             idx.invalid[idx.row[rid]] = r.status == "invalidated"
             ids.append(rid)
         self._next = first + n
@@ -635,13 +641,13 @@ class _PyStore:
             t_ok = np.ones(t_idx.n, bool) if inc else ~t_idx.invalid[:t_idx.n]
             all_p_ids, all_p = p_idx.ids[:p_idx.n].copy(), p_idx.mat[:p_idx.n].copy()
             p_ok = np.ones(p_idx.n, bool) if inc else ~p_idx.invalid[:p_idx.n]
-            parent = np.array([self._recs[int(i)].parent for i in all_t_ids], dtype=np.int64)
+            parent = t_idx.parent[:t_idx.n].copy()
         C = max(int(candidates), int(k))
         qp = self._prepare(q)
         t_sc = self._scores(qp, all_t)  # [B, nt] float64
         p_sc = self._scores(qp, all_p)  # [B, np]
-        p_row = {int(t): j for j, t in enumerate(all_p_ids)}
-        parent_row = np.array([p_row[int(p)] for p in parent], dtype=np.int64)
+        by_id = np.argsort(all_p_ids)  # the topic row of each turn's parent, vectorised
+        parent_row = by_id[np.searchsorted(all_p_ids[by_id], parent)]
         t32, p32 = _finite32(t_sc), _finite32(p_sc)  # the native index returns float32 similarities
         ok_t_ids, ok_p_ids = all_t_ids[t_ok], all_p_ids[p_ok]
         for b in range(B):
@@ -703,7 +709,10 @@ class _PyStore:
                 return True
 
             ids = idx.ids[:idx.n].copy()
-            keep = np.fromiter((allow(int(i)) for i in ids), dtype=bool, count=len(ids))
+            if clauses or has_time:  # evaluated per record (Python), like the native predicate
+                keep = np.fromiter((allow(int(i)) for i in ids), dtype=bool, count=len(ids))
+            else:
+                keep = np.ones(idx.n, dtype=bool) if inc else ~idx.invalid[:idx.n]
             ids, mat = ids[keep], idx.mat[:idx.n][keep].copy()
             lex = self._lex.get((ns, level))
             rescore = half_life > 0
@@ -787,6 +796,7 @@ class _PyStore:
             for idx in self._vec.values():  # shrink to fit
                 cap = max(4, idx.n)
                 idx.mat, idx.ids, idx.invalid = idx.mat[:cap].copy(), idx.ids[:cap].copy(), idx.invalid[:cap].copy()
+                idx.parent = idx.parent[:cap].copy()
 
     def memory_bytes(self) -> int:
         with self._lock:
