@@ -48,6 +48,9 @@ def test_gather_load_equals_sync(tmp_path, kind):
             searches = [s.search(ns, q[i:i + 3], k=7, level=level)
                         for i in range(0, 30, 3) for ns in ("u", "v") for level in ("topic", "turn", "turn+topic")]
             searches += [s.get(int(ids[i])) for i in range(0, 150, 5)] + [s.count("u"), s.count("v")]
+            searches += [s.search("u", q[:3], k=7, mode="hybrid", texts=["one 1", "b3-2 one", "t7"],
+                                  filter={"i": {"$in": list(range(0, 150, 2))}}),
+                         s.search("u", None, k=7, mode="lexical", texts=["one 12", "b4"])]
             got = await asyncio.gather(*searches)
             return ids, got, q
 
@@ -66,7 +69,12 @@ def test_gather_load_equals_sync(tmp_path, kind):
                 np.testing.assert_array_equal(got[k][1], want[1])
                 k += 1
     assert [r.id for r in got[k:k + 30]] == [int(singles[i]) for i in range(0, 150, 5)]
-    assert got[-2:] == [275, 125]
+    assert got[k + 30:k + 32] == [275, 125]
+    for g, want in zip(got[k + 32:], (sync.search("u", q[:3], k=7, mode="hybrid", texts=["one 1", "b3-2 one", "t7"],
+                                                  filter={"i": {"$in": list(range(0, 150, 2))}}),
+                                      sync.search("u", None, k=7, mode="lexical", texts=["one 12", "b4"]))):
+        np.testing.assert_array_equal(g[0], want[0])
+        assert (g[0] >= 0).sum() > 0
     sync.close()
 
 
@@ -101,6 +109,11 @@ def test_bad_input_raises_before_scheduling(tmp_path):
                 (s.get("3"), MemkernTypeError, "id"),
                 (s.get(-1), MemkernKeyError, "unknown id"),
                 (s.embeddings([0.5]), MemkernTypeError, "ids"),
+                (s.add("u", "x", vecs(1, 0)[0], event_time=float("nan")), MemkernValueError, "event_time"),
+                (s.search("u", vecs(2, 0), mode="lexical", texts=["one"]), MemkernValueError, "texts"),
+                (s.search("u", vecs(1, 0), mode="fuzzy"), MemkernValueError, "mode"),
+                (s.search("u", vecs(1, 0), filter={"a": {"$gt": 1}}), MemkernValueError, "filter"),
+                (s.search("u", vecs(1, 0), time_range=(5, 1)), MemkernValueError, "time_range"),
             ]
             for coro, err, match in cases:
                 with pytest.raises(err, match=match):

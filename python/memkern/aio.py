@@ -28,6 +28,10 @@ import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .store import (
+    _check_event_time,
+    _check_texts,
+    _check_time_range,
+    _compile_filter,
     MAX_CANDIDATES,
     MAX_EF,
     MAX_K,
@@ -183,6 +187,7 @@ class AsyncMemoryStore:
         e = self._vec(embedding, "embedding")
         tl, te = self._turns_and_matrix(turns, turn_embeddings)
         m = _check_meta(meta)
+        _check_event_time(kwargs.get("event_time"), "event_time")
         return await self._run(self._store.add, ns, s, e, tl, m, turn_embeddings=te, **kwargs)
 
     async def add_batch(self, namespace: str, summaries: Sequence[str], embeddings: Any,
@@ -207,6 +212,13 @@ class AsyncMemoryStore:
             tl.append(t)
             tes.append(te)
         ml = [_check_meta(metas[i] if metas is not None else None, f"metas[{i}]") for i in range(n)]
+        et = kwargs.get("event_times")
+        if et is not None:
+            if isinstance(et, (str, bytes)) or not hasattr(et, "__len__") or len(et) != n:
+                raise bad_arg("event_times", f"None or a list of {n} floats / None",
+                              f"length {len(et)}" if hasattr(et, "__len__") else type(et).__name__)
+            for i, t in enumerate(et):
+                _check_event_time(t, f"event_times[{i}]")
         return await self._run(self._store.add_batch, ns, sums, emb, tl, ml,
                                turn_embeddings=tes if turn_embeddings is not None else None, **kwargs)
 
@@ -219,6 +231,7 @@ class AsyncMemoryStore:
         e = self._vec(embedding, "embedding")
         tl, te = self._turns_and_matrix(turns, turn_embeddings)
         m = _check_meta(meta) if meta is not None else None
+        _check_event_time(kwargs.get("event_time"), "event_time")
         return await self._run(self._store.merge, rid, s, e, tl, meta=m, turn_embeddings=te, **kwargs)
 
     async def update(self, id: int, summary: str | None = None, embedding: Any = None,
@@ -237,6 +250,7 @@ class AsyncMemoryStore:
                 raise bad_arg("turn_embeddings", "to come with turns", "no turns")
             tl, turn_embeddings = self._turns_and_matrix(tl, turn_embeddings)
         m = _check_meta(meta) if meta is not None else None
+        _check_event_time(kwargs.get("event_time"), "event_time")
         return await self._run(self._store.update, rid, s, e, tl, m, turn_embeddings=turn_embeddings, **kwargs)
 
     async def invalidate(self, id: int, reason: str = "") -> None:
@@ -283,6 +297,7 @@ class AsyncMemoryStore:
         ones of newer stores, passed through); returns ``(ids int64 [B, k], scores float32 [B, k])``."""
         self._check_open()
         ns = _check_namespace(namespace)
+        B = None
         if queries is not None:
             q = _as_float32(queries, "queries", stored=False)
             if q.ndim == 1:
@@ -294,6 +309,7 @@ class AsyncMemoryStore:
             if kk * q.shape[0] > MAX_RESULTS:
                 raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {q.shape[0]} queries)", k)
             queries = np.ascontiguousarray(q)
+            B = q.shape[0]
         else:
             _check_int(k, "k", 1, MAX_K)
         _check_int(ef, "ef", 1, MAX_EF, none_ok=True)
@@ -301,6 +317,13 @@ class AsyncMemoryStore:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         if level == "turn+topic":
             _check_int(candidates, "candidates", 1, MAX_CANDIDATES, none_ok=True)
+        mode = kwargs.get("mode", "dense")
+        if mode not in ("dense", "lexical", "hybrid"):
+            raise bad_arg("mode", '"dense", "lexical" or "hybrid"', mode)
+        if mode != "dense":
+            _check_texts(kwargs.get("texts"), B)
+        _compile_filter(kwargs.get("filter"))
+        _check_time_range(kwargs.get("time_range"))
         return await self._run(self._store.search, ns, queries, k, ef, include_invalidated, level=level, alpha=alpha,
                                candidates=candidates, **kwargs)
 
