@@ -246,6 +246,7 @@ SECTIONS = (
     "memreread-batched",   # bench_memreread.py --write-section (optional until first written)
     "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
     "inmemory",            # bench_inmemory.py --write-section: InMemoryStore, AsyncMemoryStore, export/import
+    "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

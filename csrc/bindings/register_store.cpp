@@ -183,8 +183,8 @@ void register_store(py::module_& m) {
              std::vector<int64_t> ids = write_call(s, [&] { return s.add(ns, items); });
              return py::array_t<int64_t>(ids.size(), ids.data());
            },
-           py::arg("ns"), py::arg("summaries"), py::arg("turns"), py::arg("metas"), py::arg("embeddings"),
-           py::arg("levels"), py::arg("parents"), py::arg("event_times") = F64(0))
+           py::arg("namespace"), py::arg("summaries"), py::arg("turns_json"), py::arg("metas_json"),
+           py::arg("embeddings"), py::arg("levels"), py::arg("parents"), py::arg("event_times") = F64(0))
       .def("new_version",
            [](Store& s, int64_t id, uint8_t op, std::optional<std::string> summary, std::optional<F32> emb,
               std::optional<std::string> turns, std::optional<std::string> meta, const std::vector<std::string>& c_summaries,
@@ -208,9 +208,10 @@ void register_store(py::module_& m) {
              });
              return py::make_tuple(version, py::array_t<int64_t>(child_ids.size(), child_ids.data()));
            },
-           py::arg("id"), py::arg("op"), py::arg("summary"), py::arg("embedding"), py::arg("turns"), py::arg("meta"),
-           py::arg("c_summaries"), py::arg("c_turns"), py::arg("c_metas"), py::arg("c_embeddings"),
-           py::arg("replace_children"), py::arg("event_time") = py::none(), py::arg("c_event_times") = F64(0))
+           py::arg("id"), py::arg("op"), py::arg("summary"), py::arg("embedding"), py::arg("turns_json"),
+           py::arg("meta_json"), py::arg("child_summaries"), py::arg("child_turns_json"), py::arg("child_metas_json"),
+           py::arg("child_embeddings"), py::arg("replace_children"), py::arg("event_time") = py::none(),
+           py::arg("child_event_times") = F64(0))
       .def("invalidate",
            [](Store& s, int64_t id, const std::string& reason) { write_call(s, [&] { s.invalidate(id, reason); }); })
       .def("delete", [](Store& s, int64_t id) { return write_call(s, [&] { return s.remove(id); }); })

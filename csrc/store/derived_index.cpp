@@ -41,6 +41,12 @@ void Store::unindex_derived(const Record& r) {
   meta_scalars_.erase(it);
 }
 
+void Store::index_times(const Record& r) {
+  if (g_derived) ns_[r.ns]->times[r.level].put(r);
+}
+
+void Store::unindex_times(const Record& r) { ns_[r.ns]->times[r.level].remove(r); }
+
 // Every clause holds on the record's own meta, or (turn records) on its topic's where its own
 // meta lacks the key.
 bool Store::meta_matches(const Record& r, const SearchFilter& f) const {

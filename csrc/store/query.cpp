@@ -283,15 +283,7 @@ inline float finite_score_d(double s) {
   return static_cast<float>(std::max<double>(kPadScore, std::min<double>(s, -kPadScore)));
 }
 
-// The time a filter / recency prior reads: event time (else created_at), created_at or updated_at.
-inline double time_of(const Record& r, TimeField f) {
-  switch (f) {
-    case TimeField::Created: return r.created_at;
-    case TimeField::Updated: return r.updated_at;
-    case TimeField::Event: break;
-  }
-  return std::isnan(r.event_time) ? r.created_at : r.event_time;
-}
+inline double time_of(const Record& r, TimeField f) { return record_time(r, f); }
 
 using Scored = std::pair<double, int64_t>;
 
@@ -358,15 +350,25 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   };
   PredicateFunctor<decltype(allow)> functor(&allow);
   hnswlib::BaseFilterFunctor* f = (check_inval || !flt.empty()) ? &functor : nullptr;
+  std::vector<uint64_t> allowed_bits;
+  auto allowed_bit = [&](int64_t id) -> bool {
+    return id >= 0 && id < next_id_ && ((allowed_bits[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1);
+  };
+  PredicateFunctor<decltype(allowed_bit)> bit_functor(&allowed_bit);
   const bool rescore = spec.half_life > 0;
   const size_t depth = (spec.mode == 2 || rescore) ? std::max(k, spec.candidates) : k;
   const bool dense = spec.mode != 1 && idx != nullptr;
 
-  // A selective meta filter: enumerate its matches (from the meta index) and scan them exactly,
-  // when that costs less than a graph search that must walk past the non-matching points.
+  // A selective filter: enumerate its matches (from the meta index, or the time index for a time
+  // range) and scan them exactly, when that costs less than a graph search that must walk past the
+  // non-matching points: |matches|^2 < max(depth, ef) * M * live (the functor search visits about
+  // max(depth, ef) * M * live / |matches| points).
   std::vector<int64_t> scan;
   bool use_scan = false;
-  if (dense && has_meta && derived_indexes()) {
+  if (dense && (has_meta || flt.has_time) && derived_indexes()) {
+    double width = static_cast<double>(std::max(depth, ef));
+    double live = static_cast<double>(std::max<size_t>(idx->live(), 1));
+    size_t limit = static_cast<size_t>(std::sqrt(width * M_ * live));
     const FilterClause* best = nullptr;
     size_t best_n = SIZE_MAX;
     for (const auto& c : flt.clauses) {
@@ -378,10 +380,15 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
       }
       if (n < best_n) best_n = n, best = &c;
     }
-    double width = static_cast<double>(std::max(depth, ef));
-    double live = static_cast<double>(std::max<size_t>(idx->live(), 1));
-    if (best && static_cast<double>(best_n) * best_n < width * M_ * live) {
-      use_scan = true;
+    size_t time_n = SIZE_MAX;
+    if (flt.has_time) {
+      time_n = ns->times[level].count(flt.time_field, flt.t_lo, flt.t_hi, best_n == SIZE_MAX ? SIZE_MAX : best_n + 1);
+    }
+    // The matches of the most selective enumerable part (time range or one meta clause); the
+    // full predicate is checked on each.
+    if (time_n <= best_n) {
+      scan = ns->times[level].ids(flt.time_field, flt.t_lo, flt.t_hi);
+    } else {
       scan.reserve(best_n);
       for (const auto& v : best->values) {
         if (auto* s = ns->meta[level].find(best->key, v)) scan.insert(scan.end(), s->begin(), s->end());
@@ -392,9 +399,20 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
               scan.insert(scan.end(), ch.begin(), ch.end());
             }
       }
+    }
+    if (std::min(time_n, best_n) <= limit) {
+      use_scan = true;
       std::sort(scan.begin(), scan.end());
       scan.erase(std::unique(scan.begin(), scan.end()), scan.end());
       scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return !allow(id); }), scan.end());
+    } else {
+      // Many matches: the graph search with a bitmap of the allowed ids as its filter functor
+      // (built once per call; the per-visit check is then one bit, not a record lookup).
+      allowed_bits.assign(static_cast<size_t>(next_id_ / 64 + 1), 0);
+      for (int64_t id : scan)
+        if (id >= 0 && id < next_id_ && allow(id)) allowed_bits[static_cast<size_t>(id) >> 6] |= uint64_t(1) << (id & 63);
+      scan.clear();
+      f = &bit_functor;
     }
   }
   auto dist = space_->get_dist_func();

@@ -253,7 +253,10 @@ void Store::load_snapshot(uint64_t gen) {
     }
   }
   // Derived state: BM25 postings and filterable meta, rebuilt from the records' texts.
-  for (auto& kv : records_) index_derived(kv.second);
+  for (auto& kv : records_) {
+    index_derived(kv.second);
+    index_times(kv.second);
+  }
   for (auto& ns : ns_)
     for (int l = 0; l < kNumLevels; ++l)
       if (ns->index[l] && ns->index[l]->live() != ns->n[l])

@@ -552,7 +552,9 @@ void Store::apply(const std::string& payload) {
       if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
       next_id_ = std::max(next_id_, r.id + 1);
       int64_t id = r.id;
-      index_derived(records_.emplace(id, std::move(r)).first->second);
+      const Record& added = records_.emplace(id, std::move(r)).first->second;
+      index_derived(added);
+      index_times(added);
     } else if (o.kind == LogOp::Version) {
       int64_t id = o.id;
       auto it = records_.find(id);
@@ -562,6 +564,7 @@ void Store::apply(const std::string& payload) {
       Version old = current_version(r);
       bool reindex = o.fields & (kHasSummary | kHasMeta);
       if (reindex) unindex_derived(r);
+      unindex_times(r);
       if (o.fields & kHasSummary) r.summary = std::move(o.summary);
       if (o.fields & kHasEmbedding) ns.index[r.level]->put(id, o.embedding.data());
       if (o.fields & kHasTurns) r.turns_json = std::move(o.turns_json);
@@ -571,10 +574,13 @@ void Store::apply(const std::string& payload) {
       r.op = o.version_op;
       r.history.push_back(std::move(old));
       if (reindex) index_derived(r);
+      index_times(r);
     } else if (o.kind == LogOp::EventTime) {
       auto it = records_.find(o.id);
       if (it == records_.end()) fail("event time of an unknown id");
+      unindex_times(it->second);
       it->second.event_time = o.time;
+      index_times(it->second);
     } else if (o.kind == LogOp::Invalidate) {
       int64_t id = o.id;
       const std::string& reason = o.reason;
@@ -588,7 +594,9 @@ void Store::apply(const std::string& payload) {
         if (r.status == Status::Invalidated) continue;
         r.status = Status::Invalidated;
         r.reason = reason;
+        unindex_times(r);
         r.updated_at = ts;
+        index_times(r);
         ns_[r.ns]->invalidated[r.level].insert(x);
       }
     } else {  // LogOp::Delete
@@ -610,6 +618,7 @@ void Store::apply(const std::string& payload) {
         Record& r = jt->second;
         Namespace& ns = *ns_[r.ns];
         unindex_derived(r);
+        unindex_times(r);
         ns.index[r.level]->remove(x);
         ns.invalidated[r.level].erase(x);
         ns.n[r.level]--;
@@ -747,7 +756,8 @@ size_t Store::memory_bytes() const {
     for (int l = 0; l < kNumLevels; ++l)
       if (ns->index[l]) b += ns->index[l]->memory_bytes();
   for (const auto& ns : ns_)
-    for (int l = 0; l < kNumLevels; ++l) b += ns->lex[l].memory_bytes() + ns->meta[l].memory_bytes();
+    for (int l = 0; l < kNumLevels; ++l)
+      b += ns->lex[l].memory_bytes() + ns->meta[l].memory_bytes() + ns->times[l].memory_bytes();
   for (const auto& kv : meta_scalars_) {
     b += 64;
     for (const auto& e : kv.second) b += 64 + e.first.capacity() + e.second.capacity();

@@ -17,8 +17,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <climits>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -26,6 +28,8 @@
 #include <vector>
 
 #include <hnswlib/hnswlib.h>
+
+#include "memkern/record.h"
 
 namespace memkern {
 
@@ -315,6 +319,45 @@ class MetaIndex {
     return s;
   }
   std::unordered_map<std::string, std::unordered_set<int64_t>> ids_;
+};
+
+// The time a filter / recency prior reads: the event time (else created_at), created_at or updated_at.
+inline double record_time(const Record& r, TimeField f) {
+  switch (f) {
+    case TimeField::Created: return r.created_at;
+    case TimeField::Updated: return r.updated_at;
+    case TimeField::Event: break;
+  }
+  return std::isnan(r.event_time) ? r.created_at : r.event_time;
+}
+
+// Ids of one (namespace, level) ordered by each TimeField's time: a selective time range
+// enumerates its few matches instead of walking the graph.
+class TimeIndex {
+ public:
+  void put(const Record& r) {
+    for (int f = 0; f < 3; ++f) by_[f].emplace(record_time(r, static_cast<TimeField>(f)), r.id);
+  }
+  void remove(const Record& r) {
+    for (int f = 0; f < 3; ++f) by_[f].erase({record_time(r, static_cast<TimeField>(f)), r.id});
+  }
+  // Ids with lo <= t < hi, counting at most `cap`.
+  size_t count(TimeField f, double lo, double hi, size_t cap) const {
+    size_t n = 0;
+    const auto& s = by_[static_cast<int>(f)];
+    for (auto it = s.lower_bound({lo, INT64_MIN}); it != s.end() && it->first < hi && n < cap; ++it) ++n;
+    return n;
+  }
+  std::vector<int64_t> ids(TimeField f, double lo, double hi) const {
+    std::vector<int64_t> out;
+    const auto& s = by_[static_cast<int>(f)];
+    for (auto it = s.lower_bound({lo, INT64_MIN}); it != s.end() && it->first < hi; ++it) out.push_back(it->second);
+    return out;
+  }
+  size_t memory_bytes() const { return (by_[0].size() + by_[1].size() + by_[2].size()) * 48; }
+
+ private:
+  std::set<std::pair<double, int64_t>> by_[3];
 };
 
 // hnswlib adapter: `Pred` is any callable bool(int64_t id).

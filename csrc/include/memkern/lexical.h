@@ -248,7 +248,7 @@ class LexicalIndex {
     d.len = static_cast<uint32_t>(toks.size());
     d.terms.reserve(tf.size());
     for (const auto& kv : tf) {
-      postings_[kv.first].push_back({id, kv.second});
+      postings_[kv.first].push_back({id, kv.second, static_cast<uint32_t>(toks.size())});
       d.terms.push_back(kv.first);
     }
     total_len_ += d.len;
@@ -297,7 +297,7 @@ class LexicalIndex {
       double idf = std::log(1.0 + (N - df + 0.5) / (df + 0.5));
       for (const auto& p : pl) {
         double tf = static_cast<double>(p.tf);
-        double len = static_cast<double>(docs_.at(p.id).len);
+        double len = static_cast<double>(p.len);
         acc[p.id] += idf * tf * (kK1 + 1.0) / (tf + kK1 * (1.0 - kB + kB * len / avgdl));
       }
     }
@@ -324,7 +324,8 @@ class LexicalIndex {
  private:
   struct Posting {
     int64_t id;
-    uint32_t tf;
+    uint32_t tf;   // occurrences of the term in the document
+    uint32_t len;  // the document's length in tokens (a copy: no lookup while scoring)
   };
   struct Doc {
     uint32_t len = 0;

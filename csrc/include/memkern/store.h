@@ -178,11 +178,15 @@ class Store {
     // Derived state (never persisted: rebuilt from the records on open, kept in step by apply()).
     lexical::LexicalIndex lex[kNumLevels];  // BM25 postings of the records' summaries
     MetaIndex meta[kNumLevels];             // (meta key, canonical scalar) -> ids
+    TimeIndex times[kNumLevels];            // ids ordered by event / created / updated time
   };
 
   // Derived state of one record: index (after it is in records_) / unindex (before it changes or goes).
   void index_derived(const Record& r);
   void unindex_derived(const Record& r);
+  // The time index is kept apart: timestamps change on more operations (invalidate, event time).
+  void index_times(const Record& r);
+  void unindex_times(const Record& r);
   bool meta_matches(const Record& r, const SearchFilter& f) const;
 
   void check_open() const;
