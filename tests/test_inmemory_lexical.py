@@ -1,9 +1,7 @@
 """InMemoryStore's lexical / hybrid search, metadata filters, time ranges and recency prior
 (API-SPEC, issue 13 items 5-6) against the float64 references of :mod:`memkern.lexical`, and
-against MemoryStore where the native search_ex is built."""
+against MemoryStore's native search_ex."""
 from __future__ import annotations
-
-import inspect
 
 import numpy as np
 import pytest
@@ -13,8 +11,6 @@ from memkern.errors import MemkernValueError
 from memkern.inmemory import InMemoryStore
 from memkern.store import PAD_SCORE, MemoryStore
 
-pytestmark = pytest.mark.skipif("mode" not in inspect.signature(MemoryStore.search).parameters,
-                                reason="MemoryStore.search has no mode/filter arguments on this branch yet")
 
 D = 8
 TEXTS = ["Caroline adopted a beagle named Pepper", "Melanie paints sunsets at the lake",
@@ -131,12 +127,7 @@ def test_native_and_in_memory_agree(tmp_path):
     rng = np.random.default_rng(3)
     e = rng.standard_normal((len(TEXTS), D)).astype(np.float32)
     mem = InMemoryStore(D, "ip")
-    try:
-        nat = MemoryStore(tmp_path / "n", dim=D, metric="ip")
-        nat.search("u", e[:1], k=1, mode="lexical", texts=["x"])
-    except (AttributeError, TypeError) as exc:  # native search_ex not built on this branch
-        pytest.skip(f"native search_ex unavailable: {exc}")
-    with nat:
+    with MemoryStore(tmp_path / "n", dim=D, metric="ip") as nat:
         for st in (nat, mem):
             ids = st.add_batch("u", TEXTS, e, metas=META)
             st.invalidate(int(ids[7]), "spam")
