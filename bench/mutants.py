@@ -43,6 +43,9 @@ T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
 T_CPP = ("tests/test_cpp_unit.py",)
+T_INMEM = ("tests/test_inmemory.py", "tests/test_store.py", "tests/test_store_turns.py")
+T_TRANSFER = ("tests/test_transfer.py",)
+T_AIO = ("tests/test_aio.py",)
 T_LEXICAL = ("tests/test_lexical.py", "tests/test_store_lexical.py")
 T_FILTERS = ("tests/test_store_filters.py",)
 T_SHARDED = ("tests/test_distributed.py",)
@@ -438,6 +441,68 @@ CATALOGUE: list[Mutant] = [
            "  if (op != VersionOp::Merge && op != VersionOp::Update)\n",
            "  if (false)\n",
            "a new version may claim the op 'add'", ("tests/test_store_contract.py",)),
+    # ---------------------------------------------------------------- InMemoryStore (the Python twin of the native store)
+    Mutant("inmem-ties-higher-id-first", "inmem", "python/memkern/inmemory.py",
+           "order = np.lexsort((ids, -scores32.astype(np.float64)))[:k]",
+           "order = np.lexsort((-ids, -scores32.astype(np.float64)))[:k]",
+           "equal scores come back higher id first (the native order is lower id first)", T_INMEM),
+    Mutant("inmem-invalidate-no-cascade", "inmem", "python/memkern/inmemory.py",
+           "            for x in [rid, *r.children]:\n                xr = self._recs[x]\n",
+           "            for x in [rid]:\n                xr = self._recs[x]\n",
+           "invalidating a topic leaves its turn records searchable", T_INMEM),
+    Mutant("inmem-delete-forgets-id", "inmem", "python/memkern/inmemory.py",
+           "            self._tomb.add(x)\n",
+           "            pass\n",
+           "a deleted id reads as unknown instead of deleted", T_INMEM),
+    Mutant("inmem-turn-topic-alpha-sign", "inmem", "python/memkern/inmemory.py",
+           "score = t32[b][chosen].astype(np.float64) + float(np.float32(alpha)) * p32[b][parent_row[chosen]]",
+           "score = t32[b][chosen].astype(np.float64) - float(np.float32(alpha)) * p32[b][parent_row[chosen]]",
+           "turn+topic subtracts the topic similarity", T_INMEM),
+    Mutant("inmem-filter-no-topic-fallback", "inmem", "python/memkern/inmemory.py",
+           "if v is None and r.level == _TURN and r.parent in recs:",
+           "if False:",
+           "a turn record's filter does not see its topic's meta", T_INMEM + ("tests/test_inmemory_lexical.py",
+                                                                              "tests/test_store_filters.py")),
+    Mutant("inmem-rrf-rank-from-zero", "inmem", "python/memkern/inmemory.py",
+           "fused[rid] = fused.get(rid, 0.0) + wgt / (60.0 + (r_ + 1))",
+           "fused[rid] = fused.get(rid, 0.0) + wgt / (60.0 + r_)",
+           "hybrid rrf counts ranks from 0 (the spec: from 1, k0 = 60)", T_INMEM + ("tests/test_inmemory_lexical.py",
+                                                                                   "tests/test_store_lexical.py")),
+    # ---------------------------------------------------------------- export / import
+    Mutant("transfer-cos-renormalised", "transfer", "python/memkern/transfer.py",
+           "            x = _cos_preimage(v.embedding)\n",
+           "            x = v.embedding\n",
+           "metric cos: the stored unit vectors are given back as is and renormalised (bits move)", T_TRANSFER),
+    Mutant("transfer-builds-in-place", "transfer", "python/memkern/transfer.py",
+           'tmp = path.parent / f".{path.name}.import-{os.getpid()}-{secrets.token_hex(4)}"',
+           "tmp = path",
+           "import writes into the target directly (a kill leaves a half-written store)", T_TRANSFER),
+    Mutant("transfer-no-gap-fill", "transfer", "python/memkern/transfer.py",
+           "if not renumber and r.id > next_id:",
+           "if False and r.id > next_id:",
+           "ids after a deleted record's are not kept", T_TRANSFER),
+    Mutant("transfer-no-trailer-check", "transfer", "python/memkern/transfer.py",
+           "    if end is None:\n        raise",
+           "    if False:\n        raise",
+           "a truncated file (no end line) is imported", T_TRANSFER),
+    Mutant("transfer-existing-no-snapshot", "transfer", "python/memkern/transfer.py",
+           'if getattr(live._n(), "replayed_entries", 0):',
+           "if False:",
+           "import into a store with an unsnapshotted log: closing the old handle snapshots into the swapped-in store",
+           T_TRANSFER),
+    Mutant("transfer-merges-into-namespace", "transfer", "python/memkern/transfer.py",
+           "        if clash:\n",
+           "        if False:\n",
+           "import into an existing store mixes records into a namespace it already holds", T_TRANSFER),
+    # ---------------------------------------------------------------- AsyncMemoryStore
+    Mutant("aio-no-precheck", "aio", "python/memkern/aio.py",
+           "        ns = _check_namespace(namespace)\n        s = _check_summary(summary)\n",
+           "        ns, s = namespace, summary\n",
+           "add() schedules bad input on the pool instead of refusing it first", T_AIO),
+    Mutant("aio-close-does-not-wait", "aio", "python/memkern/aio.py",
+           "        while self._inflight:\n",
+           "        while False:\n",
+           "aclose() closes the store under the calls still running", T_AIO),
     # ---------------------------------------------------------------- lexical index, hybrid search, filters (issue 13)
     Mutant("lexical-stop-words-kept", "lexical", "python/memkern/lexical.py",
            "    return [t for t in out if t not in STOP_WORDS]",

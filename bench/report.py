@@ -245,6 +245,7 @@ SECTIONS = (
     "embedder",            # bench_embedder.py --write-section (optional until first written)
     "memreread-batched",   # bench_memreread.py --write-section (optional until first written)
     "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
+    "inmemory",            # bench_inmemory.py --write-section: InMemoryStore, AsyncMemoryStore, export/import
     "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
     "retrieval",           # issue 13 items 1-4: memkern eval memory retrieval (template, TextTiling, RMM default)
     "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)

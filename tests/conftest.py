@@ -11,3 +11,40 @@ import tempfile
 # without a path during the tests goes to a throw-away folder. The model cache is kept.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memkern-tests-data-")
 os.environ.pop("MEMKERN_STORE", None)
+
+
+import pytest  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- the store suite
+#: The store implementations the shared store tests run on (issue 12: the same suite on both):
+#: the native :class:`memkern.MemoryStore` and the pure-Python :class:`memkern.InMemoryStore`.
+STORE_KINDS = ("native", "inmemory")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_store(store_kind, tmp_path):
+    """``make_store(dim, metric=None, name="s", **kw)``: a new store of the parametrized kind
+    (native stores under ``tmp_path/name``, with ``kw`` passed on; the in-memory store takes
+    ``dim``, ``metric`` and ``ef_search`` only). Every store made is closed at the end."""
+    from memkern.inmemory import InMemoryStore
+    from memkern.store import MemoryStore
+
+    opened = []
+
+    def make(dim: int, metric: str | None = None, name: str = "s", **kw):
+        if store_kind == "native":
+            s = MemoryStore(tmp_path / name, dim=dim, metric=metric, **kw)
+        else:
+            s = InMemoryStore(dim, metric or "ip", **{k: v for k, v in kw.items() if k == "ef_search"})
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()

@@ -27,12 +27,16 @@ def _real_store_cls():
 
 
 REAL_STORE = _real_store_cls()
-STORES = ["fake"] + (["real"] if REAL_STORE is not None else [])
+STORES = ["fake", "inmemory"] + (["real"] if REAL_STORE is not None else [])  # "real" last (real-model test)
 
 
 def make_store(kind, tmp_path, dim=DIM):
     if kind == "fake":
         return FakeStore(dim=dim, path=str(tmp_path / "fake"))
+    if kind == "inmemory":
+        from memkern.inmemory import InMemoryStore
+
+        return InMemoryStore(dim, "cos")
     return REAL_STORE(path=str(tmp_path / "store"), dim=dim, metric="cos")
 
 

@@ -1,4 +1,8 @@
-"""MemoryStore: every operation and every refused input (a refused call changes nothing)."""
+"""The store suite: every operation and every refused input (a refused call changes nothing).
+
+Tests taking the ``store`` or ``make_store`` fixture run on both stores (the native
+``MemoryStore`` and the pure-Python ``InMemoryStore``, tests/conftest.py); the ones about files,
+locks, the log and reopening are MemoryStore's alone."""
 from __future__ import annotations
 
 import json
@@ -26,10 +30,8 @@ def turns(*contents: str, session: str = "s1") -> list[dict]:
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = MemoryStore(tmp_path / "st", dim=D)
-    yield s
-    s.close()
+def store(make_store):
+    return make_store(D)
 
 
 def snapshot_state(s: MemoryStore, ns: str = "u") -> tuple:
@@ -45,8 +47,22 @@ def snapshot_state(s: MemoryStore, ns: str = "u") -> tuple:
 
 
 def test_public_names():
+    from memkern.inmemory import InMemoryStore
+
     assert memkern.MemoryStore is MemoryStore
     assert memkern.Record is Record
+    assert memkern.InMemoryStore is InMemoryStore and "InMemoryStore" in memkern.__all__
+
+
+def test_closed_store_refuses(store):
+    rid = store.add("u", "x", vecs(1)[0])
+    store.close()
+    store.close()  # idempotent
+    assert store.closed
+    for call in (lambda: store.add("u", "x", vecs(1)[0]), lambda: store.search("u", vecs(1)),
+                 lambda: store.get(rid), lambda: store.count("u")):
+        with pytest.raises(MemkernValueError, match="closed"):
+            call()
 
 
 def test_add_get_roundtrip(store):
@@ -83,9 +99,9 @@ def test_add_batch_ids_and_search_exact_small(store):
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2", "cos"])
-def test_scores_higher_is_better(tmp_path, metric):
+def test_scores_higher_is_better(make_store, metric):
     e = vecs(20, 1)
-    with MemoryStore(tmp_path / metric, dim=D, metric=metric) as s:
+    with make_store(D, metric, name=metric) as s:
         ids = s.add_batch("u", ["x"] * 20, e)
         q = vecs(2, 5)
         got, sc = s.search("u", q, k=20, ef=100)
@@ -351,8 +367,8 @@ def test_refused_calls_change_nothing(store, call, err, match):
     assert snapshot_state(store) == before
 
 
-def test_cos_zero_vector_refused(tmp_path):
-    with MemoryStore(tmp_path / "z", dim=D, metric="cos") as s:
+def test_cos_zero_vector_refused(make_store):
+    with make_store(D, "cos", name="z") as s:
         with pytest.raises(MemkernValueError, match="nonzero"):
             s.add_batch("u", ["a", "b"], np.stack([vecs(1)[0], np.zeros(D, np.float32)]))
         assert s.count("u") == 0 and s.namespaces() == []

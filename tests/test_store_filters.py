@@ -1,5 +1,6 @@
 """Metadata filters, time ranges, event_time and the recency prior in MemoryStore.search (issue 13
-item 6): applied inside the index search, never by over-fetching."""
+item 6): applied inside the index search, never by over-fetching. The tests taking ``make_store``
+also run on InMemoryStore (tests/conftest.py)."""
 from __future__ import annotations
 
 import shutil
@@ -53,8 +54,8 @@ METAS = [
 ]
 
 
-def test_each_operator_and_json_equality(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_each_operator_and_json_equality(make_store):
+    with make_store(D) as s:
         ids = s.add_batch("u", [f"r{i}" for i in range(len(METAS))], np.stack([emb(i) for i in range(len(METAS))]),
                           metas=METAS)
         q = emb(100)
@@ -88,8 +89,8 @@ def test_each_operator_and_json_equality(tmp_path):
         assert f({"user": "alice"}) == [ids[2], ids[5]]
 
 
-def test_bad_filters_raise_naming_filter(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_bad_filters_raise_naming_filter(make_store):
+    with make_store(D) as s:
         s.add("u", "x", emb(0), meta={"a": 1})
         for flt in (["a"], {"a": {"$gt": 1}}, {"a": {"$eq": 1, "$in": [1]}}, {"a": [1, 2]}, {"a": None},
                     {"a": {"$in": "ab"}}, {"a": {"$in": [[1]]}}, {"a": float("nan")}, {"a": 10 ** 400},
@@ -104,8 +105,8 @@ def test_bad_filters_raise_naming_filter(tmp_path):
             s.search("u", emb(1), k=2, time_range=(0, None), time_field="birth")
 
 
-def test_turn_records_see_their_topic_meta(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_turn_records_see_their_topic_meta(make_store):
+    with make_store(D) as s:
         for i, user in enumerate(["alice", "bob"]):
             s.add("u", f"topic {user}", emb(i), [{"role": "user", "content": f"hello from {user}"}],
                   meta={"user": user}, turn_embeddings=emb(10 + i)[None, :])
@@ -172,8 +173,8 @@ def test_filter_inside_the_graph_search(big):
     assert hits >= 0.9 * k * len(qs)
 
 
-def test_time_range_and_time_fields(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_time_range_and_time_fields(make_store):
+    with make_store(D) as s:
         a = s.add("u", "a", emb(0), event_time=1000.0)
         b = s.add("u", "b", emb(1), event_time=2000.0)
         c = s.add("u", "c", emb(2))  # no event time: falls back to created_at (now)
@@ -237,8 +238,8 @@ def test_event_time_persists_and_old_snapshots_open(tmp_path):
         assert s.get(0).event_time is None and s.get(0).summary == "x"
 
 
-def test_recency_prior(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D, metric="cos") as s:
+def test_recency_prior(make_store):
+    with make_store(D, "cos") as s:
         v = emb(0)
         old = s.add("u", "dog", v, event_time=0.0)
         new = s.add("u", "dog", v, event_time=1000.0)

@@ -26,10 +26,11 @@ _CRASH_SCRIPT = textwrap.dedent(
     import json, sys, tempfile
     import numpy as np
     from memkern._store import Level
+    from memkern.inmemory import InMemoryStore
     from memkern.store import MemoryStore
-    case = sys.argv[1]
+    case, kind = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(0)
-    s = MemoryStore(tempfile.mkdtemp() + "/s", dim=8, fsync="never")
+    s = MemoryStore(tempfile.mkdtemp() + "/s", dim=8, fsync="never") if kind == "native" else InMemoryStore(8)
     for i in range(3):
         s.add("u", f"t{i}", rng.standard_normal(8).astype(np.float32),
               [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
@@ -98,8 +99,10 @@ _CRASH_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(_CRASH_CASES))
-def test_huge_sizes_raise_before_allocating(case):
-    proc = subprocess.run([sys.executable, "-c", _CRASH_SCRIPT, case], capture_output=True, text=True, timeout=60)
+def test_huge_sizes_raise_before_allocating(case, store_kind):
+    """On both stores (for InMemoryStore, ``n`` is the Python twin of the native layer)."""
+    proc = subprocess.run([sys.executable, "-c", _CRASH_SCRIPT, case, store_kind], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, f"{case}: exit code {proc.returncode} (crash?)\n{proc.stderr[-2000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["result"] == "raised", (case, out)
@@ -108,10 +111,9 @@ def test_huge_sizes_raise_before_allocating(case):
 
 
 @pytest.fixture()
-def store(tmp_path):
-    s = MemoryStore(tmp_path / "s", dim=D, fsync="never")
-    yield s
-    s.close()
+def store(make_store):
+    """Both stores (``make_store``, tests/conftest.py)."""
+    return make_store(D, fsync="never")
 
 
 def test_k_above_count_pads_and_cap_is_allowed(store):
@@ -126,8 +128,8 @@ def test_k_above_count_pads_and_cap_is_allowed(store):
 
 
 @pytest.mark.parametrize("metric", ["ip", "l2", "cos"])
-def test_huge_finite_vectors_are_refused_and_scores_stay_finite(tmp_path, metric):
-    with MemoryStore(tmp_path / metric, dim=2, metric=metric, fsync="never") as s:
+def test_huge_finite_vectors_are_refused_and_scores_stay_finite(make_store, metric):
+    with make_store(2, metric, name=metric, fsync="never") as s:
         # Issue 10: finite vectors whose products overflow float32 scored [nan, inf] on "ip".
         for bad in ([3e38, 3e38], [3e38, -3e38], [1e19, 0.0]):
             with pytest.raises(MemkernValueError, match=r"^embedding: .*L2 norm <= 1e\+?18"):

@@ -1,6 +1,7 @@
 """Lexical and hybrid search inside the native store (issue 13 item 5): the C++ tokeniser against
 the Python reference, BM25 against the float64 reference, fusion, index maintenance on every
-write, persistence across reopen and after injected faults."""
+write, persistence across reopen and after injected faults. The tests taking ``make_store`` also
+run on InMemoryStore (tests/conftest.py)."""
 from __future__ import annotations
 
 import random
@@ -106,9 +107,9 @@ def _ranked(scores: np.ndarray, k: int) -> tuple[list[int], list[float]]:
     return order, [scores[i] for i in order]
 
 
-def test_lexical_search_matches_float64_bm25(tmp_path):
+def test_lexical_search_matches_float64_bm25(make_store):
     texts = _texts(300, 1)
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+    with make_store(D) as s:
         ids = s.add_batch("u", texts, np.stack([emb(i) for i in range(len(texts))]))
         s.add("other", "caroline dog caroline", emb(999))  # another namespace: never counted or returned
         queries = ["Caroline dog", "berlin paris 2023", "東京 lake", "the and", "zebra"]
@@ -124,8 +125,8 @@ def test_lexical_search_matches_float64_bm25(tmp_path):
         assert (got_ids[3] == -1).all() and (got_ids[4] == -1).all()
 
 
-def test_lexical_turn_level_uses_turn_text(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_lexical_turn_level_uses_turn_text(make_store):
+    with make_store(D) as s:
         s.add("u", "summary about painting", emb(0), [{"role": "user", "content": "I adopted a dog"},
                                                       {"role": "user", "content": "Caroline went camping"}],
               turn_embeddings=np.stack([emb(1), emb(2)]))
@@ -138,13 +139,13 @@ def test_lexical_turn_level_uses_turn_text(tmp_path):
         assert ids[0, 0] == 0
 
 
-def test_index_follows_every_write(tmp_path):
+def test_index_follows_every_write(make_store):
     """add / merge / update / invalidate / delete each change what lexical search sees."""
     def hit(s, text, **kw):
         ids, _ = s.search("u", None, k=10, mode="lexical", texts=[text], **kw)
         return sorted(int(i) for i in ids[0] if i >= 0)
 
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+    with make_store(D) as s:
         a = s.add("u", "Caroline adopted a dog", emb(0))
         b = s.add("u", "Melanie painted a lake", emb(1))
         assert hit(s, "dog") == [a] and hit(s, "lake") == [b]
@@ -234,9 +235,9 @@ def test_failed_write_leaves_the_lexical_index_unchanged(tmp_path, op, spec):
 # ---------------------------------------------------------------------------- fusion
 
 
-def test_hybrid_fusion_matches_reference(tmp_path):
+def test_hybrid_fusion_matches_reference(make_store):
     texts = _texts(200, 3)
-    with MemoryStore(tmp_path / "s", dim=D, metric="cos") as s:
+    with make_store(D, "cos") as s:
         s.add_batch("u", texts, np.stack([emb(i) for i in range(len(texts))]))
         q = np.stack([emb(1000 + b) for b in range(4)])
         qt = ["caroline dog", "berlin lake", "painting 2023 may", "zebra"]
@@ -265,8 +266,8 @@ def test_hybrid_fusion_matches_reference(tmp_path):
         assert target in hids[0] and target not in dids[0]
 
 
-def test_search_mode_arguments_are_checked(tmp_path):
-    with MemoryStore(tmp_path / "s", dim=D) as s:
+def test_search_mode_arguments_are_checked(make_store):
+    with make_store(D) as s:
         s.add("u", "caroline", emb(0))
         q = emb(1)
         bad = [

@@ -1,4 +1,6 @@
-"""Two-level memory (issue 7): turn records linked to their topic, turn and turn+topic search."""
+"""Two-level memory (issue 7): turn records linked to their topic, turn and turn+topic search.
+
+Runs on both stores (``make_store``, tests/conftest.py); reopening is MemoryStore's alone."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +23,9 @@ def conv(n: int, tag: str) -> list[dict]:
 
 
 @pytest.fixture
-def two_level(tmp_path):
+def two_level(make_store):
     """12 topics with 1..6 turns each in namespace "u", plus one in "v"."""
-    s = MemoryStore(tmp_path / "t", dim=D, metric="cos")
+    s = make_store(D, "cos", name="t")
     rng = np.random.default_rng(0)
     topics, turn_vecs = [], []
     sizes = [int(rng.integers(1, 7)) for _ in range(12)]
@@ -178,6 +180,8 @@ def test_merge_and_update_turn_records(two_level, tmp_path):
         s.add("u", "x", unit(1, 1)[0], conv(2, "q"), turn_embeddings=unit(3, 1))
     assert s.count("u", level="turn") == n_before and s.count("u") == 12
     # links survive reopening
+    if not isinstance(s, MemoryStore) or s.path is None:
+        return
     path = s.path
     s.close()
     with MemoryStore(path) as s2:
@@ -186,8 +190,8 @@ def test_merge_and_update_turn_records(two_level, tmp_path):
         assert got[0, 0] == rec.turn_ids[0]
 
 
-def test_mixed_batch_and_plain_turns(tmp_path):
-    with MemoryStore(tmp_path / "m", dim=D) as s:
+def test_mixed_batch_and_plain_turns(make_store):
+    with make_store(D, name="m") as s:
         ids = s.add_batch("u", ["a", "b", "c"], unit(3, 0), turns=[conv(2, "a"), conv(1, "b"), None],
                           turn_embeddings=[unit(2, 1), None, None])
         assert len(s.get(int(ids[0])).turn_ids) == 2 and s.get(int(ids[1])).turn_ids == ()

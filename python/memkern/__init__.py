@@ -26,6 +26,10 @@ logging.getLogger("memkern").addHandler(logging.NullHandler())
 _LAZY = {
     "MemoryStore": "memkern.store",
     "Record": "memkern.store",
+    "InMemoryStore": "memkern.inmemory",
+    "AsyncMemoryStore": "memkern.aio",
+    "export_store": "memkern.transfer",
+    "import_store": "memkern.transfer",
     "Reranker": "memkern.reranker",
     "Selection": "memkern.reranker",
     "ReinforceTrainer": "memkern.trainer",
@@ -76,3 +80,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .trainer import ReinforceTrainer
     from .rmm import RMM, RMMConfig
     from .store import MemoryStore, Record
+    from .inmemory import InMemoryStore
+    from .aio import AsyncMemoryStore
+    from .transfer import export_store, import_store

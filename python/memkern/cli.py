@@ -24,6 +24,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("ask",), "memkern.commands.ask", "ask a question answered from a store's memories"),
     (("inspect",), "memkern.commands.inspect", "print a store's memory bank"),
     (("forget",), "memkern.commands.forget", "delete a namespace or a record"),
+    (("export",), "memkern.commands.export", "write a store's records and reranker state to a JSONL file"),
+    (("import",), "memkern.commands.import_", "load a 'memkern export' file into a new or existing store (atomic)"),
     (("models",), "memkern.commands.models", "set up / list the offline default models"),
     (("eval", "memory"), "memkern.commands.eval_memory", "retrieval experiments (LongMemEval/LoCoMo/generated)"),
     (("eval", "reread"), "memkern.commands.eval_reread", "MemReread vs MemAgent on long-context QA"),
