@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import memkern
+from memkern import _store
 from memkern import protocols as P
 from memkern.errors import MemkernError, MemkernValueError
 from memkern.inmemory import InMemoryStore
@@ -164,9 +165,9 @@ def test_exact_scan_vs_hnsw(tmp_path):
     np.testing.assert_array_equal(got_m, ids_m[want])
     np.testing.assert_allclose(sc_m, np.take_along_axis(ref, want, 1), rtol=1e-6, atol=1e-6)
     with MemoryStore(tmp_path / "h", dim=D, flat_limit=0) as nat:
-        assert nat._n().index_kind("u", 0) == ""
+        assert nat._n().index_kind("u", _store.Level.topic) == ""
         ids_n = nat.add_batch("u", [f"s{i}" for i in range(len(x))], x)
-        assert nat._n().index_kind("u", 0) == "hnsw"
+        assert nat._n().index_kind("u", _store.Level.topic) == "hnsw"
         np.testing.assert_array_equal(ids_n, ids_m)
         got_n, _ = nat.search("u", q, k=10)
         recall = np.mean([len(set(got_n[b]) & set(got_m[b])) / 10 for b in range(len(q))])

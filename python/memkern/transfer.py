@@ -83,6 +83,14 @@ __all__ = ["export_store", "import_store", "ImportResult", "FORMAT", "FORMAT_VER
 FORMAT = "memkern-export"
 FORMAT_VERSION = 1
 _OPS = {"add": 0, "merge": 1, "update": 2}
+
+
+def _native_enums():
+    """The native module (its ``Level`` / ``Op`` enums: the typed contract of ``_store.pyi``)."""
+    from . import _store
+
+    return _store
+
 _RERANKER_FILES = {"state": ".pt", "buffer": ".buffer.pt"}
 _MAX_ID = (1 << 63) - 1
 _NO_TIMES = np.zeros(0, dtype=np.float64)  # the native "no event times" (NaN per item means none)
@@ -183,20 +191,21 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
         chunk = ids[start:start + 512]
         for d in n.get_batch(np.asarray(chunk, dtype=np.int64)):
             versions = []
-            for v in n.history(int(d["id"])):
-                ver = {"version": int(v["version"]), "op": v["op"], "summary": v["summary"],
-                       "turns": json.loads(v["turns_json"]), "meta": json.loads(v["meta_json"]),
-                       "updated_at": float(v["updated_at"])}
+            for v in n.history(int(d.id)):
+                ver = {"version": int(v.version), "op": v.op.name, "summary": v.summary,
+                       "turns": json.loads(v.turns_json), "meta": json.loads(v.meta_json),
+                       "updated_at": float(v.updated_at)}
                 if embeddings:
-                    ver["embedding"] = _b64(np.asarray(v["embedding"], dtype=np.float32))
+                    ver["embedding"] = _b64(np.asarray(v.embedding, dtype=np.float32))
                 versions.append(ver)
-            rec = {"kind": "record", "id": int(d["id"]), "namespace": d["namespace"], "level": d["level"],
-                   "topic_id": int(d["parent"]) if d["parent"] >= 0 else None,
-                   "turn_ids": [int(c) for c in d["children"]], "status": d["status"],
-                   "reason": d["reason"] if d["status"] == "invalidated" else None,
-                   "created_at": float(d["created_at"]), "updated_at": float(d["updated_at"])}
-            if d.get("event_time") is not None:
-                rec["event_time"] = float(d["event_time"])
+            status = d.status.name
+            rec = {"kind": "record", "id": int(d.id), "namespace": d.namespace, "level": d.level.name,
+                   "topic_id": int(d.parent) if d.parent >= 0 else None,
+                   "turn_ids": [int(c) for c in d.children], "status": status,
+                   "reason": d.reason if status == "invalidated" else None,
+                   "created_at": float(d.created_at), "updated_at": float(d.updated_at)}
+            if d.event_time is not None:
+                rec["event_time"] = float(d.event_time)
             rec["versions"] = versions
             f.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
             count += 1
@@ -624,7 +633,7 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
         times = np.array([math.nan if b.event_time is None else b.event_time for b in batch], np.float64)
         got = n.add(r.namespace, [v.summary for v in first], [_json_text(v.turns, "turns") for v in first],
                     [_json_text(v.meta, "meta") for v in first], np.stack([v.embedding for v in first]),
-                    np.array([0 if b.level == "topic" else 1 for b in batch], np.uint8), parents,
+                    np.array([int(getattr(_native_enums().Level, b.level)) for b in batch], np.uint8), parents,
                     times if not np.isnan(times).all() else _NO_TIMES)
         for b, new in zip(batch, got):
             id_map[b.id] = int(new)
@@ -634,7 +643,7 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
         empty = np.zeros((0, dim), np.float32)
         for b in batch:
             for v in b.versions[1:]:
-                n.new_version(id_map[b.id], _OPS[v.op], v.summary, v.embedding[None, :], _json_text(v.turns, "turns"),
+                n.new_version(id_map[b.id], getattr(_native_enums().Op, v.op), v.summary, v.embedding[None, :], _json_text(v.turns, "turns"),
                               _json_text(v.meta, "meta"), [], [], [], empty, False, None, _NO_TIMES)
         i = j
     for x in filled:
@@ -642,7 +651,7 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
     # invalidations: turn records first (their own reasons), then topics (which skip those)
     for level in ("turn", "topic"):
         for r in recs:
-            if r.level == level and r.status == "invalidated" and n.get(id_map[r.id])["status"] != "invalidated":
+            if r.level == level and r.status == "invalidated" and n.get(id_map[r.id]).status.name != "invalidated":
                 n.invalidate(id_map[r.id], r.reason)
     if filled:
         store.compact()
