@@ -35,6 +35,7 @@ from typing import Any, Sequence, Union
 import numpy as np
 
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
+from .telemetry import traced
 
 log = logging.getLogger("memkern")
 
@@ -521,6 +522,7 @@ class Embedder:
         """Embedding width ``d`` (384 for MiniLM)."""
         return int(self.model.config.hidden_size)
 
+    @traced("memkern.embedder.encode", args=("texts", "kind"))
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int | None = None,
                progress: bool = False) -> np.ndarray:
         """Embed texts.
@@ -845,6 +847,7 @@ class ChatModel:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # -- generation -------------------------------------------------------------------------
+    @traced("memkern.chat.generate", args=("prompts", "max_new_tokens"))
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
                  temperature: float = 0.0, seed: int | None = None) -> list[str]:
         """Generate one reply per prompt, batched.
@@ -1066,6 +1069,7 @@ class OpenAIChatModel:
         o = int(u.get("completion_tokens") or self.count_tokens(text))
         return _trim_json(text, kind).strip(), p, o
 
+    @traced("memkern.chat.generate", args=("prompts", "max_new_tokens"))
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
                  temperature: float = 0.0, seed: int | None = None) -> list[str]:
         """Same contract as :meth:`ChatModel.generate`; requests run concurrently."""

@@ -57,6 +57,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from .telemetry import traced
 
 logger = logging.getLogger("memkern")
 
@@ -579,6 +580,7 @@ class MemoryStore:
         return self._native
 
     # ------------------------------------------------------------------ writes
+    @traced("memkern.store.add", args=("namespace",))
     def add(
         self,
         namespace: str,
@@ -613,6 +615,7 @@ class MemoryStore:
         ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te])
         return int(ids[0])
 
+    @traced("memkern.store.add_batch", args=("namespace", "summaries"))
     def add_batch(
         self,
         namespace: str,
@@ -683,6 +686,7 @@ class MemoryStore:
                     np.asarray(lv, dtype=np.uint8), np.asarray(par, dtype=np.int64))
         return np.ascontiguousarray(ids[topic_pos], dtype=np.int64)
 
+    @traced("memkern.store.merge", args=("id",))
     def merge(
         self,
         id: int,
@@ -734,6 +738,7 @@ class MemoryStore:
         ce = np.ascontiguousarray(te[[j for _, _, j in rows]], dtype=np.float32)
         return cs, ct, cm, ce
 
+    @traced("memkern.store.update", args=("id",))
     def update(
         self,
         id: int,
@@ -772,6 +777,7 @@ class MemoryStore:
                                    te is not None)
         return int(version)
 
+    @traced("memkern.store.invalidate", args=("id",))
     def invalidate(self, id: int, reason: str = "") -> None:
         """Mark ``id`` invalidated (kept, readable, excluded from search unless
         ``include_invalidated=True``). Invalidating twice raises :class:`MemkernValueError`."""
@@ -782,6 +788,7 @@ class MemoryStore:
         _check_utf8(reason, "reason")
         n.invalidate(rid, reason)
 
+    @traced("memkern.store.delete", args=("id",))
     def delete(self, id: int) -> None:
         """Delete ``id`` (and its turn records): gone from search and ``get`` at once, from disk
         after :meth:`compact`. Deleting an unknown or already deleted id raises
@@ -797,6 +804,7 @@ class MemoryStore:
         """The current version of record ``id`` (unknown / deleted id: :class:`MemkernKeyError`)."""
         return _record_from(self._get_raw(_check_id(id)), self)
 
+    @traced("memkern.store.get_batch", args=("ids",))
     def get_batch(self, ids: Iterable[int]) -> list[Record]:
         """Records for ``ids`` (int64 ``[n]``), in order; any unknown id raises before anything
         is returned."""
@@ -839,6 +847,7 @@ class MemoryStore:
         arr = _check_ids(ids)
         return self._n().embeddings(arr)
 
+    @traced("memkern.store.search", args=("namespace", "queries", "k", "level"))
     def search(
         self,
         namespace: str,
