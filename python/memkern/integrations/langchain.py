@@ -18,6 +18,7 @@ document that was cited, -1 for each one that was not) and runs one REINFORCE st
 """
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -253,26 +254,30 @@ class MemkernRetriever(BaseRetriever):
     _lock: Any = PrivateAttr(default=None)
     last_retrieval_id: Any = None
 
-    def model_post_init(self, __context: Any) -> None:
-        if not isinstance(self.vectorstore, MemkernVectorStore):
-            raise bad_arg("vectorstore", "a MemkernVectorStore", type(self.vectorstore).__name__, MemkernTypeError)
-        _check_k(self.k, "k")
-        _check_k(self.candidates, "candidates")
-        if self.candidates < self.k:
-            raise bad_arg("candidates", f"an int >= k = {self.k}", self.candidates)
-        F.parse(self.filter, "filter")
-        if self.reranker is True:
+    def __init__(self, **kwargs: Any) -> None:
+        # checked here, before pydantic, so that bad arguments raise memkern errors (pydantic would
+        # wrap them in its ValidationError)
+        vs = kwargs.get("vectorstore")
+        if not isinstance(vs, MemkernVectorStore):
+            raise bad_arg("vectorstore", "a MemkernVectorStore", type(vs).__name__, MemkernTypeError)
+        k = _check_k(kwargs.get("k", 4), "k")
+        c = _check_k(kwargs.get("candidates", 20), "candidates")
+        if c < k:
+            raise bad_arg("candidates", f"an int >= k = {k}", c)
+        F.parse(kwargs.get("filter"), "filter")
+        _check_k(kwargs.get("max_pending", 1024), "max_pending")
+        rr = kwargs.get("reranker")
+        if rr is True:
             from ..reranker import Reranker
-            import os
 
-            if self.reranker_path is not None and os.path.exists(self.reranker_path):
-                self.reranker = Reranker.load(self.reranker_path)
-            else:
-                self.reranker = Reranker(self.vectorstore.store.dim, top_m=self.k)
-        elif self.reranker is not None and not (hasattr(self.reranker, "select") and hasattr(self.reranker, "update")):
-            raise bad_arg("reranker", "None, True or a memkern Reranker", type(self.reranker).__name__, MemkernTypeError)
-        if self.reranker is not None and int(getattr(self.reranker, "dim", self.vectorstore.store.dim)) != self.vectorstore.store.dim:
-            raise bad_arg("reranker", f"a reranker of dim {self.vectorstore.store.dim}", self.reranker.dim)
+            path = kwargs.get("reranker_path")
+            rr = Reranker.load(path) if path is not None and os.path.exists(path) else Reranker(vs.store.dim, top_m=k)
+            kwargs["reranker"] = rr
+        elif rr is not None and not (hasattr(rr, "select") and hasattr(rr, "update")):
+            raise bad_arg("reranker", "None, True or a memkern Reranker", type(rr).__name__, MemkernTypeError)
+        if rr is not None and int(getattr(rr, "dim", vs.store.dim)) != vs.store.dim:
+            raise bad_arg("reranker", f"a reranker of dim {vs.store.dim}", int(rr.dim))
+        super().__init__(**kwargs)
         self._pending = OrderedDict()
         self._lock = threading.Lock()
 

@@ -7,7 +7,8 @@ node's metadata at the top level (what filters see) plus LlamaIndex's own serial
 node id). Adding a node whose id exists writes a new version of its record.
 
 ``query(VectorStoreQuery(query_embedding=..., similarity_top_k=k, filters=MetadataFilters(...),
-doc_ids=..., node_ids=...))`` returns the best ``k`` matching nodes, similarities = the store's
+doc_ids=..., node_ids=...))`` returns the best ``k`` matching nodes (empty ``doc_ids`` /
+``node_ids`` lists, which ``VectorStoreIndex`` passes, restrict nothing), similarities = the store's
 scores (cosine for normalised embeddings). Every ``FilterOperator`` is supported (``==  !=  >  >=
 <  <=  in  nin  any  all  contains  text_match  text_match_insensitive  is_empty``) with the
 ``and`` / ``or`` / ``not`` conditions, through :mod:`memkern.integrations.filters` (pushed into
@@ -250,7 +251,9 @@ class MemkernVectorStore(BasePydanticVectorStore):
         q = np.asarray(query.query_embedding, dtype=np.float32)
         if q.shape != (self._store.dim,) or not np.isfinite(q).all():
             raise bad_arg("query.query_embedding", f"{self._store.dim} finite floats", f"shape {list(q.shape)}")
-        tree = self._tree(query.node_ids, query.doc_ids, query.filters)
+        # an empty id list means "no restriction" here: VectorStoreIndex passes node_ids=[] for stores
+        # that keep the text themselves (get_nodes / delete_nodes keep [] as "none")
+        tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)
         if self.namespace not in self._store.namespaces():
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         _, scores, recs = F.search(self._store, self.namespace, q, k, tree)
