@@ -117,7 +117,10 @@ def open_store(store_or_path: Any, dim: int | None, name: str = "store_or_path",
                 store = hit[0]
                 hit[1] += 1
             else:
-                store = MemoryStore(store_or_path, dim=dim, metric=None)
+                p = Path(store_or_path)
+                exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
+                # an existing store is opened with its own dim, checked below against ``dim``
+                store = MemoryStore(store_or_path, dim=None if exists else dim, metric=None)
                 _OPEN[key] = [store, 1]
         owned = True
     elif hasattr(store_or_path, "search") and hasattr(store_or_path, "add_batch") and hasattr(store_or_path, "dim"):
