@@ -167,6 +167,24 @@ def test_mem0_memory_runs_offline_on_memkern(tmp_path):
     assert isinstance(vs, mk.MemkernVectorStore) and vs.store.count("mem0.mem0") == 2
 
 
+def test_mem0_telemetry_is_turned_off_even_if_mem0_was_imported_first(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MEM0_TELEMETRY"}
+    env["MEM0_DIR"] = str(tmp_path)
+    code = ("import mem0.memory.main as mm, mem0.memory.telemetry as mt\n"
+            "before = (mt.MEM0_TELEMETRY, mm.MEM0_TELEMETRY)\n"
+            "import memkern.integrations.mem0\n"
+            "print(before, mt.MEM0_TELEMETRY, mm.MEM0_TELEMETRY)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(True,", "True)", "False", "False"]
+    env["MEM0_TELEMETRY"] = "True"                                     # an explicit choice is kept
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["(True,", "True)", "True", "True"]
+
+
 def test_llm_adapter_uses_a_memkern_chat_model():
     class Echo:
         def __init__(self):

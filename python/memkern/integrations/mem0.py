@@ -27,8 +27,9 @@ collection, plus the entity store) share one open store. Filters use mem0's gram
 "lt" | "lte" | "in" | "nin" | "contains" | "icontains": v}}``, ``AND`` / ``OR`` / ``NOT`` lists, or
 ``$and`` / ``$or`` / ``$not``), translated by :func:`to_filter`.
 
-Importing this module sets ``MEM0_TELEMETRY=False`` unless the environment already says otherwise:
-memkern never sends telemetry, and mem0's is on by default.
+Importing this module turns mem0's telemetry off (``MEM0_TELEMETRY=False``, also in mem0 modules
+imported earlier) unless the environment already says otherwise: memkern never sends telemetry,
+and mem0's is on by default.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+_TELEMETRY_CHOSEN = "MEM0_TELEMETRY" in os.environ     # the user's explicit choice is kept
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 
 try:
@@ -50,6 +52,20 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernKeyError, MemkernTypeError, bad_arg
 from . import filters as F
+
+
+def _telemetry_off() -> None:
+    """mem0 reads MEM0_TELEMETRY when it is first imported; if that happened before this module
+    (and the user chose nothing), turn its module flags off too."""
+    if _TELEMETRY_CHOSEN:
+        return
+    for name in ("mem0.memory.telemetry", "mem0.memory.main"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "MEM0_TELEMETRY", False):
+            mod.MEM0_TELEMETRY = False
+
+
+_telemetry_off()
 from ._common import as_embed_fn, check_text, open_store, release_store
 from .values import check_json_value
 
