@@ -42,6 +42,12 @@ T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
 T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
+T_LANGGRAPH = ("tests/test_langgraph.py",)
+T_FILTERS = ("tests/test_adapter_filters.py", "tests/test_langgraph.py")
+T_LLAMAINDEX = ("tests/test_llamaindex.py",)
+T_LANGCHAIN = ("tests/test_langchain.py",)
+T_MEM0 = ("tests/test_mem0.py",)
+T_TELEMETRY = ("tests/test_telemetry.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -367,4 +373,61 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    # ---------------------------------------------------------------- framework adapters (memkern.integrations)
+    Mutant("lg-namespace-dot-allowed", "adapters", "python/memkern/integrations/langgraph.py",
+           'if _SEP in label or "\\x00" in label:',
+           'if "\\x00" in label:',
+           "a label holding '.' is accepted: ('a.b',) and ('a', 'b') share one memkern namespace", T_LANGGRAPH),
+    Mutant("lg-decode-empty-label", "adapters", "python/memkern/integrations/langgraph.py",
+           "if len(parts) < 2 or parts[0] != PREFIX or any(not p for p in parts[1:]):",
+           "if len(parts) < 2 or parts[0] != PREFIX:",
+           "a malformed memkern namespace ('lg..a') decodes to a namespace with an empty label", T_LANGGRAPH),
+    Mutant("lg-unindexed-vector-searched", "adapters", "python/memkern/integrations/langgraph.py",
+           'full = F.node("and", [F.Cond(INDEXED, "eq", True), tree])',
+           "full = tree",
+           "items put with index=False (placeholder vectors) show up in similarity searches", T_LANGGRAPH),
+    Mutant("filters-bool-equals-int", "adapters", "python/memkern/integrations/filters.py",
+           "    if isinstance(a, bool) or isinstance(b, bool):\n        return isinstance(a, bool) and isinstance(b, bool) and a == b\n",
+           "",
+           "filters match True == 1 (JSON equality keeps bools apart from numbers)", T_FILTERS),
+    Mutant("filters-missing-key-ne", "adapters", "python/memkern/integrations/filters.py",
+           'return c.op in ("ne", "nin")',
+           "return False",
+           "a record without the key fails $ne / $nin instead of matching them", T_FILTERS),
+    Mutant("filters-push-in-as-eq", "adapters", "python/memkern/integrations/filters.py",
+           'native[c.key] = c.value if c.op == "eq" else {"$in": list(c.value)}',
+           "native[c.key] = c.value",
+           "an $in condition is pushed to the store as equality with the list", T_FILTERS),
+    Mutant("filters-no-overfetch", "adapters", "python/memkern/integrations/filters.py",
+           "if len(keep) >= k or kk >= total or len(ids) < kk:",
+           "if True:",
+           "an evaluated filter stops after the first over-fetch even when fewer than k records matched", T_FILTERS),
+    Mutant("adapters-store-not-shared", "adapters", "python/memkern/integrations/_common.py",
+           "if hit is not None and not hit[0].closed:",
+           "if False:",
+           "two adapters on one path each open the store (the second fails on the lock)", T_MEM0),
+    Mutant("li-not-condition-dropped", "adapters", "python/memkern/integrations/llamaindex.py",
+           'return F.node("not", [F.node("and", kids)]) if kids else None',
+           'return F.node("and", kids) if kids else None',
+           "FilterCondition.NOT keeps the matching nodes instead of excluding them", T_LLAMAINDEX),
+    Mutant("li-empty-node-ids-restrict", "adapters", "python/memkern/integrations/llamaindex.py",
+           "tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)",
+           "tree = self._tree(query.node_ids, query.doc_ids, query.filters)",
+           "VectorStoreIndex's empty node_ids list makes every query return nothing", T_LLAMAINDEX),
+    Mutant("lc-citation-reward-sign", "adapters", "python/memkern/integrations/langchain.py",
+           "rewards[0, s] = 1.0 if shown[j] in cited_ids else -1.0",
+           "rewards[0, s] = -1.0 if shown[j] in cited_ids else 1.0",
+           "cited documents are punished and uncited ones rewarded", T_LANGCHAIN),
+    Mutant("mem0-wildcard-as-value", "adapters", "python/memkern/integrations/mem0.py",
+           'parts.append(F.cond(key, "exists", True, name))',
+           'parts.append(F.cond(key, "eq", v, name))',
+           "mem0's '*' wildcard is matched as the literal string '*'", T_MEM0),
+    Mutant("mem0-telemetry-left-on", "adapters", "python/memkern/integrations/mem0.py",
+           "            mod.MEM0_TELEMETRY = False\n",
+           "            pass\n",
+           "mem0 imported before the adapter keeps sending its telemetry", T_MEM0),
+    Mutant("otel-enabled-without-provider", "adapters", "python/memkern/telemetry.py",
+           "return _trace is not None and not isinstance(_trace.get_tracer_provider(), (_Proxy, _NoOp))",
+           "return _trace is not None",
+           "spans are created (and paid for) when no provider is configured", T_TELEMETRY),
 ]
