@@ -142,15 +142,13 @@ def _num(x: Any) -> bool:
 
 def json_eq(a: Any, b: Any) -> bool:
     """JSON equality: numbers by value, bools only equal bools, lists element-wise, dicts by keys."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if _num(a) and _num(b):
+    if _num(a) and _num(b):                       # (_num excludes bools)
         return a == b
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(json_eq(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_eq(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    return type(a) is type(b) and a == b          # str, bool, None: same type only (True != 1)
 
 
 def _sub_match(have: Any, want: Any) -> bool:
