@@ -1,7 +1,8 @@
 """memkern.integrations.langgraph.MemkernStore against LangGraph's BaseStore contract.
 
-langgraph / langgraph-checkpoint ship no store conformance suite in their wheels, so these are the
-same cases LangGraph's own store tests check (namespaces, list_namespaces with prefix / suffix /
+langgraph / langgraph-checkpoint ship no store conformance suite in their wheels (the registry's
+langgraph-checkpoint-conformance 0.0.2 covers checkpointers only), so these are the same cases
+LangGraph's own store tests check (namespaces, list_namespaces with prefix / suffix /
 wildcards / max_depth / pagination, filters with every operator, vector search order / filters /
 pagination / re-embedding on update / index=False, batch and abatch under asyncio.gather), written
 here against the real langgraph package, plus persistence, atomic bad input, and LangMem's memory
