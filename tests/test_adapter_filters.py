@@ -66,6 +66,11 @@ def test_split_pushes_only_what_the_store_evaluates():
     assert F.split(F.parse({"user": "alice"})) == ({"user": "alice"}, None)
     assert F.split(F.parse({"$or": [{"a": 1}, {"b": 2}]}))[0] is None
     assert F.split(None) == (None, None)
+    # the store's limits on a native filter are kept: the excess is evaluated on the records
+    native, rest = F.split(F.parse({"a": 1, "b": 2, "c": {"$in": [1, 2, 3]}}), max_keys=2, max_values=10)
+    assert native == {"a": 1, "b": 2} and rest == F.Cond("c", "in", (1, 2, 3))
+    native, rest = F.split(F.parse({"a": 1, "c": {"$in": [1, 2, 3]}}), max_keys=8, max_values=3)
+    assert native == {"a": 1} and rest == F.Cond("c", "in", (1, 2, 3))
 
 
 def _store(tmp_path, n=300, d=16, seed=0):

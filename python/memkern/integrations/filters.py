@@ -217,19 +217,35 @@ def _native_value(v: Any) -> bool:
     return isinstance(v, _SCALARS) and not (isinstance(v, float) and not math.isfinite(v))
 
 
-def split(tree: Cond | Node | None) -> tuple[dict | None, Cond | Node | None]:
+def _limits() -> tuple[int, int]:
+    """The store's limits on a native filter (keys, values in all), where it declares them."""
+    from .. import store as _st
+
+    return int(getattr(_st, "MAX_FILTER_KEYS", 1 << 30)), int(getattr(_st, "MAX_FILTER_VALUES", 1 << 30))
+
+
+def split(tree: Cond | Node | None, max_keys: int | None = None,
+          max_values: int | None = None) -> tuple[dict | None, Cond | Node | None]:
     """``(native, rest)``: the store-native filter dict (``eq`` / ``in`` of scalars, and-ed at the
-    top, one condition per key) and the remaining tree to evaluate on the records."""
+    top, one condition per key, within the store's key / value limits) and the remaining tree to
+    evaluate on the records."""
     if tree is None:
         return None, None
+    if max_keys is None or max_values is None:
+        lk, lv = _limits()
+        max_keys = lk if max_keys is None else max_keys
+        max_values = lv if max_values is None else max_values
     conds = list(tree.children) if isinstance(tree, Node) and tree.kind == "and" else [tree]
     native: dict = {}
+    n_values = 0
     rest = []
     for c in conds:
-        if isinstance(c, Cond) and c.key not in native and (
+        size = len(c.value) if isinstance(c, Cond) and c.op == "in" else 1
+        if isinstance(c, Cond) and c.key not in native and len(native) < max_keys and n_values + size <= max_values and (
                 (c.op == "eq" and _native_value(c.value))
                 or (c.op == "in" and c.value and all(_native_value(v) for v in c.value))):
             native[c.key] = c.value if c.op == "eq" else {"$in": list(c.value)}
+            n_values += size
         else:
             rest.append(c)
     return (native or None), node("and", rest)
