@@ -72,6 +72,18 @@ def test_provider_contract(vs):
     assert vs.list()[0] == [] and vs.list_cols() == ["c1"]
 
 
+def test_keyword_search_uses_the_store_lexical_index(vs):
+    from memkern.integrations import filters as F
+
+    if not F.supports_mode(vs.store):
+        assert vs.keyword_search("dog") is None                    # mem0 then ranks by similarity only
+        pytest.skip("this store has no lexical search (MemoryStore.search(mode=...) not on this branch)")
+    hits = vs.keyword_search("Biscuit dog", top_k=3)
+    assert [h.id for h in hits] == ["id1"] and hits[0].score > 0
+    assert vs.keyword_search("Biscuit", top_k=3, filters={"user_id": "bob"}) == []
+    assert [h.id for h in vs.keyword_search("coffee compilers", top_k=3, filters={"n": {"gte": 2}})] != []
+
+
 @pytest.mark.parametrize("flt,ids", [
     ({"user_id": "alice"}, {"id0", "id1"}),
     ({"user_id": "*"}, {"id0", "id1", "id2", "id3"}),

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from .values import check_json_value
 
-__all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "OPS"]
+__all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS"]
 
 OPS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains", "icontains", "exists")
 _SCALARS = (str, int, float, bool)
@@ -267,7 +267,15 @@ def supports_native(store: Any) -> bool:
     return hit
 
 
-def search(store: Any, namespace: str, query: np.ndarray, k: int, tree: Cond | Node | None = None,
+def supports_mode(store: Any) -> bool:
+    """Whether ``store.search`` takes ``mode=`` (lexical / hybrid search, API spec)."""
+    try:
+        return "mode" in inspect.signature(store.search).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def search(store: Any, namespace: str, query: np.ndarray | None, k: int, tree: Cond | Node | None = None,
            *, native: bool | None = None, **kw: Any) -> tuple[np.ndarray, np.ndarray, list]:
     """The best ``k`` records of ``namespace`` for one query that satisfy ``tree``.
 
@@ -275,7 +283,7 @@ def search(store: Any, namespace: str, query: np.ndarray, k: int, tree: Cond | N
     ----------
     store : a memkern store (``search``, ``get_batch``, ``count``)
     namespace : str
-    query : float32 ``[d]``
+    query : float32 ``[d]`` (``None`` with ``mode="lexical", texts=[...]`` in ``kw``)
     k : int >= 1
     tree : parsed filter (:func:`parse`) or None
     native : force (True / False) or detect (None) the store's ``search(filter=...)``

@@ -344,6 +344,20 @@ class MemkernVectorStore(VectorStoreBase):
         _, scores, recs = F.search(self.store, self.namespace, q, top_k, tree)
         return [self._out(r, float(s)) for r, s in zip(recs, scores.tolist())]
 
+    def keyword_search(self, query: str, top_k: int = 5, filters: Any = None) -> List[OutputData] | None:
+        """BM25 keyword search through the store's lexical index (``search(mode="lexical")``), so
+        that mem0 scores hybrid; ``None`` (mem0 then ranks by similarity only) on a store without
+        lexical search."""
+        if not F.supports_mode(self.store):
+            return None
+        top_k = _check_top_k(top_k)
+        tree = to_filter(filters)
+        check_text(query, "query")
+        if self.namespace not in self.store.namespaces():
+            return []
+        _, scores, recs = F.search(self.store, self.namespace, None, top_k, tree, mode="lexical", texts=[query])
+        return [self._out(r, float(s)) for r, s in zip(recs, scores.tolist())]
+
     def list(self, filters: Any = None, top_k: int | None = 100) -> List[List[OutputData]]:
         """Vectors matching ``filters``, oldest first, at most ``top_k`` (``None``: all); wrapped in
         one outer list like mem0's other providers."""
