@@ -48,6 +48,7 @@ T_LLAMAINDEX = ("tests/test_llamaindex.py",)
 T_LANGCHAIN = ("tests/test_langchain.py",)
 T_MEM0 = ("tests/test_mem0.py",)
 T_TELEMETRY = ("tests/test_telemetry.py",)
+T_ATOMIC = ("tests/test_adapter_atomicity.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -406,6 +407,14 @@ CATALOGUE: list[Mutant] = [
            "if hit is not None and not hit[0].closed:",
            "if False:",
            "two adapters on one path each open the store (the second fails on the lock)", T_MEM0),
+    Mutant("adapters-undo-adds-skipped", "adapters", "python/memkern/integrations/_common.py",
+           "        for rid in added:\n",
+           "        for rid in ():\n",
+           "a write failing half-way leaves the records its call already added", T_ATOMIC),
+    Mutant("adapters-undo-updates-skipped", "adapters", "python/memkern/integrations/_common.py",
+           "        for old in reversed(updated):\n",
+           "        for old in ():\n",
+           "a write failing half-way leaves the records its call already updated changed", T_ATOMIC),
     Mutant("li-not-condition-dropped", "adapters", "python/memkern/integrations/llamaindex.py",
            'return F.node("not", [F.node("and", kids)]) if kids else None',
            'return F.node("and", kids) if kids else None',

@@ -105,6 +105,16 @@ def test_put_get_update_delete_and_timestamps(lg):
     assert lg.search(ns) == []
 
 
+def test_ttl_is_refused_but_not_provided_is_fine(lg):
+    from langgraph.store.base import NOT_PROVIDED
+
+    lg.put(("a",), "k", {"v": 1}, ttl=NOT_PROVIDED)
+    lg.put(("a",), "k", {"v": 2}, ttl=None)
+    with pytest.raises(MemkernValueError, match="ttl"):
+        lg.put(("a",), "k", {"v": 3}, ttl=5)
+    assert lg.get(("a",), "k").value == {"v": 2} and not lg.supports_ttl
+
+
 def test_batch_reads_see_the_state_before_the_batch_and_last_put_wins(lg):
     ns = ("t",)
     res = lg.batch([PutOp(ns, "k", {"v": 1}), GetOp(ns, "k"), PutOp(ns, "k", {"v": 2}), SearchOp(ns)])

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 
-__all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts"]
+__all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts", "apply_writes"]
 
 
 def check_text(text: Any, name: str) -> str:
@@ -152,3 +152,44 @@ def placeholder(dim: int) -> np.ndarray:
     v[0] = 1.0
     return v
 
+
+
+def apply_writes(store: Any, updates: list | None = None, adds: list | None = None,
+                 deletes: list | None = None) -> list:
+    """Apply one adapter call's writes as close to all-or-nothing as the store allows.
+
+    ``updates``: ``(record id, update kwargs)``; ``adds``: ``(namespace, summaries, embeddings
+    [n, d], metas)`` groups (one atomic ``add_batch`` each); ``deletes``: record ids (last). If a
+    write raises (e.g. an I/O error), the writes already made are undone before the error
+    propagates: added records are deleted, updated ones get their previous content back (as one
+    more version). Deletes run last, so a failure there only leaves earlier deletes of the same
+    call applied. Returns the new ids of each add group (int64 arrays), in order.
+    """
+    added: list = []
+    updated: list = []
+    try:
+        for rid, kw in updates or ():
+            old = store.get(rid)
+            old.embedding  # read now (records load their vector lazily)
+            store.update(rid, **kw)
+            updated.append(old)
+        out = []
+        for ns, summaries, embs, metas in adds or ():
+            ids = np.asarray(store.add_batch(ns, summaries, embs, metas=metas), dtype=np.int64)
+            added.extend(ids.tolist())
+            out.append(ids)
+        for rid in deletes or ():
+            store.delete(rid)
+        return out
+    except BaseException:
+        for rid in added:
+            try:
+                store.delete(rid)
+            except Exception:  # pragma: no cover - best effort while failing
+                pass
+        for old in reversed(updated):
+            try:
+                store.update(old.id, summary=old.summary, embedding=old.embedding, meta=old.meta)
+            except Exception:  # pragma: no cover
+                pass
+        raise

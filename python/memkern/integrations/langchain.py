@@ -38,7 +38,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from . import filters as F
-from ._common import EmbedFn, as_embed_fn, check_text, check_texts, open_store, release_store
+from ._common import EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, release_store
 from .values import check_json_value
 
 __all__ = ["MemkernEmbeddings", "MemkernVectorStore", "MemkernRetriever", "ID_KEY"]
@@ -152,14 +152,14 @@ class MemkernVectorStore(VectorStore):
         vecs = self._embed(texts, kind="passage")
         with self._lock:
             new = [i for i in range(n) if self._ids.get(out_ids[i]) is None]
-            for i in range(n):
-                rid = self._ids.get(out_ids[i])
-                if rid is not None:
-                    self.store.update(rid, summary=texts[i], embedding=vecs[i], meta={**metas[i], ID_KEY: out_ids[i]})
+            updates = [(self._ids[out_ids[i]], dict(summary=texts[i], embedding=vecs[i],
+                                                    meta={**metas[i], ID_KEY: out_ids[i]}))
+                       for i in range(n) if self._ids.get(out_ids[i]) is not None]
+            adds = [(self.namespace, [texts[i] for i in new], vecs[new],
+                     [{**metas[i], ID_KEY: out_ids[i]} for i in new])] if new else []
+            ids = apply_writes(self.store, updates, adds)
             if new:
-                rids = self.store.add_batch(self.namespace, [texts[i] for i in new], vecs[new],
-                                            metas=[{**metas[i], ID_KEY: out_ids[i]} for i in new])
-                for i, rid in zip(new, np.asarray(rids).tolist()):
+                for i, rid in zip(new, ids[0].tolist()):
                     self._ids[out_ids[i]] = int(rid)
         return out_ids
 

@@ -42,6 +42,7 @@ import numpy as np
 
 try:
     from langgraph.store.base import (
+        NOT_PROVIDED,
         BaseStore,
         GetOp,
         InvalidNamespaceError,
@@ -58,7 +59,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from . import filters as F
-from ._common import as_embed_fn, check_text, open_store, placeholder, release_store
+from ._common import apply_writes, as_embed_fn, check_text, open_store, placeholder, release_store
 from .values import check_json_value
 
 __all__ = ["MemkernStore", "MemkernNamespaceError", "encode_namespace", "decode_namespace", "PREFIX"]
@@ -211,7 +212,7 @@ class MemkernStore(BaseStore):
         if isinstance(op, PutOp):
             ns = encode_namespace(op.namespace, f"{where}.namespace")
             check_text(op.key, f"{where}.key")
-            if op.ttl is not None:
+            if op.ttl is not None and op.ttl is not NOT_PROVIDED:
                 raise bad_arg(f"{where}.ttl", "None (MemkernStore does not expire items)", op.ttl)
             if op.value is None:
                 return ("delete", ns, op.key)
@@ -370,6 +371,7 @@ class MemkernStore(BaseStore):
         ph = placeholder(self.store.dim)
         with self._lock:
             new: dict[str, list] = defaultdict(list)
+            updates = []
             for i, w in enumerate(puts):
                 _, ns, key, value, _ = w
                 meta = dict(value)
@@ -379,22 +381,24 @@ class MemkernStore(BaseStore):
                 vec = row.get(i, ph)
                 rid = self._keys.get((ns, key))
                 if rid is not None and rid in self.store:
-                    self.store.update(rid, summary=summary, embedding=vec, meta=meta)
+                    updates.append((rid, dict(summary=summary, embedding=vec, meta=meta)))
                 else:
                     new[ns].append((key, summary, vec, meta))
-            for ns, items in new.items():
-                ids = self.store.add_batch(ns, [s for _, s, _, _ in items], np.stack([v for _, _, v, _ in items]),
-                                           metas=[m for _, _, _, m in items])
-                for (key, *_), rid in zip(items, np.asarray(ids).tolist()):
+            dels = [(w[1], w[2]) for w in writes if w[0] == "delete" and self._keys.get((w[1], w[2])) is not None]
+            groups = list(new.items())
+            ids = apply_writes(self.store, updates,
+                               [(ns, [s for _, s, _, _ in items], np.stack([v for _, _, v, _ in items]),
+                                 [m for _, _, _, m in items]) for ns, items in groups],
+                               [self._keys[d] for d in dels if self._keys[d] in self.store])
+            for (ns, items), rids in zip(groups, ids):
+                for (key, *_), rid in zip(items, rids.tolist()):
                     self._keys[(ns, key)] = int(rid)
-            for w in writes:
-                if w[0] == "delete":
-                    rid = self._keys.pop((w[1], w[2]), None)
-                    if rid is not None and rid in self.store:
-                        self.store.delete(rid)
+            for d in dels:
+                self._keys.pop(d, None)
 
     # ------------------------------------------------------------------ public API with memkern errors
-    def put(self, namespace: tuple[str, ...], key: str, value: dict, index: Any = None, *, ttl: Any = None) -> None:
+    def put(self, namespace: tuple[str, ...], key: str, value: dict, index: Any = None, *,
+            ttl: Any = NOT_PROVIDED) -> None:
         if isinstance(namespace, tuple) and namespace and namespace[0] == "langgraph":
             raise MemkernNamespaceError(f"namespace: expected a root label other than 'langgraph', got {namespace!r}")
         self.batch([PutOp(_check_labels(namespace, "namespace", allow_empty=False), key, value, index=index, ttl=ttl)])
@@ -420,7 +424,8 @@ class MemkernStore(BaseStore):
         return self.batch([ListNamespacesOp(match_conditions=tuple(conds), max_depth=max_depth, limit=limit,
                                             offset=offset)])[0]
 
-    async def aput(self, namespace: tuple[str, ...], key: str, value: dict, index: Any = None, *, ttl: Any = None) -> None:
+    async def aput(self, namespace: tuple[str, ...], key: str, value: dict, index: Any = None, *,
+                   ttl: Any = NOT_PROVIDED) -> None:
         if isinstance(namespace, tuple) and namespace and namespace[0] == "langgraph":
             raise MemkernNamespaceError(f"namespace: expected a root label other than 'langgraph', got {namespace!r}")
         await self.abatch([PutOp(_check_labels(namespace, "namespace", allow_empty=False), key, value, index=index,

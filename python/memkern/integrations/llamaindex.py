@@ -42,7 +42,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernTypeError, bad_arg
 from . import filters as F
-from ._common import check_text, check_texts, open_store, release_store
+from ._common import apply_writes, check_text, check_texts, open_store, release_store
 from .values import check_json_value
 
 __all__ = ["MemkernVectorStore", "to_filter", "ID_KEY"]
@@ -179,13 +179,13 @@ class MemkernVectorStore(BasePydanticVectorStore):
             return []
         with self._lock:
             new = [i for i, x in enumerate(ids) if x not in self._ids]
-            for i, x in enumerate(ids):
-                if x in self._ids:
-                    self._store.update(self._ids[x], summary=texts[i], embedding=rows[i], meta=metas[i])
+            updates = [(self._ids[x], dict(summary=texts[i], embedding=rows[i], meta=metas[i]))
+                       for i, x in enumerate(ids) if x in self._ids]
+            adds = [(self.namespace, [texts[i] for i in new], np.stack([rows[i] for i in new]),
+                     [metas[i] for i in new])] if new else []
+            rids = apply_writes(self._store, updates, adds)
             if new:
-                rids = self._store.add_batch(self.namespace, [texts[i] for i in new], np.stack([rows[i] for i in new]),
-                                             metas=[metas[i] for i in new])
-                for i, rid in zip(new, np.asarray(rids).tolist()):
+                for i, rid in zip(new, rids[0].tolist()):
                     self._ids[ids[i]] = int(rid)
         return ids
 

@@ -66,7 +66,7 @@ def _telemetry_off() -> None:
 
 
 _telemetry_off()
-from ._common import as_embed_fn, check_text, open_store, release_store
+from ._common import apply_writes, as_embed_fn, check_text, open_store, release_store
 from .values import check_json_value
 
 __all__ = ["MemkernVectorStore", "MemkernConfig", "MemkernEmbedding", "MemkernLLM", "OutputData", "register",
@@ -281,15 +281,14 @@ class MemkernVectorStore(VectorStoreBase):
             return []
         with self._lock:
             new = [i for i in range(n) if out[i] not in self._ids]
-            for i in range(n):
-                if out[i] in self._ids:
-                    self.store.update(self._ids[out[i]], summary=pays[i].get("data", ""), embedding=rows[i],
-                                      meta={**pays[i], ID_KEY: out[i]})
+            updates = [(self._ids[out[i]], dict(summary=pays[i].get("data", ""), embedding=rows[i],
+                                                meta={**pays[i], ID_KEY: out[i]}))
+                       for i in range(n) if out[i] in self._ids]
+            adds = [(self.namespace, [pays[i].get("data", "") for i in new], np.stack([rows[i] for i in new]),
+                     [{**pays[i], ID_KEY: out[i]} for i in new])] if new else []
+            rids = apply_writes(self.store, updates, adds)
             if new:
-                rids = self.store.add_batch(self.namespace, [pays[i].get("data", "") for i in new],
-                                            np.stack([rows[i] for i in new]),
-                                            metas=[{**pays[i], ID_KEY: out[i]} for i in new])
-                for i, rid in zip(new, np.asarray(rids).tolist()):
+                for i, rid in zip(new, rids[0].tolist()):
                     self._ids[out[i]] = int(rid)
         return out
 
