@@ -245,10 +245,11 @@ SECTIONS = (
     "embedder",            # bench_embedder.py --write-section (optional until first written)
     "memreread-batched",   # bench_memreread.py --write-section (optional until first written)
     "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
+    "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
-OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})
+OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "lexical"})  # lexical: until bench_lexical.py writes it
 
 RESULTS_INTRO = """Figures measured on the project's machine kind (2 cores, x86_64, no GPU) unless a section says
 otherwise. These machines are shared and noisy: compare ratios measured inside one run, not

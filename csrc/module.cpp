@@ -9,6 +9,7 @@
 namespace py = pybind11;
 
 void register_store(py::module_& m);
+void register_lexical(py::module_& m);
 
 namespace {
 // Messages may quote stored text (namespace names): decode leniently so a damaged name can never
@@ -49,4 +50,5 @@ PYBIND11_MODULE(_store, m) {
     }
   });
   register_store(m);
+  register_lexical(m);
 }

@@ -121,6 +121,27 @@ def test_filtered_search_fetches_more_only_when_needed(tmp_path):
     s.close()
 
 
+def test_native_filter_is_pushed_into_the_store_search(tmp_path):
+    s, emb, metas = _store(tmp_path)
+    if not F.supports_native(s):
+        pytest.skip("MemoryStore.search has no filter= on this branch")
+    calls = []
+    orig = s.search
+
+    def spy(ns, q, k, **kw):
+        calls.append((k, kw))
+        return orig(ns, q, k, **kw)
+
+    s.search = spy
+    ids, _, recs = F.search(s, "ns", emb[0], 6, F.parse({"user": "carol", "i": {"$in": [2, 5, 8, 11, 14, 299, 3]}}))
+    assert calls == [(6, {"filter": {"user": "carol", "i": {"$in": [2, 5, 8, 11, 14, 299, 3]}}})]  # one call, no over-fetch
+    assert sorted(r.meta["i"] for r in recs) == [2, 5, 8, 11, 14, 299]
+    calls.clear()
+    _, _, recs = F.search(s, "ns", emb[0], 5, F.parse({"user": "carol", "i": {"$gte": 290}}))
+    assert calls[0][1] == {"filter": {"user": "carol"}} and sorted(r.meta["i"] for r in recs) == [290, 293, 296, 299]
+    s.close()
+
+
 def test_supports_native_reads_the_signature():
     class A:
         def search(self, namespace, queries, k=20, *, filter=None):

@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "memkern/errors.h"
@@ -19,6 +21,7 @@ namespace {
 using F32 = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using U8 = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+using F64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
 memkern::FsyncMode parse_fsync(const std::string& s) {
   if (s == "always") return memkern::FsyncMode::Always;
@@ -62,6 +65,8 @@ py::dict record_dict(const memkern::RecordView& v) {
   d["version"] = r.version;
   d["created_at"] = r.created_at;
   d["updated_at"] = r.updated_at;
+  if (std::isnan(r.event_time)) d["event_time"] = py::none();
+  else d["event_time"] = r.event_time;
   d["summary"] = utf8(r.summary, "summary");
   d["turns_json"] = utf8(r.turns_json, "turns_json");
   d["meta_json"] = utf8(r.meta_json, "meta_json");
@@ -70,6 +75,15 @@ py::dict record_dict(const memkern::RecordView& v) {
   // A copy of the vector at the time of the call (a later update does not change it).
   d["embedding"] = py::array_t<float>(v.embedding.size(), v.embedding.data());
   return d;
+}
+
+// Per-item event times (NaN: none); an empty array leaves every item without one.
+void set_event_times(std::vector<memkern::NewItem>& items, const F64& t) {
+  if (t.size() == 0) return;
+  if (static_cast<size_t>(t.size()) != items.size())
+    throw memkern::ValueError("event_times: expected " + std::to_string(items.size()) + " values, got " +
+                              std::to_string(t.size()));
+  for (size_t i = 0; i < items.size(); ++i) items[i].event_time = t.data()[i];
 }
 
 std::vector<memkern::NewItem> make_items(const std::vector<std::string>& summaries, const std::vector<std::string>& turns,
@@ -163,16 +177,19 @@ void register_store(py::module_& m) {
       .def("add",
            [](Store& s, const std::string& ns, const std::vector<std::string>& summaries,
               const std::vector<std::string>& turns, const std::vector<std::string>& metas, const F32& emb,
-              const U8& levels, const I64& parents) {
+              const U8& levels, const I64& parents, const F64& event_times) {
              auto items = make_items(summaries, turns, metas, emb, levels, parents, s.dim());
+             set_event_times(items, event_times);
              std::vector<int64_t> ids = write_call(s, [&] { return s.add(ns, items); });
              return py::array_t<int64_t>(ids.size(), ids.data());
-           })
+           },
+           py::arg("namespace"), py::arg("summaries"), py::arg("turns_json"), py::arg("metas_json"),
+           py::arg("embeddings"), py::arg("levels"), py::arg("parents"), py::arg("event_times") = F64(0))
       .def("new_version",
            [](Store& s, int64_t id, uint8_t op, std::optional<std::string> summary, std::optional<F32> emb,
               std::optional<std::string> turns, std::optional<std::string> meta, const std::vector<std::string>& c_summaries,
               const std::vector<std::string>& c_turns, const std::vector<std::string>& c_metas, const F32& c_emb,
-              bool replace_children) {
+              bool replace_children, std::optional<double> event_time, const F64& c_event_times) {
              if (emb) check_matrix(*emb, 1, s.dim(), "embedding");
              size_t m = c_summaries.size();
              U8 levels(m);
@@ -182,14 +199,19 @@ void register_store(py::module_& m) {
                parents.mutable_data()[i] = id;
              }
              auto items = make_items(c_summaries, c_turns, c_metas, c_emb, levels, parents, s.dim());
+             set_event_times(items, c_event_times);
              std::vector<int64_t> child_ids;
              uint32_t version = write_call(s, [&] {
                return s.new_version(id, op, summary ? &*summary : nullptr, emb ? emb->data() : nullptr,
                                     turns ? &*turns : nullptr, meta ? &*meta : nullptr, items, &child_ids,
-                                    replace_children);
+                                    replace_children, event_time ? &*event_time : nullptr);
              });
              return py::make_tuple(version, py::array_t<int64_t>(child_ids.size(), child_ids.data()));
-           })
+           },
+           py::arg("id"), py::arg("op"), py::arg("summary"), py::arg("embedding"), py::arg("turns_json"),
+           py::arg("meta_json"), py::arg("child_summaries"), py::arg("child_turns_json"), py::arg("child_metas_json"),
+           py::arg("child_embeddings"), py::arg("replace_children"), py::arg("event_time") = py::none(),
+           py::arg("child_event_times") = F64(0))
       .def("invalidate",
            [](Store& s, int64_t id, const std::string& reason) { write_call(s, [&] { s.invalidate(id, reason); }); })
       .def("delete", [](Store& s, int64_t id) { return write_call(s, [&] { return s.remove(id); }); })
@@ -265,6 +287,52 @@ void register_store(py::module_& m) {
              std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
              return py::make_tuple(ids, sc);
            })
+      .def("search_ex",
+           [](const Store& s, const std::string& ns, const F32& q, const std::vector<std::string>& texts, size_t k,
+              size_t ef, bool include_invalidated, uint8_t level, uint8_t mode, uint8_t fusion, double lexical_weight,
+              const std::vector<std::pair<std::string, std::vector<py::bytes>>>& clauses, bool has_time, double t_lo,
+              double t_hi, uint8_t time_field, double half_life, double recency_weight, double now,
+              size_t candidates) {
+             if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
+               throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
+             if (time_field > 2) throw memkern::ValueError("time_field: expected event, created or updated");
+             if (clauses.size() > memkern::kMaxFilterKeys)
+               throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterKeys) + " keys");
+             size_t B = static_cast<size_t>(q.shape(0));
+             memkern::SearchSpec spec;
+             spec.mode = mode;
+             spec.fusion = fusion;
+             spec.lexical_weight = lexical_weight;
+             size_t n_values = 0;
+             for (const auto& c : clauses) {
+               n_values += c.second.size();
+               if (n_values > memkern::kMaxFilterValues)
+                 throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterValues) + " values");
+               memkern::FilterClause fc;
+               fc.key = c.first;
+               for (const auto& v : c.second) fc.values.push_back(std::string(v));
+               std::sort(fc.values.begin(), fc.values.end());
+               spec.filter.clauses.push_back(std::move(fc));
+             }
+             spec.filter.has_time = has_time;
+             spec.filter.t_lo = t_lo;
+             spec.filter.t_hi = t_hi;
+             spec.filter.time_field = static_cast<memkern::TimeField>(time_field);
+             spec.half_life = half_life;
+             spec.recency_weight = recency_weight;
+             spec.now = now;
+             spec.candidates = candidates;
+             memkern::SearchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = s.search_ex(ns, q.data(), texts, B, k, ef, include_invalidated, level, spec);
+             }
+             py::array_t<int64_t> ids({B, k});
+             py::array_t<float> sc({B, k});
+             std::copy(r.ids.begin(), r.ids.end(), ids.mutable_data());
+             std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
+             return py::make_tuple(ids, sc);
+           })
       .def("search_turn_topic",
            [](const Store& s, const std::string& ns, const F32& q, size_t k, size_t ef, bool include_invalidated,
               float alpha, size_t candidates) {
@@ -316,6 +384,9 @@ void register_store(py::module_& m) {
       .def_property_readonly_static("max_flat_limit", [](py::object) { return memkern::kMaxFlatLimit; });
 
   // Test-only hooks (memkern/io.h): not part of the API.
+  m.def("_test_set_lexical", &memkern::set_derived_indexes, py::arg("on"),
+        "TEST / BENCH ONLY: whether stores maintain the derived BM25 + meta indexes (default True); a store "
+        "written with it off gives incomplete lexical / filtered results until reopened with it on.");
   m.def("_test_set_fault", &memkern::io::set_fault, py::arg("spec"),
         "TEST ONLY: make the Nth write/short write/fsync/rename of the store fail (\"write:N\", \"short:N\", "
         "\"fsync:N\", \"rename:N\", a trailing '+' for every call from the Nth on; \"\" turns it off).");

@@ -67,6 +67,7 @@ class Store:
         embeddings: npt.NDArray[np.float32],
         levels: npt.NDArray[np.uint8],
         parents: npt.NDArray[np.int64],
+        event_times: npt.NDArray[np.float64] = ...,  # [n] unix seconds, NaN = none; empty = none for all
     ) -> npt.NDArray[np.int64]: ...
     def new_version(
         self,
@@ -81,11 +82,14 @@ class Store:
         child_metas_json: list[str],
         child_embeddings: npt.NDArray[np.float32],
         replace_children: bool,
+        event_time: float | None = None,  # None keeps the record's event time
+        child_event_times: npt.NDArray[np.float64] = ...,
     ) -> tuple[int, npt.NDArray[np.int64]]: ...
     def invalidate(self, id: int, reason: str) -> None: ...
     def delete(self, id: int) -> list[int]: ...
     def contains(self, id: int) -> bool: ...
-    # Record dicts carry "embedding": a float32 [dim] copy of the current vector.
+    # Record dicts carry "embedding": a float32 [dim] copy of the current vector, and "event_time"
+    # (float or None).
     def get(self, id: int) -> dict[str, Any]: ...
     def get_batch(self, ids: npt.NDArray[np.int64]) -> list[dict[str, Any]]: ...
     def history(self, id: int) -> list[dict[str, Any]]: ...
@@ -98,6 +102,31 @@ class Store:
         ef: int,
         include_invalidated: bool,
         level: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+    # Lexical / hybrid search, filters, time range, recency prior (MemoryStore.search validates).
+    # mode 0 dense, 1 lexical, 2 hybrid; fusion 0 rrf, 1 weighted; clauses: [(key, sorted canonical
+    # values as bytes)] (memkern/filter.h); time_field 0 event, 1 created, 2 updated; half_life 0 = no prior.
+    def search_ex(
+        self,
+        namespace: str,
+        queries: npt.NDArray[np.float32],
+        texts: list[str],
+        k: int,
+        ef: int,
+        include_invalidated: bool,
+        level: int,
+        mode: int,
+        fusion: int,
+        lexical_weight: float,
+        clauses: list[tuple[str, list[bytes]]],
+        has_time: bool,
+        t_lo: float,
+        t_hi: float,
+        time_field: int,
+        half_life: float,
+        recency_weight: float,
+        now: float,
+        candidates: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
     def search_turn_topic(
         self,
@@ -123,3 +152,6 @@ class Store:
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
 def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)
+def _test_set_lexical(on: bool) -> None: ...  # derived BM25 + meta indexes maintained (bench_lexical.py)
+# The store's C++ tokeniser (twin of memkern.lexical.tokenize; tests). Invalid UTF-8 bytes raise.
+def _tokenize(text: str | bytes, keep_stop_words: bool = False) -> list[str]: ...

@@ -49,6 +49,8 @@ import json
 import logging
 import math
 import os
+import struct
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +89,20 @@ MAX_JSON_DEPTH = 32
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
+#: Largest query text of a lexical / hybrid search (characters).
+MAX_QUERY_TEXT = 1 << 16
+#: Largest filter: keys, values over all keys, and characters of one key or string value.
+MAX_FILTER_KEYS = 64
+MAX_FILTER_VALUES = 4096
+MAX_FILTER_STR = 4096
+#: Largest |timestamp| (seconds) accepted by ``time_range`` / ``now`` / ``event_time``, and half-life.
+MAX_TIME = 1e12
+#: Default and largest |weight| of the recency prior.
+DEFAULT_RECENCY_WEIGHT = 0.1
+MAX_RECENCY_WEIGHT = 1e6
+_MODES = {"dense": 0, "lexical": 1, "hybrid": 2}
+_FUSIONS = {"rrf": 0, "weighted": 1}
+_TIME_FIELDS = {"event": 0, "created": 1, "updated": 2}
 _LEVELS = {"topic": 0, "turn": 1}
 _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
@@ -126,6 +142,10 @@ class Record:
         ``"active"`` or ``"invalidated"`` (the record's current status, also on older versions).
     created_at, updated_at : float
         Unix times (seconds) of the first version and of this version.
+    event_time : float or None
+        The conversation's own time of the record (unix seconds, e.g. the session date), as given
+        to ``add(..., event_time=)``; ``None`` when none was given. Turn records carry their
+        topic's. ``search(time_field="event")`` falls back to ``created_at`` where it is ``None``.
     invalidated_reason : str or None
         The reason given to :meth:`MemoryStore.invalidate`.
     level : str
@@ -152,6 +172,7 @@ class Record:
     level: str = "topic"
     topic_id: int | None = None
     turn_ids: tuple = ()
+    event_time: float | None = None
     _embedding: Any = field(default=None, repr=False, compare=False)
     _store: Any = field(default=None, repr=False, compare=False)
 
@@ -192,6 +213,7 @@ def _record_from(d: dict, store: "MemoryStore") -> Record:
         level=d["level"],
         topic_id=int(d["parent"]) if d["parent"] >= 0 else None,
         turn_ids=tuple(int(c) for c in d["children"]),
+        event_time=None if d.get("event_time") is None else float(d["event_time"]),
         _embedding=d.get("embedding"),
         _store=weakref.ref(store),
     )
@@ -228,6 +250,120 @@ def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> in
     if not lo <= int(v) <= hi:
         raise bad_arg(name, f"an int in {lo}..{hi}" + (" or None" if none_ok else ""), int(v))
     return int(v)
+
+
+_NO_TIMES = np.zeros(0, dtype=np.float64)
+
+
+def _event_array(times: Sequence[float | None]) -> np.ndarray:
+    """float64 ``[n]``, NaN where a record has no event time (the native encoding of "none")."""
+    return np.array([math.nan if t is None else t for t in times], dtype=np.float64)
+
+
+def _check_event_time(t: Any, name: str) -> float | None:
+    return None if t is None else _check_real(t, name, -MAX_TIME, MAX_TIME)
+
+
+def _check_real(v: Any, name: str, lo: float, hi: float, open_low: bool = False) -> float:
+    """A finite real (not bool) in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
+    rng = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise bad_arg(name, f"a finite real in {rng}", type(v).__name__, MemkernTypeError)
+    f = float(v)
+    if not math.isfinite(f) or f < lo or f > hi or (open_low and f == lo):
+        raise bad_arg(name, f"a finite real in {rng}", v)
+    return f
+
+
+def _check_texts(texts: Any, count: int | None) -> list[str]:
+    if texts is None:
+        raise bad_arg("texts", 'one query str per query for mode="lexical" / "hybrid"', None)
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise bad_arg("texts", "a list of str", type(texts).__name__, MemkernTypeError)
+    if count is not None and len(texts) != count:
+        raise bad_arg("texts", f"{count} texts (one per query)", f"{len(texts)} texts")
+    if len(texts) == 0:
+        raise bad_arg("texts", "at least one query text", "an empty list")
+    out = []
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise bad_arg(f"texts[{i}]", "a str", type(t).__name__, MemkernTypeError)
+        if len(t) > MAX_QUERY_TEXT:
+            raise bad_arg(f"texts[{i}]", f"at most {MAX_QUERY_TEXT} characters", f"{len(t)} characters")
+        out.append(_check_utf8(t, f"texts[{i}]"))
+    return out
+
+
+def _canonical_filter_value(v: Any, where: str) -> bytes:
+    """The canonical bytes of a filter value (same encoding as ``csrc/include/memkern/filter.h``)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool):
+        return b"b1" if v else b"b0"
+    if isinstance(v, int):
+        try:
+            f = float(v)
+        except OverflowError:
+            raise bad_arg(where, "a str, int, float or bool (ints within float range)", v) from None
+        return b"n" + struct.pack("<d", f + 0.0)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise bad_arg(where, "a finite number", v)
+        return b"n" + struct.pack("<d", v + 0.0)  # + 0.0: -0.0 -> 0.0
+    if isinstance(v, str):
+        if len(v) > MAX_FILTER_STR:
+            raise bad_arg(where, f"a str of at most {MAX_FILTER_STR} characters", f"{len(v)} characters")
+        return b"s" + _check_utf8(v, where).encode("utf-8")
+    raise bad_arg(where, "a str, int, float or bool", type(v).__name__, MemkernTypeError)
+
+
+def _compile_filter(flt: Any) -> list[tuple[str, list[bytes]]]:
+    """``filter`` -> ``[(key, sorted canonical values)]`` for the native predicate (AND of keys)."""
+    if flt is None:
+        return []
+    form = "{key: value}, {key: {'$eq': value}} or {key: {'$in': [values]}}"
+    if not isinstance(flt, dict):
+        raise bad_arg("filter", f"a dict {form}", type(flt).__name__, MemkernTypeError)
+    if len(flt) > MAX_FILTER_KEYS:
+        raise bad_arg("filter", f"at most {MAX_FILTER_KEYS} keys", f"{len(flt)} keys")
+    out, total = [], 0
+    for key, cond in flt.items():
+        if not isinstance(key, str) or not key:
+            raise bad_arg("filter", "non-empty str keys", key, MemkernTypeError if not isinstance(key, str) else MemkernValueError)
+        if len(key) > MAX_FILTER_STR:
+            raise bad_arg("filter", f"keys of at most {MAX_FILTER_STR} characters", f"{len(key)} characters")
+        _check_utf8(key, "filter")
+        where = f"filter[{key!r}]"
+        if isinstance(cond, dict):
+            if len(cond) != 1 or next(iter(cond)) not in ("$eq", "$in"):
+                raise bad_arg(where, "{'$eq': value} or {'$in': [values]}", cond)
+            op, val = next(iter(cond.items()))
+            if op == "$eq":
+                vals = [val]
+            else:
+                if isinstance(val, (str, bytes, dict)) or not isinstance(val, (list, tuple, set, frozenset)):
+                    raise bad_arg(f"{where}['$in']", "a list of values", type(val).__name__, MemkernTypeError)
+                vals = list(val)
+        else:
+            vals = [cond]
+        total += len(vals)
+        if total > MAX_FILTER_VALUES:
+            raise bad_arg("filter", f"at most {MAX_FILTER_VALUES} values in all", f"more ({total}+)")
+        canon = sorted({_canonical_filter_value(v, where) for v in vals})
+        out.append((key, canon))
+    return out
+
+
+def _check_time_range(tr: Any) -> tuple[bool, float, float]:
+    if tr is None:
+        return False, -math.inf, math.inf
+    if isinstance(tr, (str, bytes)) or not isinstance(tr, (tuple, list)) or len(tr) != 2:
+        raise bad_arg("time_range", "a (start, end) pair of unix seconds or None", tr)
+    lo = -math.inf if tr[0] is None else _check_real(tr[0], "time_range", -MAX_TIME, MAX_TIME)
+    hi = math.inf if tr[1] is None else _check_real(tr[1], "time_range", -MAX_TIME, MAX_TIME)
+    if lo > hi:
+        raise bad_arg("time_range", "start <= end", tr)
+    return True, lo, hi
 
 
 def _check_id(x: Any, name: str = "id") -> int:
@@ -590,6 +726,7 @@ class MemoryStore:
         meta: dict | None = None,
         *,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Add one topic record; returns its id (int64).
 
@@ -604,6 +741,10 @@ class MemoryStore:
         meta : dict, optional
         turn_embeddings : array-like float32 ``[len(turns), d]``, optional
             Also store each turn as a turn record linked to this topic (two-level memory).
+        event_time : float, optional
+            The conversation's own time (unix seconds, ``|t| <= 1e12``), kept as
+            ``Record.event_time`` (also on the turn records) for ``search(time_range=...)`` and
+            the recency prior.
         """
         n = self._n()
         ns = _check_namespace(namespace)
@@ -612,7 +753,8 @@ class MemoryStore:
         turns_l = _check_turns(turns)
         meta_d = _check_meta(meta)
         te = self._turn_matrix(turn_embeddings, turns_l, "turn_embeddings")
-        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te])
+        et = _check_event_time(event_time, "event_time")
+        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te], [et])
         return int(ids[0])
 
     @traced("memkern.store.add_batch", args=("namespace", "summaries"))
@@ -625,12 +767,14 @@ class MemoryStore:
         metas: Sequence[dict | None] | None = None,
         *,
         turn_embeddings: Sequence[Any] | None = None,
+        event_times: Sequence[float | None] | None = None,
     ) -> np.ndarray:
         """Add ``n`` topic records in one atomic, logged call; returns their ids, int64 ``[n]``.
 
         ``embeddings`` is float32 ``[n, d]``; ``turns`` / ``metas`` are ``None`` or length-``n``
         lists; ``turn_embeddings`` is ``None`` or a length-``n`` list of ``[len(turns[i]), d]``
-        arrays (or ``None`` entries). The GIL is released while the index is built.
+        arrays (or ``None`` entries); ``event_times`` is ``None`` or a length-``n`` list of unix
+        seconds or ``None`` (see :meth:`add`). The GIL is released while the index is built.
         """
         n = self._n()
         ns = _check_namespace(namespace)
@@ -651,7 +795,16 @@ class MemoryStore:
             self._turn_matrix(turn_embeddings[i] if turn_embeddings is not None else None, tl[i], f"turn_embeddings[{i}]")
             for i in range(count)
         ]
-        return self._add_items(n, ns, sums, emb, tl, ml, te)
+        if event_times is not None:
+            if isinstance(event_times, (str, bytes)) or not isinstance(event_times, (Sequence, np.ndarray)):
+                raise bad_arg("event_times", f"None or a list of {count} floats / None", type(event_times).__name__,
+                              MemkernTypeError)
+            if len(event_times) != count:
+                raise bad_arg("event_times", f"None or a list of {count} floats / None", f"length {len(event_times)}")
+            et = [_check_event_time(event_times[i], f"event_times[{i}]") for i in range(count)]
+        else:
+            et = [None] * count
+        return self._add_items(n, ns, sums, emb, tl, ml, te, et)
 
     def _turn_matrix(self, te: Any, turns: list[dict], name: str) -> np.ndarray | None:
         if te is None:
@@ -665,25 +818,28 @@ class MemoryStore:
     def _turn_item(turn: dict, pos: int) -> tuple[str, str, str]:
         return turn["content"], _json_text([turn], "turns"), _json_text({"turn_position": pos}, "meta")
 
-    def _add_items(self, n, ns, sums, emb, tl, ml, te) -> np.ndarray:
+    def _add_items(self, n, ns, sums, emb, tl, ml, te, et) -> np.ndarray:
+        has_et = any(t is not None for t in et)
         if not any(t is not None for t in te):
             levels = np.zeros(len(sums), dtype=np.uint8)
             parents = np.full(len(sums), -1, dtype=np.int64)
             return n.add(ns, sums, [_json_text(t, "turns") for t in tl], [_json_text(m, "meta") for m in ml], emb,
-                         levels, parents)
+                         levels, parents, _event_array(et) if has_et else _NO_TIMES)
         # Two-level: each topic is followed by its turn records (parent = batch index of the topic).
-        S, T, Mt, rows, lv, par, topic_pos = [], [], [], [], [], [], []
+        S, T, Mt, rows, lv, par, topic_pos, E = [], [], [], [], [], [], [], []
         for i in range(len(sums)):
             topic_pos.append(len(S))
             ti = len(S)
             S.append(sums[i]); T.append(_json_text(tl[i], "turns")); Mt.append(_json_text(ml[i], "meta"))
-            rows.append(emb[i]); lv.append(0); par.append(-1)
+            rows.append(emb[i]); lv.append(0); par.append(-1); E.append(et[i])
             if te[i] is not None:
                 for j, turn in enumerate(tl[i]):
                     s, t, m = self._turn_item(turn, j)
                     S.append(s); T.append(t); Mt.append(m); rows.append(te[i][j]); lv.append(1); par.append(-2 - ti)
+                    E.append(et[i])  # a turn record carries its topic's event time
         ids = n.add(ns, S, T, Mt, np.ascontiguousarray(np.stack(rows), dtype=np.float32),
-                    np.asarray(lv, dtype=np.uint8), np.asarray(par, dtype=np.int64))
+                    np.asarray(lv, dtype=np.uint8), np.asarray(par, dtype=np.int64),
+                    _event_array(E) if has_et else _NO_TIMES)
         return np.ascontiguousarray(ids[topic_pos], dtype=np.int64)
 
     @traced("memkern.store.merge", args=("id",))
@@ -696,12 +852,15 @@ class MemoryStore:
         *,
         meta: dict | None = None,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
         and the *union* of the old and new turns (old turns first, duplicates dropped, none ever
         lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
-        that are new; it is required when the record already has turn records and new turns come."""
+        that are new; it is required when the record already has turn records and new turns come.
+        ``event_time`` replaces the record's event time (``None`` keeps it); new turn records get
+        the record's resulting event time."""
         n = self._n()
         rid = _check_id(id)
         summary = _check_summary(summary)
@@ -709,6 +868,7 @@ class MemoryStore:
         new_turns = _check_turns(turns)
         meta_d = _check_meta(meta) if meta is not None else None
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
+        et = _check_event_time(event_time, "event_time")
         cur = self._get_raw(rid)
         old_turns = _loads(cur["turns_json"], rid, "turns")
         seen = {_turn_key(t) for t in old_turns}
@@ -723,9 +883,11 @@ class MemoryStore:
         if cur["children"] and new_rows and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         cs, ct, cm, ce = self._child_args(n, te, new_rows)
+        child_t = et if et is not None else cur.get("event_time")
         version, _ = n.new_version(rid, 1, summary, vec[None, :], _json_text(merged, "turns"),
                                    _json_text(meta_d, "meta") if meta_d is not None else None, cs, ct, cm, ce,
-                                   False)
+                                   False, et, _event_array([child_t] * len(cs)) if child_t is not None and cs
+                                   else _NO_TIMES)
         return int(version)
 
     def _child_args(self, n, te, rows):
@@ -748,14 +910,17 @@ class MemoryStore:
         meta: dict | None = None,
         *,
         turn_embeddings: Any = None,
+        event_time: float | None = None,
     ) -> int:
         """Write a new version of ``id`` replacing the given fields (``None`` keeps a field);
         returns the new version number. Replacing the turns of a topic that has turn records
-        needs ``turn_embeddings`` for the new turns (the old turn records are then deleted)."""
+        needs ``turn_embeddings`` for the new turns (the old turn records are then deleted).
+        ``event_time`` replaces the record's event time (``None`` keeps it)."""
         n = self._n()
         rid = _check_id(id)
-        if summary is None and embedding is None and turns is None and meta is None:
-            raise bad_arg("update", "at least one of summary, embedding, turns, meta", "none")
+        if summary is None and embedding is None and turns is None and meta is None and event_time is None:
+            raise bad_arg("update", "at least one of summary, embedding, turns, meta, event_time", "none")
+        et = _check_event_time(event_time, "event_time")
         s = _check_summary(summary) if summary is not None else None
         vec = _as_vector(embedding, n.dim, "embedding")[None, :] if embedding is not None else None
         tl = _check_turns(turns) if turns is not None else None
@@ -772,9 +937,11 @@ class MemoryStore:
         rows = [(j, t, j) for j, t in enumerate(tl)] if (te is not None and tl) else []
         cs, ct, cm, ce = self._child_args(n, te, rows)
         # Old turn records are replaced by the new ones in the same atomic log entry.
+        child_t = et if et is not None else cur.get("event_time")
         version, _ = n.new_version(rid, 2, s, vec, _json_text(tl, "turns") if tl is not None else None,
                                    _json_text(m, "meta") if m is not None else None, cs, ct, cm, ce,
-                                   te is not None)
+                                   te is not None, et, _event_array([child_t] * len(cs)) if child_t is not None and cs
+                                   else _NO_TIMES)
         return int(version)
 
     @traced("memkern.store.invalidate", args=("id",))
@@ -859,8 +1026,18 @@ class MemoryStore:
         level: str = "topic",
         alpha: float = 1.0,
         candidates: int | None = None,
+        mode: str = "dense",
+        texts: Sequence[str] | None = None,
+        fusion: str = "rrf",
+        lexical_weight: float = 0.5,
+        filter: dict | None = None,
+        time_range: tuple[float | None, float | None] | None = None,
+        time_field: str = "event",
+        recency: float | None = None,
+        recency_weight: float = DEFAULT_RECENCY_WEIGHT,
+        now: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """k nearest records of ``namespace`` for each query.
+        """k best records of ``namespace`` for each query: dense (vectors), lexical (BM25) or both.
 
         Parameters
         ----------
@@ -878,8 +1055,51 @@ class MemoryStore:
         alpha : float
             Weight of the topic similarity for ``level="turn+topic"``.
         candidates : int, optional
-            ``level="turn+topic"`` only: how many turns and topics the index returns before the
-            exact rescoring (all turns of the candidate topics are rescored); default ``max(4k, 50)``.
+            ``level="turn+topic"``: how many turns and topics the index returns before the exact
+            rescoring (all turns of the candidate topics are rescored). ``mode="hybrid"`` or a
+            ``recency`` prior: how many results each first-stage list returns before fusion /
+            rescoring. Default ``max(4k, 50)``.
+        mode : {"dense", "lexical", "hybrid"}
+            ``"dense"``: vector similarity (``queries``). ``"lexical"``: BM25 (k1 = 1.2,
+            b = 0.75) of ``texts`` against the records' text (a topic's summary, a turn record's
+            turn text), tokenised by :func:`memkern.lexical.tokenize`; only records sharing a
+            term with the query are hits. ``"hybrid"``: both lists fused (``fusion``).
+            ``mode="dense"`` with no ``filter`` / ``time_range`` / ``recency`` is the plain
+            vector search, at its plain cost.
+        texts : list of str, optional
+            One query text per query (``B``), each at most :data:`MAX_QUERY_TEXT` characters;
+            required for ``"lexical"`` / ``"hybrid"``. ``queries`` may be ``None`` for ``"lexical"``.
+        fusion : {"rrf", "weighted"}
+            ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)`` (ranks from 1,
+            a list that misses a record adds 0). ``"weighted"``: ``(1 - w) * dense + w * lexical``
+            with each list's scores min-max normalised to [0, 1] over its own results.
+            Same definitions as :func:`memkern.lexical.rrf` / :func:`memkern.lexical.weighted_fusion`.
+        lexical_weight : float
+            ``w`` above, in [0, 1].
+        filter : dict, optional
+            Metadata filter on the records' ``meta`` (top-level keys; a turn record also sees its
+            topic's keys where its own meta lacks them): ``{"user": "alice"}`` or
+            ``{"user": {"$eq": "alice"}}`` (equality), ``{"tag": {"$in": ["a", "b"]}}`` (any of);
+            several keys must all hold. Values are str / int / float / bool with JSON equality
+            (``1 == 1.0``, ``True != 1``). At most :data:`MAX_FILTER_KEYS` keys and
+            :data:`MAX_FILTER_VALUES` values in all. Applied inside the index search (hnswlib's
+            filter functor, the exact scan's predicate, the BM25 candidates' check, or an exact
+            scan of the records whose meta matches when they are few), never by over-fetching:
+            ``k`` results come back whenever ``k`` records match.
+        time_range : (start, end), optional
+            Unix seconds, either may be ``None``; keeps records with ``start <= t < end``, ``t``
+            taken from ``time_field``. Applied inside the search like ``filter``.
+        time_field : {"event", "created", "updated"}
+            ``"event"``: the record's ``event_time`` (falling back to ``created_at`` when it has
+            none); ``"created"`` / ``"updated"``: ``created_at`` / ``updated_at``.
+        recency : float, optional
+            Half-life in seconds of a recency prior: each candidate's score (the fused score in
+            ``"hybrid"``) gets ``recency_weight * 2 ** (-max(now - t, 0) / recency)`` added, ``t``
+            from ``time_field``, and the best ``k`` are kept.
+        recency_weight : float
+            Weight of the prior, in the unit of the mode's score (finite, ``|w| <= 1e6``).
+        now : float, optional
+            The time the prior measures ages from (default ``time.time()``).
 
         Returns
         -------
@@ -887,8 +1107,13 @@ class MemoryStore:
             Best first; ``-1`` padding when fewer than ``k`` records match (unknown namespaces
             give all padding). Only ``namespace``'s records are ever returned.
         scores : np.ndarray float32 ``[B, k]``
-            Higher is better (see module docstring); :data:`PAD_SCORE` beside padding.
+            Higher is better: similarity (see module docstring), BM25 score, or fused score
+            (+ the recency prior); :data:`PAD_SCORE` beside padding.
         """
+        if (mode != "dense" or filter is not None or time_range is not None or recency is not None):
+            return self._search_ex(namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts,
+                                   fusion, lexical_weight, filter, time_range, time_field, recency,
+                                   recency_weight, now)
         n = self._n()
         ns = _check_namespace(namespace)
         q = _as_float32(queries, "queries", stored=False)
@@ -912,6 +1137,61 @@ class MemoryStore:
         if level not in _LEVELS:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _LEVELS[level])
+
+    def _search_ex(self, namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts, fusion,
+                   lexical_weight, flt, time_range, time_field, recency, recency_weight, now):
+        """search() with a lexical list, a filter, a time range or a recency prior (validated here,
+        computed in one native call)."""
+        n = self._n()
+        ns = _check_namespace(namespace)
+        if mode not in _MODES:
+            raise bad_arg("mode", '"dense", "lexical" or "hybrid"', mode)
+        if level == "turn+topic":
+            raise bad_arg("mode", 'mode="dense" without filter / time_range / recency for level="turn+topic"',
+                          mode if mode != "dense" else "a filter, time_range or recency")
+        if level not in _LEVELS:
+            raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
+        B = None
+        q = None
+        if queries is None:
+            if mode != "lexical":
+                raise bad_arg("queries", f'query vectors for mode="{mode}"', None)
+        else:
+            q = _as_float32(queries, "queries", stored=False)
+            if q.ndim == 1:
+                q = q[None, :]
+            if q.ndim != 2 or q.shape[1] != n.dim:
+                raise bad_arg("queries", f"shape [B, {n.dim}] or [{n.dim}]", f"shape {list(np.shape(queries))}")
+            q = np.ascontiguousarray(q)
+            B = q.shape[0]
+        tl: list[str] = []
+        if mode != "dense":
+            tl = _check_texts(texts, B)
+            B = len(tl)
+            if q is None:
+                q = np.zeros((B, n.dim), dtype=np.float32)
+        k = _check_int(k, "k", 1, MAX_K)
+        if k * B > MAX_RESULTS:
+            raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {B} queries)", k)
+        ef = self.ef_search if ef is None else _check_int(ef, "ef", 1, MAX_EF, none_ok=True)
+        c = _check_int(candidates, "candidates", 1, MAX_CANDIDATES, none_ok=True)
+        if c is None:
+            c = min(max(4 * k, 50), MAX_CANDIDATES)
+        if fusion not in _FUSIONS:
+            raise bad_arg("fusion", '"rrf" or "weighted"', fusion)
+        w = _check_real(lexical_weight, "lexical_weight", 0.0, 1.0)
+        clauses = _compile_filter(flt)
+        if time_field not in _TIME_FIELDS:
+            raise bad_arg("time_field", '"event", "created" or "updated"', time_field)
+        has_time, t_lo, t_hi = _check_time_range(time_range)
+        half_life = 0.0
+        if recency is not None:
+            half_life = _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
+        rw = _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
+        t_now = time.time() if now is None else _check_real(now, "now", -MAX_TIME, MAX_TIME)
+        return n.search_ex(ns, q, tl, k, int(ef), bool(include_invalidated), _LEVELS[level], _MODES[mode],
+                           _FUSIONS[fusion], w, clauses, has_time, t_lo, t_hi, _TIME_FIELDS[time_field],
+                           half_life, rw, t_now, c)
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one record (sorted)."""

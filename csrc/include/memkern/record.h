@@ -1,6 +1,7 @@
 // In-memory layout of a memory record (a topic, or a turn linked to its topic).
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,8 +10,12 @@
 namespace memkern {
 
 enum class Status : uint8_t { Active = 0, Invalidated = 1 };
+// Record::event_time when the record has none.
+constexpr double kNoEventTime = std::numeric_limits<double>::quiet_NaN();
 // Index level of a record: topics and turns live in separate HNSW indexes of one namespace.
 enum Level : uint8_t { kTopic = 0, kTurn = 1, kNumLevels = 2 };
+// How a version of a record came to be (Record::op, Version::op; stored as its byte value).
+enum class VersionOp : uint8_t { Add = 0, Merge = 1, Update = 2 };
 
 // A superseded version of a record (kept for history()).
 struct Version {
@@ -33,6 +38,8 @@ struct Record {
   uint8_t op = 0;           // how the current version came (0 add, 1 merge, 2 update)
   double created_at = 0;
   double updated_at = 0;
+  double event_time = kNoEventTime;  // the conversation's own time; NaN: none. Logged as its own
+                                     // operation and kept in the snapshot's event-time section.
   std::string summary, turns_json, meta_json, reason;
   std::vector<Version> history;  // older versions, oldest first
   std::vector<int64_t> children;  // turn record ids of a topic

@@ -10,7 +10,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "memkern/filter.h"
 #include "memkern/hnsw_index.h"
+#include "memkern/lexical.h"
 #include "memkern/vector_index.h"
 #include "memkern/record.h"
 #include "memkern/space.h"
@@ -33,6 +35,10 @@ constexpr uint64_t kMaxFlatLimit = 1u << 24;
 // ||q - x||^2 <= 4e36 stay finite in float32 (max 3.4e38), so no score is ever inf or NaN.
 constexpr double kMaxNorm = 1e18;
 constexpr double kMaxAlpha = 100.0;             // |alpha| of a turn+topic search (keeps scores finite)
+constexpr size_t kMaxQueryTextBytes = 1u << 18; // one query text of a lexical / hybrid search (UTF-8 bytes)
+constexpr size_t kMaxFilterKeys = 64;           // keys of one filter
+constexpr size_t kMaxFilterValues = 4096;       // values of one filter, all keys together
+constexpr double kMaxTime = 1e12;               // |event_time|, |time_range| bounds, |now|, half-life (seconds)
 
 struct StoreOptions {
   uint32_t dim = 0;          // 0: take it from the existing store
@@ -55,6 +61,19 @@ struct NewItem {
   int64_t parent = -1;
   std::string summary, turns_json, meta_json;
   const float* embedding = nullptr;
+  double event_time = kNoEventTime;  // the conversation's own time (unix seconds); NaN: none
+};
+
+// What search_ex does besides (or instead of) the plain vector search.
+struct SearchSpec {
+  uint8_t mode = 0;             // 0 dense, 1 lexical (BM25 of `texts`), 2 hybrid (both, fused)
+  uint8_t fusion = 0;           // 0 reciprocal rank (k0 = 60), 1 weighted min-max normalised scores
+  double lexical_weight = 0.5;  // weight of the lexical list (the dense list gets 1 - w)
+  SearchFilter filter;          // meta clauses and time range, applied inside the index search
+  double half_life = 0;         // recency prior: score += recency_weight * 2^(-max(now - t, 0) / half_life); 0 = off
+  double recency_weight = 0.1;
+  double now = 0;
+  size_t candidates = 50;       // depth of each first-stage list when fusing or re-scoring
 };
 
 // A copy of one record (what get() returns), with a copy of its current vector.
@@ -90,7 +109,7 @@ class Store {
   uint32_t new_version(int64_t id, uint8_t op, const std::string* summary, const float* embedding,
                        const std::string* turns_json, const std::string* meta_json,
                        const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
-                       bool replace_children = false);
+                       bool replace_children = false, const double* event_time = nullptr);
   void invalidate(int64_t id, const std::string& reason);
   std::vector<int64_t> remove(int64_t id);  // the id and its turn records; returns them
 
@@ -104,6 +123,13 @@ class Store {
   // `candidates` turns plus every turn of the top `candidates` topics, scored exactly.
   SearchResult search_turn_topic(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
                                  bool include_invalidated, float alpha, size_t candidates) const;
+  // Lexical / hybrid search, metadata filters, time ranges and the recency prior (spec above).
+  // q: [B, dim] (zeros are fine for mode 1); texts: B query texts for modes 1 and 2.
+  // Filters act inside the search: an exact scan of the records the meta index says match when
+  // they are few (|matches|^2 < max(depth, ef) * M * live), else the index search with the filter
+  // as hnswlib's BaseFilterFunctor / the flat scan's predicate; BM25 candidates are checked too.
+  SearchResult search_ex(const std::string& ns, const float* q, const std::vector<std::string>& texts, size_t B,
+                         size_t k, size_t ef, bool include_invalidated, uint8_t level, const SearchSpec& spec) const;
   std::vector<std::string> namespaces() const;
   size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
   bool contains(int64_t id) const;
@@ -149,7 +175,19 @@ class Store {
     std::unique_ptr<VectorIndex> index[kNumLevels];
     std::unordered_set<int64_t> invalidated[kNumLevels];
     size_t n[kNumLevels] = {0, 0};  // records held (active + invalidated)
+    // Derived state (never persisted: rebuilt from the records on open, kept in step by apply()).
+    lexical::LexicalIndex lex[kNumLevels];  // BM25 postings of the records' summaries
+    MetaIndex meta[kNumLevels];             // (meta key, canonical scalar) -> ids
+    TimeIndex times[kNumLevels];            // ids ordered by event / created / updated time
   };
+
+  // Derived state of one record: index (after it is in records_) / unindex (before it changes or goes).
+  void index_derived(const Record& r);
+  void unindex_derived(const Record& r);
+  // The time index is kept apart: timestamps change on more operations (invalidate, event time).
+  void index_times(const Record& r);
+  void unindex_times(const Record& r);
+  bool meta_matches(const Record& r, const SearchFilter& f) const;
 
   void check_open() const;
   void check_writable() const;  // open and not poisoned
@@ -182,7 +220,7 @@ class Store {
   void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
   void validate_items(const std::vector<NewItem>& items, size_t batch_base, bool allow_batch_parents) const;
-  void encode_add(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
+  void encode_new_items(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
                   double now) const;
 
   std::string path_;
@@ -216,10 +254,16 @@ class Store {
   std::unordered_map<std::string, uint32_t> ns_by_name_;
   std::unordered_map<int64_t, Record> records_;
   std::unordered_set<int64_t> tombstones_;  // deleted ids (until compaction)
+  std::unordered_map<int64_t, MetaScalars> meta_scalars_;  // derived: filterable meta of records that have any
   Wal wal_;
   mutable std::shared_mutex mu_;
 };
 
 const char* metric_name(Metric m);
+
+// Test / benchmark hook: whether stores maintain the derived lexical + meta indexes (default on).
+// Off, writes cost what they cost before these indexes existed (bench_lexical.py compares).
+void set_derived_indexes(bool on);
+bool derived_indexes();
 
 }  // namespace memkern

@@ -1,24 +1,6 @@
-// Write-ahead log and the small-file helpers the snapshot shares.
-//
-// File = header, then entries (all integers little-endian).
-//   header (44 bytes): magic "MKWAL\0\0\0", u32 format, u32 dim, u32 metric, u32 flags (0),
-//                      u64 generation, u64 store_id, u32 crc32 of the preceding 40 bytes.
-//     format 2 (written now) carries the store's random id; format 1 (older stores, still read)
-//     had a reserved zero there, read as store_id 0 ("unknown"). generation = the snapshot the log
-//     continues (0: none yet). Opening refuses a log whose store_id is not the snapshot's
-//     (another store's log) and a log whose generation is not the snapshot's or the one before
-//     it (the crash window between switching CURRENT and replacing the log).
-//   entry: u32 len, u32 crc32(payload), u32 crc32(the first 8 bytes), payload[len].
-//     payload: u32 n_ops, then n_ops operations (store.cpp), applied all-or-nothing.
-// Reading tells a torn tail from damage:
-//   * torn (cut off on open, it was never acknowledged): fewer than 12 bytes left, or an intact
-//     entry header whose length runs past the end of the file, or a tail of zero bytes only
-//     (space a file system allocated but never wrote);
-//   * damage (CorruptedError, nothing is dropped silently): a bad entry header, or a complete
-//     entry (all its bytes present) whose payload fails its checksum, wherever it is.
-// Appending: one write() per entry. A failed or short write is cut back off the file
-// (ftruncate to the previous end + fdatasync) before the error is raised; when even that fails
-// the log refuses every later append (poisoned) until a retry of the cut succeeds.
+// Write-ahead log file (header + framed entries) and the small-file helpers the snapshot shares.
+// The file format, how a torn tail is told from damage, and how appends fail cleanly are written
+// down in one place: memkern/log_codec.h.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,7 +8,7 @@
 
 namespace memkern {
 
-constexpr uint32_t kFormatVersion = 1;     // records.bin
+constexpr uint32_t kFormatVersion = 2;     // records.bin written now (1, without event times, is still read)
 constexpr uint32_t kWalFormat = 2;         // wal.log written now (1 is still read)
 constexpr uint32_t kCurrentFormat = 2;     // CURRENT written now (1 is still read)
 

@@ -1,0 +1,407 @@
+"""Lexical (BM25) index, hybrid search and filters inside the store: cost and retrieval quality.
+
+Measured in one run, as ratios between sides run interleaved through ``bench/harness.py`` (one
+thread everywhere unless stated):
+
+* **add cost of the lexical index**: ``add_batch`` of the same records (384-d vectors, dialogue
+  turn texts, small meta) into a fresh store with the derived indexes (BM25 postings + filterable
+  meta) maintained, vs with them switched off by the test-only hook ``_store._test_set_lexical``
+  (dense-only, what the store did before). Target: <= 1.30x.
+* **filtered search**: a 20,000-record HNSW namespace (384-d, M=16, ef_construction=200, ef=128,
+  k=10), batches of single-thread queries: unfiltered vs a 1% meta filter and a 1% time window
+  (their matches enumerated from the meta / time index and scanned exactly, chosen because they
+  are few), a 10% meta filter (still an exact scan) and a 50% meta filter (hnswlib's filter functor
+  inside the graph search). Each filtered call is checked to return k results, all allowed.
+  Target at 1%: <= 2x unfiltered latency.
+* **hybrid vs dense retrieval**: turn-level Recall@5/10/20 (each unit one turn, embedded as
+  ``"{speaker}: {content}"`` by the MiniLM embedder, questions as queries) on realistic generated
+  dialogues (:func:`memkern.data.generate_dialogues`) and on the old generated data
+  (:func:`memkern.data.generate_history`): store ``mode="dense"`` vs ``mode="hybrid"`` (RRF and
+  weighted fusion) vs ``mode="lexical"``.
+* **open time**: reopening a store (snapshot load) holding the 20,000 records, with the derived
+  indexes rebuilt from the record texts vs with the hook off.
+* **dense-only overhead vs raw hnswlib** (no regression from the derived indexes; issue 13 item 7
+  re-measured): ``add_batch`` (derived indexes on, ``fsync="always"``) vs ``hnswlib add_items`` +
+  a dict of the records, interleaved chunks, one thread; then a 500-query batch search (k=20,
+  ef=128) with 1 and with 2 threads on both sides (the store's ``num_threads`` vs hnswlib's
+  ``num_threads``), same graph parameters and seed (identical ids asserted).
+
+Run: ``OMP_NUM_THREADS=1 python bench/bench_lexical.py [--n 20000] [--conversations 6]
+[--sessions 12] [--json out.json] [--write-section]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+from harness import Side, compare, machine_info, to_jsonable  # noqa: E402
+
+D = 384
+K = 10
+EF = 128
+
+
+def _native():
+    from memkern import _store
+
+    return _store
+
+
+def dialogue_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` realistic turn texts (speaker-prefixed) from generated dialogues, repeated as needed."""
+    from memkern.data import generate_dialogues
+
+    ds = generate_dialogues(8, 12, seed=seed)
+    base = [f"{t.speaker}: {t.content}" for c in ds.conversations for t in c.turns()]
+    return [base[i % len(base)] for i in range(n)]
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, D), dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def bench_add(n: int, batch: int, rounds: int) -> dict:
+    from memkern.store import MemoryStore
+
+    texts = dialogue_texts(n)
+    x = unit_vectors(n, 1)
+    metas = [{"user": f"u{i % 50}", "session": i // 20} for i in range(n)]
+    root = Path(tempfile.mkdtemp(prefix="bench-lex-add-"))
+    counter = [0]
+
+    def run(lexical: bool):
+        _native()._test_set_lexical(lexical)
+        counter[0] += 1
+        p = root / f"s{counter[0]}"
+        try:
+            with MemoryStore(p, dim=D, metric="cos", fsync="never", snapshot_every=0) as s:
+                for i in range(0, n, batch):
+                    s.add_batch("u", texts[i:i + batch], x[i:i + batch], metas=metas[i:i + batch])
+                c = s.count("u")
+        finally:
+            _native()._test_set_lexical(True)
+            shutil.rmtree(p, ignore_errors=True)
+        return c
+
+    c = compare(Side("lexical+meta indexed", lambda: run(True), threads=1),
+                Side("dense only", lambda: run(False), threads=1),
+                check=lambda a, b: a == b == n, rounds=rounds, warmup=1, label=f"add {n} records")
+    shutil.rmtree(root, ignore_errors=True)
+    return dict(n=n, batch=batch, comparison=c.to_dict(), ratio=c.ratio, summary=c.summary())
+
+
+def bench_filters(n: int, queries: int, rounds: int) -> dict:
+    from memkern.store import MemoryStore
+
+    root = Path(tempfile.mkdtemp(prefix="bench-lex-filter-"))
+    x = unit_vectors(n, 2)
+    texts = dialogue_texts(n)
+    s = MemoryStore(root / "s", dim=D, metric="cos", fsync="never", snapshot_every=0)
+    for i in range(0, n, 5000):
+        s.add_batch("u", texts[i:i + 5000], x[i:i + 5000],
+                    metas=[{"bucket": j % 100, "tenth": j % 10, "half": j % 2} for j in range(i, min(n, i + 5000))],
+                    event_times=[float(j) for j in range(i, min(n, i + 5000))])
+    assert s._native.index_kind("u", 0) == "hnsw"
+    q = unit_vectors(queries, 3)
+    lo = n // 2
+    win = n // 100
+    cases = {
+        "meta filter 1% (exact scan of the matches)": (dict(filter={"bucket": 7}), lambda i: i % 100 == 7),
+        "time window 1% (exact scan from the time index)": (dict(time_range=(lo, lo + win)),
+                                                            lambda i: lo <= i < lo + win),
+        "meta filter 10% (exact scan of the matches)": (dict(filter={"tenth": 3}), lambda i: i % 10 == 3),
+        "meta filter 50% (graph search + filter functor)": (dict(filter={"half": 1}), lambda i: i % 2 == 1),
+    }
+    out = {}
+    for name, (kw, ok) in cases.items():
+        def check(a, b, ok=ok):
+            ids = b[0]
+            assert (ids >= 0).all(), "fewer than k results"
+            assert all(ok(int(i)) for i in ids.ravel()), "a result outside the filter"
+            return True
+
+        c = compare(Side("unfiltered", lambda: s.search("u", q, k=K, ef=EF), threads=1),
+                    Side(name, lambda kw=kw: s.search("u", q, k=K, ef=EF, **kw), threads=1),
+                    check=check, rounds=rounds, warmup=1, label=name)
+        # ratio = unfiltered / filtered time: its inverse is the filtered slowdown
+        out[name] = dict(comparison=c.to_dict(), slowdown=1.0 / c.ratio, summary=c.summary())
+    # open time: snapshot load rebuilding the derived indexes from the record texts, vs hook off
+    s.close()
+    times = {"with derived indexes": [], "dense only": []}
+    for _ in range(3):
+        for name, flag in (("with derived indexes", True), ("dense only", False)):
+            _native()._test_set_lexical(flag)
+            t0 = time.perf_counter()
+            s2 = MemoryStore(root / "s")
+            s2.search("u", q[:1], k=K)
+            times[name].append(time.perf_counter() - t0)
+            s2.close()
+            _native()._test_set_lexical(True)
+    shutil.rmtree(root, ignore_errors=True)
+    out["open"] = {k: float(np.median(v)) for k, v in times.items()}
+    return dict(n=n, queries=queries, k=K, ef=EF, cases=out)
+
+
+def bench_recall(source: str, conversations: int, sessions: int) -> dict:
+    from memkern.data import generate_dialogues, generate_history
+    from memkern.eval.memory import CachedEmbedder
+    from memkern.eval.metrics import recall_at_k
+    from memkern.store import MemoryStore
+
+    ds = (generate_dialogues(conversations, sessions, seed=0) if source == "dialogues"
+          else generate_history(conversations, sessions, seed=0))
+    emb = CachedEmbedder()
+    root = Path(tempfile.mkdtemp(prefix="bench-lex-recall-"))
+    configs = {
+        "dense": dict(mode="dense"),
+        "lexical": dict(mode="lexical"),
+        "hybrid rrf w=0.5": dict(mode="hybrid", fusion="rrf", lexical_weight=0.5),
+        "hybrid rrf w=0.3": dict(mode="hybrid", fusion="rrf", lexical_weight=0.3),
+        "hybrid weighted w=0.3": dict(mode="hybrid", fusion="weighted", lexical_weight=0.3),
+        "hybrid weighted w=0.5": dict(mode="hybrid", fusion="weighted", lexical_weight=0.5),
+        "hybrid rrf w=0.1": dict(mode="hybrid", fusion="rrf", lexical_weight=0.1),
+        "hybrid weighted w=0.1": dict(mode="hybrid", fusion="weighted", lexical_weight=0.1),
+    }
+    ks = (5, 10, 20)
+    rows = {c: {k: [] for k in ks} for c in configs}
+    with MemoryStore(root / "s", dim=emb.dim, metric="cos", fsync="never") as s:
+        for c in ds.conversations:
+            qs = [q for q in c.questions if q.evidence_turn_ids]
+            if not qs:
+                continue
+            turns = list(c.turns())
+            texts = [f"{t.speaker}: {t.content}" if t.speaker else t.content for t in turns]
+            ids = s.add_batch(c.conversation_id, texts, emb.encode(texts, kind="passage"))
+            tid = {int(i): t.turn_id for i, t in zip(ids, turns)}
+            qe = emb.encode([q.question for q in qs], kind="query")
+            for name, kw in configs.items():
+                got, _ = s.search(c.conversation_id, qe, k=max(ks), texts=[q.question for q in qs], **kw)
+                for qi, q in enumerate(qs):
+                    ranked = [[tid[int(i)]] for i in got[qi] if i >= 0]
+                    for k in ks:
+                        rows[name][k].append(recall_at_k(ranked, q.evidence_turn_ids, k))
+    emb.flush()
+    shutil.rmtree(root, ignore_errors=True)
+    return dict(source=source, conversations=conversations, sessions=sessions, turns=ds.n_turns,
+                questions=len(rows["dense"][5]), embedder=emb.model_name,
+                recall={c: {f"R@{k}": float(np.mean(v[k])) for k in ks} for c, v in rows.items()})
+
+
+def bench_vs_hnswlib(n: int, rounds: int) -> dict:
+    import hnswlib
+
+    from memkern.data.vectors import clustered_vectors
+    from memkern.store import MemoryStore
+
+    M, EFC, KS, NQ = 16, 200, 20, 500
+    x = clustered_vectors(n, D, max(20, n // 1000), seed=0)
+    q = clustered_vectors(NQ, D, max(20, n // 1000), seed=0, sample_seed=1)
+    texts = dialogue_texts(n)
+    root = Path(tempfile.mkdtemp(prefix="bench-lex-hnsw-"))
+    store = MemoryStore(root / "s", dim=D, metric="ip", M=M, ef_construction=EFC)
+    index = hnswlib.Index(space="ip", dim=D)
+    index.init_index(max_elements=n, M=M, ef_construction=EFC, random_seed=100)
+    records: dict[int, dict] = {}
+    t_store = t_base = 0.0
+    for s0 in range(0, n, 2500):
+        e, tx = x[s0:s0 + 2500], texts[s0:s0 + 2500]
+        t0 = time.perf_counter()
+        store.add_batch("bench", tx, e)
+        t1 = time.perf_counter()
+        labels = np.arange(s0, s0 + len(e))
+        index.add_items(e, labels, num_threads=1)
+        for j, lab in enumerate(labels.tolist()):
+            records[lab] = {"namespace": "bench", "summary": tx[j], "turns": [], "meta": {}}
+        t2 = time.perf_counter()
+        t_store += t1 - t0
+        t_base += t2 - t1
+    store.close()
+    index.set_ef(EF)
+    out = dict(n=n, add_ratio=t_store / t_base, add_store_per_s=n / t_store, add_hnswlib_per_s=n / t_base)
+    for threads in (1, 2):
+        st = MemoryStore(root / "s", num_threads=threads)
+
+        def same(a, b):
+            assert float(np.mean(a[0] == b[0].astype(np.int64))) >= 0.99
+            return True
+
+        c = compare(Side("memkern", lambda st=st: st.search("bench", q, k=KS, ef=EF), threads=threads),
+                    Side("hnswlib", lambda t=threads: index.knn_query(q, k=KS, num_threads=t), threads=threads),
+                    check=same, rounds=rounds, warmup=1, label=f"batch search {NQ} queries, {threads} thread(s)")
+        out[f"search_threads_{threads}"] = dict(comparison=c.to_dict(), ratio=c.ratio, summary=c.summary())
+        st.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+NOTES = """### Design choices measured here
+
+* **Derived, not persisted**: the BM25 postings, the filterable meta (top-level scalars parsed from
+  each record's meta JSON in C++) and the per-field time index are derived state. `apply()` keeps
+  them in step on every write (add / merge / update / invalidate / delete, so log replay rebuilds
+  them too) and opening a snapshot rebuilds them from the records' texts: nothing new on disk to
+  corrupt or version, crash safety is the log's and the snapshot's. The price is open time (table
+  above). `event_time` is a real field: its own log operation (`EventTime`, op 5) and a
+  `records.bin` format-2 section; format-1 stores still open.
+* **Filters inside the search**: a filter is one compiled predicate (meta clauses AND time range
+  AND not-invalidated). When the meta or time index says few records match
+  (`matches^2 < max(depth, ef) * M * live`) they are scanned exactly; otherwise the predicate is
+  hnswlib's `BaseFilterFunctor` (or the flat scan's predicate). Either way `k` results come back
+  whenever `k` records match; nothing is over-fetched.
+"""
+
+
+def markdown(res: dict) -> str:
+    L: list[str] = []
+    if "add" in res:
+        L += _md_add(res)
+    if "filters" in res:
+        L += _md_filters(res)
+    return "\n".join(L + _md_rest(res) + ["", NOTES])
+
+
+def _md_add(res: dict) -> list[str]:
+    a = res["add"]
+    L = ["### Add cost of the lexical + meta indexes", "",
+         f"`add_batch` of {a['n']:,} records ({a['batch']} per call, 384-d, dialogue turn texts, 2 meta keys), "
+         "fresh store each round, `fsync=\"never\"`, one thread; interleaved rounds.", "",
+         "| side | median s | ratio (indexed / dense-only) |", "|---|---|---|"]
+    cmp = a["comparison"]
+    sides = cmp["sides"]
+    L.append(f"| {sides[0]['name']} | {sides[0]['median_s']:.3f} | **{a['ratio']:.3f}x** (target <= 1.30) |")
+    L.append(f"| {sides[1]['name']} | {sides[1]['median_s']:.3f} | 1 |")
+    return L
+
+
+def _md_filters(res: dict) -> list[str]:
+    f = res["filters"]
+    L = ["", "### Filtered search vs unfiltered", "",
+          f"{f['n']:,} records in one HNSW namespace (384-d cos, M=16, ef_construction=200), batches of "
+          f"{f['queries']} queries, k={f['k']}, ef={f['ef']}, one thread; each filtered call checked: k results, "
+          "all allowed.", "",
+          "| filter | unfiltered ms/batch | filtered ms/batch | filtered / unfiltered |", "|---|---|---|---|"]
+    for name, c in f["cases"].items():
+        if name == "open":
+            continue
+        sd = c["comparison"]["sides"]
+        L.append(f"| {name} | {sd[0]['median_s'] * 1e3:.1f} | {sd[1]['median_s'] * 1e3:.1f} | **{c['slowdown']:.2f}x** |")
+    o = f["cases"]["open"]
+    L += ["", f"Open (snapshot load + first query) of that store: {o['with derived indexes']:.3f} s with the BM25 "
+          f"and meta indexes rebuilt from the record texts, {o['dense only']:.3f} s without "
+          f"({o['with derived indexes'] / o['dense only']:.2f}x).", ""]
+    return L
+
+
+def _md_rest(res: dict) -> list[str]:
+    L: list[str] = []
+    h = res.get("hnswlib")
+    if h:
+        L += ["### Dense-only overhead vs raw hnswlib (no regression)", "",
+              f"{h['n']:,} clustered 384-d vectors with dialogue texts, M=16, ef_construction=200, same seed; "
+              "hnswlib side: `hnswlib.Index` + a dict of the records.", "",
+              "| measure | memkern | hnswlib | ratio (memkern / hnswlib time) |", "|---|---|---|---|",
+              f"| add_batch (derived indexes on, fsync=always), 1 thread | {h['add_store_per_s']:.0f} records/s | "
+              f"{h['add_hnswlib_per_s']:.0f} records/s | {h['add_ratio']:.3f} |"]
+        for t in (1, 2):
+            c = h[f"search_threads_{t}"]
+            sd = c["comparison"]["sides"]
+            L.append(f"| batch search 500 queries, k=20, ef={EF}, {t} thread(s) | {sd[0]['median_s'] * 1e3:.1f} ms | "
+                     f"{sd[1]['median_s'] * 1e3:.1f} ms | {c['ratio']:.3f} |")
+        L.append("")
+    for r in res["recall"]:
+        L += [f"### Turn-level recall, {r['source']} ({r['conversations']} conversations, {r['turns']} turns, "
+              f"{r['questions']} questions, {r['embedder']})", "",
+              "| search | R@5 | R@10 | R@20 |", "|---|---|---|---|"]
+        for c, m in r["recall"].items():
+            L.append(f"| {c} | {m['R@5']:.3f} | {m['R@10']:.3f} | {m['R@20']:.3f} |")
+        d = r["recall"]["dense"]
+        hy = {c: m for c, m in r["recall"].items() if c.startswith("hybrid")}
+        best = max(hy, key=lambda c: hy[c]["R@5"])
+        L += ["", f"Best hybrid at R@5 ({best}) minus dense: " + ", ".join(
+            f"R@{k} {hy[best][f'R@{k}'] - d[f'R@{k}']:+.3f}" for k in (5, 10, 20)) + "."]
+        L.append("")
+    return L
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--add-n", type=int, default=5000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--conversations", type=int, default=6)
+    ap.add_argument("--sessions", type=int, default=12)
+    ap.add_argument("--hnswlib-n", type=int, default=20000, help="records of the vs-hnswlib part (0: skip)")
+    ap.add_argument("--only-part", default="", help="comma-separated: add, filters, hnswlib, recall (default all)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--from-json", default=None,
+                    help="rebuild the tables from this raw JSON (comma-separated: later files replace the parts "
+                         "they measured), run nothing")
+    ap.add_argument("--write-section", action="store_true")
+    a = ap.parse_args(argv)
+    parts = set(a.only_part.split(",")) if a.only_part else {"add", "filters", "hnswlib", "recall"}
+    res = dict(machine=machine_info())
+    if a.from_json:  # regenerate the tables (and the section) from previous runs' raw JSON
+        files = a.from_json.split(",")
+        res = json.loads(Path(files[0]).read_text())
+        for extra in files[1:]:  # a later run of some parts replaces those parts
+            more = json.loads(Path(extra).read_text())
+            res.update({k: v for k, v in more.items() if k in ("add", "filters", "hnswlib") or
+                        (k == "recall" and v)})
+            res.setdefault("argv_parts", []).append(more.get("argv", []))
+        parts = set()
+    if "add" in parts:
+        res["add"] = bench_add(a.add_n, 250, a.rounds)
+        print(res["add"]["summary"], flush=True)
+    if "filters" in parts:
+        res["filters"] = bench_filters(a.n, a.queries, a.rounds)
+        for name, c in res["filters"]["cases"].items():
+            print(name, c if name == "open" else c["summary"], flush=True)
+    if "hnswlib" in parts and a.hnswlib_n:
+        res["hnswlib"] = bench_vs_hnswlib(a.hnswlib_n, a.rounds)
+        print({k: v for k, v in res["hnswlib"].items() if not k.startswith("search")}, flush=True)
+        for t in (1, 2):
+            print(res["hnswlib"][f"search_threads_{t}"]["summary"], flush=True)
+    res.setdefault("recall", [])
+    if "recall" in parts:
+        res["recall"] = [bench_recall("dialogues", a.conversations, a.sessions),
+                         bench_recall("generated", a.conversations, a.sessions)]
+    for r in res["recall"]:
+        print(json.dumps(r["recall"], indent=1), flush=True)
+    if not a.from_json:
+        res["argv"] = list(argv or sys.argv[1:])
+    md = markdown(res)
+    print(md)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(to_jsonable(res), indent=1))
+    if a.write_section:
+        import report
+
+        args = list(argv or sys.argv[1:])
+        if a.from_json:  # state the command that measured, not the one that re-rendered
+            args = [x for x in res.get("argv", ["(arguments not recorded)"]) if x != "--write-section"]
+            for more in res.get("argv_parts", []):
+                args += ["&&", "...bench_lexical.py"] + [x for x in more if x != "--write-section"]
+        cmd = "OMP_NUM_THREADS=1 .venv/bin/python bench/bench_lexical.py " + " ".join(args)
+        p = report.write_section("lexical", "Lexical index, hybrid search and filters (`bench/bench_lexical.py`)",
+                                 md, cmd.replace(" --write-section", "").strip() + " --write-section",
+                                 machine=res["machine"], raw_json=a.json or a.from_json)
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

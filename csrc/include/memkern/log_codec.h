@@ -1,0 +1,83 @@
+// The write-ahead log's format (the one place it is written down) and the codec of its entries'
+// payloads. wal.cpp reads and writes the file framing; log_codec.cpp encodes and decodes payloads;
+// store.cpp builds entries (write path) and applies decoded ones (write path and replay).
+//
+// File wal.log = header, then entries (all integers little-endian).
+//   header (44 bytes): magic "MKWAL\0\0\0", u32 format, u32 dim, u32 metric, u32 flags (0),
+//                      u64 generation, u64 store_id, u32 crc32 of the preceding 40 bytes.
+//     format 2 (written now) carries the store's random id; format 1 (older stores, still read)
+//     had a reserved zero there, read as store_id 0 ("unknown"). generation = the snapshot the log
+//     continues (0: none yet). Opening refuses a log whose store_id is not the snapshot's
+//     (another store's log) and a log whose generation is not the snapshot's or the one before
+//     it (the crash window between switching CURRENT and replacing the log).
+//   entry: u32 len, u32 crc32(payload), u32 crc32(the first 8 bytes), payload[len].
+//   payload: u32 n_ops, then n_ops operations, applied all-or-nothing (one write call = one entry).
+//   operation: u8 op code (LogOp), then by op:
+//     Add (1):        str namespace, record fields (record.h: write_record_fields), f32 vector
+//                     (u64 dim + dim floats; normalised already for metric "cos")
+//     Version (2):    i64 id, u8 version op (VersionOp), u8 fields (VersionField bits), then the
+//                     fields present in this order: str summary, f32 vector, str turns_json,
+//                     str meta_json; then f64 updated_at
+//     Invalidate (3): i64 id, str reason, f64 time (the record and its turn records)
+//     Delete (4):     i64 id (the record and its turn records)
+//     EventTime (5):  i64 id, f64 event_time (the conversation's own time of a record; follows the
+//                     Add / Version of that record in the same entry; logs without it are older
+//                     stores' or records without an event time)
+//   str = u64 length + bytes (UTF-8 text); f32 vector = u64 n + n float32.
+// Reading tells a torn tail from damage:
+//   * torn (cut off on open, it was never acknowledged): fewer than 12 bytes left, or an intact
+//     entry header whose length runs past the end of the file, or a tail of zero bytes only
+//     (space a file system allocated but never wrote);
+//   * damage (CorruptedError, nothing is dropped silently): a bad entry header, or a complete
+//     entry (all its bytes present) whose payload fails its checksum, wherever it is; a payload
+//     that decode_log_entry cannot parse completely (truncated field, unknown op, trailing bytes).
+// Appending: one write() per entry. A failed or short write is cut back off the file
+// (ftruncate to the previous end + fdatasync) before the error is raised; when even that fails
+// the log refuses every later append (poisoned) until a retry of the cut succeeds.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memkern/record.h"
+#include "memkern/serial.h"
+
+namespace memkern {
+
+// Op code of one logged operation (the byte that starts it; values are on disk: never renumber).
+enum class LogOp : uint8_t { Add = 1, Version = 2, Invalidate = 3, Delete = 4, EventTime = 5 };
+
+// Which fields a Version operation carries (bit set).
+enum VersionField : uint8_t { kHasSummary = 1, kHasEmbedding = 2, kHasTurns = 4, kHasMeta = 8 };
+
+const char* log_op_name(LogOp op);
+
+// One decoded operation; only the members of its kind are set.
+struct LogOperation {
+  LogOp kind = LogOp::Add;
+  int64_t id = -1;                // Version, Invalidate, Delete: the target record
+  std::string ns;                 // Add: namespace name
+  Record record;                  // Add: the new record's fields (ns index, history, children unset)
+  std::vector<float> embedding;   // Add; Version with kHasEmbedding: [dim]
+  uint8_t version_op = 0;         // Version: VersionOp value (1 merge, 2 update)
+  uint8_t fields = 0;             // Version: VersionField bits
+  std::string summary, turns_json, meta_json;  // Version: the fields present
+  std::string reason;             // Invalidate
+  double time = 0;                // Version: updated_at; Invalidate: when; EventTime: the event time
+};
+
+// Encoding: a payload is encode_op_count(n) followed by exactly n encode_* calls.
+void encode_op_count(Writer& w, uint32_t n_ops);
+void encode_add(Writer& w, const std::string& ns, const Record& r, const float* vec, uint32_t dim);
+// Null pointers are fields the version does not change.
+void encode_version(Writer& w, int64_t id, uint8_t version_op, const std::string* summary, const float* vec,
+                    uint32_t dim, const std::string* turns_json, const std::string* meta_json, double updated_at);
+void encode_invalidate(Writer& w, int64_t id, const std::string& reason, double time);
+void encode_delete(Writer& w, int64_t id);
+void encode_event_time(Writer& w, int64_t id, double event_time);
+
+// Decodes a whole payload (every vector must have `dim` floats). Throws CorruptedError naming
+// "log entry" when it is truncated, holds an unknown op code, or has bytes after its last op.
+std::vector<LogOperation> decode_log_entry(const std::string& payload, uint32_t dim);
+
+}  // namespace memkern
