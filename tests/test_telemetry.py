@@ -45,18 +45,21 @@ def test_nothing_is_configured_or_exported_by_default():
 
 @pytest.fixture
 def spans():
+    """An SDK provider with an in-memory exporter for one test; afterwards the API's global state
+    is put back to "no provider" (the API has no public reset: its two module globals are restored,
+    so later tests run as an application without OpenTelemetry configured would)."""
+    from opentelemetry.util._once import Once
+
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    # the global provider can be set once per process; tests share one through this attribute
-    if not getattr(trace, "_memkern_test_provider", None):
-        trace.set_tracer_provider(provider)
-        trace._memkern_test_provider = provider
-    else:
-        trace._memkern_test_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    saved = (trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE)
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    trace.set_tracer_provider(provider)
     yield exporter
-    exporter.clear()
-    exporter.shutdown()
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
+    provider.shutdown()
+    assert not telemetry.enabled()
 
 
 def test_store_and_reranker_calls_make_spans(tmp_path, spans):
