@@ -46,6 +46,13 @@ T_CPP = ("tests/test_cpp_unit.py",)
 T_INMEM = ("tests/test_inmemory.py", "tests/test_store.py", "tests/test_store_turns.py")
 T_TRANSFER = ("tests/test_transfer.py",)
 T_AIO = ("tests/test_aio.py",)
+T_LANGGRAPH = ("tests/test_langgraph.py",)
+T_ADAPTER_FILTERS = ("tests/test_adapter_filters.py", "tests/test_langgraph.py")
+T_LLAMAINDEX = ("tests/test_llamaindex.py",)
+T_LANGCHAIN = ("tests/test_langchain.py",)
+T_MEM0 = ("tests/test_mem0.py",)
+T_TELEMETRY = ("tests/test_telemetry.py",)
+T_ATOMIC = ("tests/test_adapter_atomicity.py",)
 T_LEXICAL = ("tests/test_lexical.py", "tests/test_store_lexical.py")
 T_FILTERS = ("tests/test_store_filters.py",)
 T_SHARDED = ("tests/test_distributed.py",)
@@ -503,6 +510,71 @@ CATALOGUE: list[Mutant] = [
            "        while self._inflight:\n",
            "        while False:\n",
            "aclose() closes the store under the calls still running", T_AIO),
+    # ---------------------------------------------------------------- framework adapters (memkern.integrations)
+    Mutant("lg-namespace-dot-allowed", "adapters", "python/memkern/integrations/langgraph.py",
+           'if _SEP in label or "\\x00" in label:',
+           'if "\\x00" in label:',
+           "a label holding '.' is accepted: ('a.b',) and ('a', 'b') share one memkern namespace", T_LANGGRAPH),
+    Mutant("lg-decode-empty-label", "adapters", "python/memkern/integrations/langgraph.py",
+           "if len(parts) < 2 or parts[0] != PREFIX or any(not p for p in parts[1:]):",
+           "if len(parts) < 2 or parts[0] != PREFIX:",
+           "a malformed memkern namespace ('lg..a') decodes to a namespace with an empty label", T_LANGGRAPH),
+    Mutant("lg-unindexed-vector-searched", "adapters", "python/memkern/integrations/langgraph.py",
+           'full = F.node("and", [F.Cond(INDEXED, "eq", True), tree])',
+           "full = tree",
+           "items put with index=False (placeholder vectors) show up in similarity searches", T_LANGGRAPH),
+    Mutant("filters-bool-equals-int", "adapters", "python/memkern/integrations/filters.py",
+           "    return type(a) is type(b) and a == b",
+           "    return a == b",
+           "filters match True == 1 and 1 == True (JSON equality keeps bools apart from numbers)", T_ADAPTER_FILTERS),
+    Mutant("filters-missing-key-ne", "adapters", "python/memkern/integrations/filters.py",
+           'return c.op in ("ne", "nin")',
+           "return False",
+           "a record without the key fails $ne / $nin instead of matching them", T_ADAPTER_FILTERS),
+    Mutant("filters-push-in-as-eq", "adapters", "python/memkern/integrations/filters.py",
+           'native[c.key] = c.value if c.op == "eq" else {"$in": list(c.value)}',
+           "native[c.key] = c.value",
+           "an $in condition is pushed to the store as equality with the list", T_ADAPTER_FILTERS),
+    Mutant("filters-no-overfetch", "adapters", "python/memkern/integrations/filters.py",
+           "if len(keep) >= k or kk >= total or len(ids) < kk:",
+           "if True:",
+           "an evaluated filter stops after the first over-fetch even when fewer than k records matched", T_ADAPTER_FILTERS),
+    Mutant("adapters-store-not-shared", "adapters", "python/memkern/integrations/_common.py",
+           "if hit is not None and not hit[0].closed:",
+           "if False:",
+           "two adapters on one path each open the store (the second fails on the lock)", T_MEM0),
+    Mutant("adapters-undo-adds-skipped", "adapters", "python/memkern/integrations/_common.py",
+           "        for rid in added:\n",
+           "        for rid in ():\n",
+           "a write failing half-way leaves the records its call already added", T_ATOMIC),
+    Mutant("adapters-undo-updates-skipped", "adapters", "python/memkern/integrations/_common.py",
+           "        for old in reversed(updated):\n",
+           "        for old in ():\n",
+           "a write failing half-way leaves the records its call already updated changed", T_ATOMIC),
+    Mutant("li-not-condition-dropped", "adapters", "python/memkern/integrations/llamaindex.py",
+           'return F.node("not", [F.node("and", kids)]) if kids else None',
+           'return F.node("and", kids) if kids else None',
+           "FilterCondition.NOT keeps the matching nodes instead of excluding them", T_LLAMAINDEX),
+    Mutant("li-empty-node-ids-restrict", "adapters", "python/memkern/integrations/llamaindex.py",
+           "tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)",
+           "tree = self._tree(query.node_ids, query.doc_ids, query.filters)",
+           "VectorStoreIndex's empty node_ids list makes every query return nothing", T_LLAMAINDEX),
+    Mutant("lc-citation-reward-sign", "adapters", "python/memkern/integrations/langchain.py",
+           "rewards[0, s] = 1.0 if shown[j] in cited_ids else -1.0",
+           "rewards[0, s] = -1.0 if shown[j] in cited_ids else 1.0",
+           "cited documents are punished and uncited ones rewarded", T_LANGCHAIN),
+    Mutant("mem0-wildcard-as-value", "adapters", "python/memkern/integrations/mem0.py",
+           'parts.append(F.cond(key, "exists", True, name))',
+           'parts.append(F.cond(key, "eq", v, name))',
+           "mem0's '*' wildcard is matched as the literal string '*'", T_MEM0),
+    Mutant("mem0-telemetry-left-on", "adapters", "python/memkern/integrations/mem0.py",
+           "            mod.MEM0_TELEMETRY = False\n",
+           "            pass\n",
+           "mem0 imported before the adapter keeps sending its telemetry", T_MEM0),
+    Mutant("otel-enabled-without-provider", "adapters", "python/memkern/telemetry.py",
+           "return p is not None and not isinstance(p, (_Proxy, _NoOp))",
+           "return True",
+           "spans are created (and paid for) when no provider is configured", T_TELEMETRY),
     # ---------------------------------------------------------------- lexical index, hybrid search, filters (issue 13)
     Mutant("lexical-stop-words-kept", "lexical", "python/memkern/lexical.py",
            "    return [t for t in out if t not in STOP_WORDS]",

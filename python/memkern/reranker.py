@@ -87,6 +87,7 @@ from torch import nn
 from . import ops
 from .errors import bad_arg
 from .validate import check_choice, check_float, check_int
+from .telemetry import traced
 from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
 
 __all__ = ["Reranker", "Selection", "PRESETS"]
@@ -307,6 +308,7 @@ class Reranker(nn.Module):
                                      backend=self.backend)
 
     @torch.no_grad()
+    @traced("memkern.reranker.select", args=("q", "m", "greedy"))
     def select(self, q, candidates, mask=None, seed=None, greedy: bool = False, m: int | None = None,
                offset: int | None = None) -> Selection:
         """Select ``m`` (default ``top_m``) of the candidates of each query.
@@ -379,6 +381,7 @@ class Reranker(nn.Module):
         """``sqrt(||Wq||_F^2 + ||Wm||_F^2)`` (a host read)."""
         return float(self.trainer._norm())
 
+    @traced("memkern.reranker.update")
     def update(self, selection: Selection, rewards) -> UpdateStats:
         """One REINFORCE step from the rewards of ``selection``'s slots (``self.trainer.step``).
 

@@ -61,6 +61,7 @@ import numpy as np
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from .turns import turn_key
 from .validate import check_choice, check_float, check_int, is_int
+from .telemetry import traced
 
 logger = logging.getLogger("memkern")
 
@@ -725,6 +726,7 @@ class MemoryStore:
         return self._native
 
     # ------------------------------------------------------------------ writes
+    @traced("memkern.store.add", args=("namespace",))
     def add(
         self,
         namespace: str,
@@ -765,6 +767,7 @@ class MemoryStore:
         ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te], [et])
         return int(ids[0])
 
+    @traced("memkern.store.add_batch", args=("namespace", "summaries"))
     def add_batch(
         self,
         namespace: str,
@@ -849,6 +852,7 @@ class MemoryStore:
                     _event_array(E) if has_et else _NO_TIMES)
         return np.ascontiguousarray(ids[topic_pos], dtype=np.int64)
 
+    @traced("memkern.store.merge", args=("id",))
     def merge(
         self,
         id: int,
@@ -906,6 +910,7 @@ class MemoryStore:
         ce = np.ascontiguousarray(te[[j for _, _, j in rows]], dtype=np.float32)
         return cs, ct, cm, ce
 
+    @traced("memkern.store.update", args=("id",))
     def update(
         self,
         id: int,
@@ -949,6 +954,7 @@ class MemoryStore:
                                    else _NO_TIMES)
         return int(version)
 
+    @traced("memkern.store.invalidate", args=("id",))
     def invalidate(self, id: int, reason: str = "") -> None:
         """Mark ``id`` invalidated (kept, readable, excluded from search unless
         ``include_invalidated=True``). Invalidating twice raises :class:`MemkernValueError`."""
@@ -959,6 +965,7 @@ class MemoryStore:
         _check_utf8(reason, "reason")
         n.invalidate(rid, reason)
 
+    @traced("memkern.store.delete", args=("id",))
     def delete(self, id: int) -> None:
         """Delete ``id`` (and its turn records): gone from search and ``get`` at once, from disk
         after :meth:`compact`. Deleting an unknown or already deleted id raises
@@ -974,6 +981,7 @@ class MemoryStore:
         """The current version of record ``id`` (unknown / deleted id: :class:`MemkernKeyError`)."""
         return _record_from(self._get_raw(_check_id(id)), self)
 
+    @traced("memkern.store.get_batch", args=("ids",))
     def get_batch(self, ids: Iterable[int]) -> list[Record]:
         """Records for ``ids`` (int64 ``[n]``), in order; any unknown id raises before anything
         is returned."""
@@ -1008,6 +1016,7 @@ class MemoryStore:
         arr = _check_ids(ids)
         return self._n().embeddings(arr)
 
+    @traced("memkern.store.search", args=("namespace", "queries", "k", "level"))
     def search(
         self,
         namespace: str,
