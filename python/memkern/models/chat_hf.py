@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..errors import MemkernTypeError, bad_arg
 from ..validate import check_int
+from ..telemetry import traced
 from .chat import JsonScanner, Message, Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 from .gguf import convert_gguf
 from .lookup import _resolve_device, _transformers_progress, default_chat_model_path, default_tokenizer_path
@@ -137,6 +138,7 @@ class ChatModel:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # -- generation -------------------------------------------------------------------------
+    @traced("memkern.chat.generate", args=("prompts", "max_new_tokens"))
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
                  temperature: float = 0.0, seed: int | None = None) -> list[str]:
         """Generate one reply per prompt, batched.

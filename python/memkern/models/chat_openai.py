@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
 from ..validate import check_float, check_int
+from ..telemetry import traced
 from .chat import Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 
 log = logging.getLogger("memkern")
@@ -129,6 +130,7 @@ class OpenAIChatModel:
         o = int(u.get("completion_tokens") or self.count_tokens(text))
         return _trim_json(text, kind).strip(), p, o
 
+    @traced("memkern.chat.generate", args=("prompts", "max_new_tokens"))
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | None = None, json: Any = False,
                  temperature: float = 0.0, seed: int | None = None) -> list[str]:
         """Same contract as :meth:`ChatModel.generate`; requests run concurrently."""

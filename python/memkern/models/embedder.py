@@ -15,6 +15,7 @@ import json as _json
 
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
 from ..validate import check_choice, check_int
+from ..telemetry import traced
 from .lookup import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
 
 log = logging.getLogger("memkern")
@@ -182,6 +183,7 @@ class Embedder:
         """Embedding width ``d`` (384 for MiniLM)."""
         return int(self.model.config.hidden_size)
 
+    @traced("memkern.embedder.encode", args=("texts", "kind"))
     def encode(self, texts: Sequence[str], kind: str = "passage", batch_size: int | None = None,
                progress: bool = False) -> np.ndarray:
         """Embed texts.
