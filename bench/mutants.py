@@ -42,6 +42,7 @@ T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
 T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
+T_SERVE = ("tests/test_serve.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -367,4 +368,47 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    # ---------------------------------------------------------------- memkern serve (HTTP) and memkern mcp
+    Mutant("serve-auth-any-x-api-key", "serve", "python/memkern/server/app.py",
+           "return key is not None and hmac.compare_digest(key.strip(), want)",
+           "return key is not None",
+           "any X-API-Key header is accepted, whatever the key", T_SERVE),
+    Mutant("serve-auth-any-bearer", "serve", "python/memkern/server/app.py",
+           'if auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), want):',
+           'if auth[:7].lower() == b"bearer ":',
+           "any bearer token is accepted", T_SERVE),
+    Mutant("serve-wide-bind-without-key", "serve", "python/memkern/commands/serve.py",
+           "if key is None and not is_loopback(args.host):",
+           "if False:",
+           "memkern serve binds beyond localhost without an API key", T_SERVE),
+    Mutant("serve-body-limit-declared", "serve", "python/memkern/server/app.py",
+           "            if n > self.max_body:\n",
+           "            if n > 2 * self.max_body:\n",
+           "a body declared (Content-Length) larger than the limit is read", T_SERVE),
+    Mutant("serve-body-limit-streamed", "serve", "python/memkern/server/app.py",
+           "                if seen > self.max_body:\n",
+           "                if False:\n",
+           "a chunked body (no Content-Length) is read past the limit", T_SERVE),
+    Mutant("serve-messages-count-unlimited", "serve", "python/memkern/server/service.py",
+           "if len(turns) > self.limits.max_messages:",
+           "if len(turns) > 10 * self.limits.max_messages:",
+           "an add with more messages than the limit is accepted", T_SERVE),
+    Mutant("serve-scope-drops-run", "serve", "python/memkern/server/scopes.py",
+           'return check_namespace(":".join(parts), "scope")',
+           'return check_namespace(":".join(parts[:1]), "scope")',
+           "a scope's agent_id / run_id are dropped from its namespace (sessions of a user share one bank)",
+           T_SERVE),
+    Mutant("serve-scope-id-allows-colon", "serve", "python/memkern/server/scopes.py",
+           'SCOPE_ID_PATTERN = r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,37}"',
+           'SCOPE_ID_PATTERN = r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,37}"',
+           "scope ids may hold ':' (user 'a:r:x' and user 'a' + run 'x' share a namespace)", T_SERVE),
+    Mutant("serve-scope-exact-match", "serve", "python/memkern/server/scopes.py",
+           "if s is not None and scope.contains(s):",
+           "if s is not None and s == scope:",
+           "a search by user_id misses the user's run / agent scopes (mem0 finds them)", T_SERVE),
+    Mutant("serve-infer-add-unlocked", "serve", "python/memkern/server/service.py",
+           "        with self.ns_lock(ns):\n            # A throwaway RMM",
+           "        if True:\n            # A throwaway RMM",
+           "concurrent inferred adds to one scope race (candidates searched before another add lands)",
+           T_SERVE),
 ]
