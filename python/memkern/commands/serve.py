@@ -109,8 +109,26 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(service, api_key=key)
         print(f"memkern serve: store {path} on http://{args.host}:{args.port}"
               f" ({'API key required' if key else 'no API key: localhost only'})", flush=True)
+        server = _server_class(uvicorn)(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
         try:
-            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+            server.run()
         finally:
-            service.close()
+            service.close()  # rerankers saved; the store is closed (snapshot) by the `with`
     return 0
+
+
+def _server_class(uvicorn):
+    """uvicorn's Server, except that a SIGINT / SIGTERM ends :meth:`run` after the graceful shutdown
+    instead of being raised again (which would kill the process before the store is closed)."""
+
+    class Server(uvicorn.Server):
+        exit_signal = None
+
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            self.exit_signal = sig
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    return Server

@@ -22,12 +22,12 @@ whole; too many messages or too long texts get 422. Errors are JSON ``{"detail":
 expected ..., got ...", "error": "<exception class>"}``: 422 bad input, 404 unknown id, 401 auth,
 413 too large, 500 anything else (nothing half-written: every argument is checked first).
 """
-from __future__ import annotations
-
 import hmac
 import json
 import logging
 from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError
 from .service import Limits, MemoryService
@@ -86,37 +86,74 @@ class _Guard:
             if n > self.max_body:
                 return await self._send_error(
                     send, 413, f"body: expected at most {self.max_body} bytes, got {n} bytes", "PayloadTooLarge")
-        seen = 0
-        too_big = False
-
-        async def limited_receive():
-            nonlocal seen, too_big
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+        if length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
+            # No Content-Length (a chunked body): read it here, at most max_body bytes, then replay it.
+            chunks, seen = [], 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                body = message.get("body", b"")
+                seen += len(body)
                 if seen > self.max_body:
-                    too_big = True
-                    raise _BodyTooLarge()
-            return message
+                    return await self._send_error(
+                        send, 413, f"body: expected at most {self.max_body} bytes, got more", "PayloadTooLarge")
+                chunks.append(body)
+                if not message.get("more_body", False):
+                    break
+            whole = b"".join(chunks)
+            sent = False
 
-        started = False
+            async def replay():
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": whole, "more_body": False}
 
-        async def tracking_send(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await self._send_error(send, 413, f"body: expected at most {self.max_body} bytes, got more",
-                                       "PayloadTooLarge")
+            return await self.app(scope, replay, send)
+        return await self.app(scope, receive, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
+# ------------------------------------------------------------------ request bodies
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: str = "user"
+    content: str
+
+class ScopeFields(Strict):
+    user_id: Optional[str] = None
+    agent_id: Optional[str] = None
+    run_id: Optional[str] = None
+
+class AddRequest(ScopeFields):
+    messages: Union[str, list[dict[str, Any]]] = Field(
+        description='the conversation: a list of {"role", "content", ...} messages (other keys kept), or one user '
+                    'message as a str')
+    metadata: Optional[dict[str, Any]] = None
+    infer: bool = Field(True, description="true: prospective reflection (topics, update decisions); "
+                                          "false: store every message as it is")
+
+class SearchRequest(ScopeFields):
+    query: str
+    limit: int = 10
+    filters: Optional[dict[str, Any]] = None
+    threshold: Optional[float] = None
+
+class UpdateRequest(Strict):
+    text: Optional[str] = None
+    metadata: Optional[dict[str, Any]] = None
+
+class RespondRequest(ScopeFields):
+    query: str
+    session_turns: Optional[list[dict[str, Any]]] = None
+
+class FeedbackRequest(Strict):
+    response_id: str
+    rewards: list[float]
 
 
 def create_app(service: MemoryService, api_key: str | None = None):
@@ -125,49 +162,11 @@ def create_app(service: MemoryService, api_key: str | None = None):
     from fastapi import Body, FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field
 
     from .. import __version__
 
     if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
         raise MemkernValueError("api_key: expected a non-empty str or None, got an empty one")
-
-    class Strict(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-
-    class Message(BaseModel):
-        model_config = ConfigDict(extra="allow", strict=True)
-        role: str = "user"
-        content: str
-
-    class ScopeFields(Strict):
-        user_id: Optional[str] = None
-        agent_id: Optional[str] = None
-        run_id: Optional[str] = None
-
-    class AddRequest(ScopeFields):
-        messages: Union[str, list[Message]] = Field(description="the conversation (or one user message)")
-        metadata: Optional[dict[str, Any]] = None
-        infer: bool = Field(True, description="true: prospective reflection (topics, update decisions); "
-                                              "false: store every message as it is")
-
-    class SearchRequest(ScopeFields):
-        query: str
-        limit: int = 10
-        filters: Optional[dict[str, Any]] = None
-        threshold: Optional[float] = None
-
-    class UpdateRequest(Strict):
-        text: Optional[str] = None
-        metadata: Optional[dict[str, Any]] = None
-
-    class RespondRequest(ScopeFields):
-        query: str
-        session_turns: Optional[list[Message]] = None
-
-    class FeedbackRequest(Strict):
-        response_id: str
-        rewards: list[float]
 
     app = FastAPI(title="memkern", version=__version__,
                   description="Long-term memory for LLM agents: mem0-shaped memory routes and the RMM loop "
@@ -199,7 +198,9 @@ def create_app(service: MemoryService, api_key: str | None = None):
     async def _invalid(request: Request, exc: RequestValidationError):
         parts = []
         for e in exc.errors():
-            loc = [str(x) for x in e.get("loc", ()) if x not in ("body",)]
+            # "body" and the branch tags of a Union ("str", "list[dict[str, any]]") say nothing to the user
+            loc = [str(x) for x in e.get("loc", ()) if x != "body" and not (isinstance(x, str) and (
+                "[" in x or x in ("str", "int", "float", "bool", "list", "dict")))]
             where = ".".join(loc) or "body"
             got = e.get("input")
             got_s = "" if isinstance(got, dict) and len(json.dumps(got, default=str)) > 200 else f", got {got!r}"
@@ -218,8 +219,7 @@ def create_app(service: MemoryService, api_key: str | None = None):
 
     @app.post("/v1/memories", tags=["memories"])
     def add(req: AddRequest) -> dict:
-        msgs = req.messages if isinstance(req.messages, str) else [m.model_dump() for m in req.messages]
-        return service.add(msgs, metadata=req.metadata, infer=req.infer, **scope_kw(req))
+        return service.add(req.messages, metadata=req.metadata, infer=req.infer, **scope_kw(req))
 
     @app.get("/v1/memories", tags=["memories"])
     def list_memories(user_id: Optional[str] = Query(None), agent_id: Optional[str] = Query(None),
@@ -249,8 +249,7 @@ def create_app(service: MemoryService, api_key: str | None = None):
 
     @app.post("/v1/respond", tags=["rmm"])
     def respond(req: RespondRequest) -> dict:
-        turns = None if req.session_turns is None else [m.model_dump() for m in req.session_turns]
-        return service.respond(req.query, session_turns=turns, **scope_kw(req))
+        return service.respond(req.query, session_turns=req.session_turns, **scope_kw(req))
 
     @app.post("/v1/feedback", tags=["rmm"])
     def feedback(req: FeedbackRequest) -> dict:
