@@ -501,3 +501,43 @@ def test_invented_model_summary_is_rejected(caplog):
         r = rmm.end_session(SESSION[:1])[0]
     assert r.action == "MERGE" and "unrelated" in r.note
     assert store.get(rid).summary == "The user has a beagle called Pepper. The beagle Pepper learned to sit."
+
+
+# ------------------------------------------------------------------------------------ settings (RMMConfig)
+def test_config_and_keyword_overrides_agree():
+    import dataclasses
+
+    from memkern.rmm import RMMConfig
+
+    store = FakeStore(DIM)
+    emb = HashEmbedder(DIM)
+    cfg = RMMConfig(top_k=8, top_m=3, batch_size=2, seed=7, explore=False)
+    by_config = RMM(store, embedder=emb, config=cfg, persist=False)
+    by_keywords = RMM(store, embedder=emb, top_k=8, top_m=3, batch_size=2, seed=7, explore=False, persist=False)
+    assert by_config.config == by_keywords.config
+    assert (by_config.top_k, by_config.top_m, by_config.batch_size, by_config.seed, by_config.explore) == (8, 3, 2, 7, False)
+    # A keyword overrides the same field of config; the other fields stay.
+    mixed = RMM(store, embedder=emb, config=cfg, top_m=5, persist=False)
+    assert mixed.config == dataclasses.replace(cfg, top_m=5, persist=False) and cfg.top_m == 3
+    assert RMM(store, embedder=emb).config == RMMConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.top_k = 1  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        by_config.top_k = 1  # settings are read from the config, not set on the RMM
+
+
+def test_config_errors_name_the_argument():
+    from memkern.rmm import RMMConfig
+
+    store = FakeStore(DIM)
+    emb = HashEmbedder(DIM)
+    with pytest.raises(MemkernValueError, match=r"top_m: expected <= top_k \(3\), got 5"):
+        RMMConfig(top_k=3, top_m=5)
+    with pytest.raises(MemkernValueError, match=r"top_m: expected <= top_k \(3\), got 5"):
+        RMM(store, embedder=emb, config=RMMConfig(top_k=3), top_m=5)
+    with pytest.raises(MemkernValueError, match="save_every: expected a positive int, got 0"):
+        RMMConfig(save_every=0)
+    with pytest.raises(MemkernTypeError, match="unexpected keyword argument 'top_n'"):
+        RMM(store, embedder=emb, top_n=3)
+    with pytest.raises(MemkernTypeError, match="config: expected None or a memkern.rmm.RMMConfig, got 'dict'"):
+        RMM(store, embedder=emb, config={"top_k": 3})

@@ -53,6 +53,8 @@ __all__ = [
     "union_turns",
     "merge_summaries",
     "supersede_summary",
+    "full_turn_matrix",
+    "has_all_turn_records",
 ]
 
 
@@ -190,12 +192,12 @@ def _is_active(record: Any) -> bool:
     return status is None or str(status).lower() in ("active", "0", "ok", "valid")
 
 
-def _has_all_turn_records(target: Any) -> bool:
+def has_all_turn_records(target: Any) -> bool:
     """Whether every turn of a topic record has its turn record (two-level memory)."""
     return len(getattr(target, "turn_ids", ()) or ()) >= len(target.turns or [])
 
 
-def _full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
+def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
                       new_embs: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray | None:
     """Turn embeddings float32 ``[len(all_turns), d]`` for ``all_turns`` (the target's turns
     unioned with ``new_turns``): rows of ``new_embs`` for the new turns, the stored vectors of the
@@ -446,11 +448,11 @@ def apply_decision(
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
-            kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
             store.update(target_id, turns=merged_turns, **kw)
-        elif two_level and not _has_all_turn_records(target):
+        elif two_level and not has_all_turn_records(target):
             store.update(target_id, turns=merged_turns,
-                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
         return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
@@ -460,11 +462,11 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary = merge_summaries(target.summary, summary)
             emb = np.asarray(embed([new_summary]), dtype=np.float32)[0]
-        if two_level and not _has_all_turn_records(target):
+        if two_level and not has_all_turn_records(target):
             # The target predates two-level memory: one version with every turn given a record.
             merged_turns = union_turns(target.turns, turns)
             store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
-                         turn_embeddings=_full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
         else:
             store.merge(target_id, new_summary, emb, turns, **te_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
@@ -476,7 +478,7 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary, emb = summary, embedding
         merged_turns = union_turns(target.turns, turns)
-        kw = {"turn_embeddings": _full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
         store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemkernError, MemkernKeyError, bad_arg
-from ..paths import RERANKER_SUFFIXES, check_namespace, default_store_path, reranker_file
+from ..paths import check_namespace, default_store_path
 
 #: The namespace rule, as the help texts show it (:data:`memkern.paths.NAMESPACE_PATTERN`).
 NAMESPACE_RULE = "1-128 characters of A-Z a-z 0-9 _ - . @ :, not starting with '.', no '..'"
@@ -167,32 +167,6 @@ def get_record(store, rid: int, arg: str = "--id"):
         return store.get(rid)
     except KeyError:
         raise bad_arg(arg, f"the id of a record in {store.path}", rid, MemkernKeyError) from None
-
-
-def namespace_ids(store, namespace: str) -> list[int]:
-    from ..rmm import _namespace_ids
-
-    return _namespace_ids(store, namespace)
-
-
-def reset_namespace(store, namespace: str, compact: bool = True) -> int:
-    """Delete every record of ``namespace`` (all versions, turns) and its reranker files, then
-    compact the store so the deleted data leaves its files; returns the records deleted.
-    ``namespace`` is checked (:func:`memkern.paths.check_namespace`) before anything is deleted."""
-    check_namespace(namespace)
-    # Every file path is built and checked (inside the store folder) before anything is deleted.
-    files = [reranker_file(store.path, namespace, sfx) for sfx in RERANKER_SUFFIXES] \
-        if getattr(store, "path", None) else []
-    ids = namespace_ids(store, namespace)
-    for i in ids:
-        store.delete(int(i))
-    if ids and compact and hasattr(store, "compact"):
-        store.compact()
-    store.flush()
-    for f in files:
-        if f.is_file():
-            f.unlink()
-    return len(ids)
 
 
 def set_threads(args) -> int:

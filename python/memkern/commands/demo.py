@@ -66,9 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start, conv) -> int:
+    from ..bank import Bank
     from ..rmm import RMM
 
-    removed = C.reset_namespace(store, args.namespace)
+    removed = Bank(store, args.namespace).reset()
     print(f"Store: {path}  namespace {args.namespace!r} (reset: {removed} old records removed)")
 
     sessions, questions = conv.sessions, conv.questions

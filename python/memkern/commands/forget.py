@@ -33,6 +33,8 @@ def _run(args: argparse.Namespace, store, path) -> int:
         store.flush()
         print(f"deleted record #{args.id} (namespace {rec.namespace!r}, {len(rec.turns or [])} turns) from {path}")
     else:
-        n = C.reset_namespace(store, args.namespace)
+        from ..bank import Bank
+
+        n = Bank(store, args.namespace).reset()
         print(f"deleted namespace {args.namespace!r}: {n} records and its reranker state, from {path}")
     return 0

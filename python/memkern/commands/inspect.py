@@ -14,16 +14,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
-class _Bank:
-    """The part of RMM that printing needs, without models."""
-
-    def __init__(self, store, namespace):
-        from ..rmm import RMM
-
-        self.store, self.namespace = store, namespace
-        self.inspect = lambda: RMM.inspect(self)  # type: ignore[arg-type]
-
-
 def run(args: argparse.Namespace) -> int:
     path = C.store_path(args)
     with C.open_store(path, create=False) as store:
@@ -48,7 +38,9 @@ def _run(args: argparse.Namespace, store, path) -> int:
             print(f"  meta: {json.dumps(rec.meta, default=str)}")
         return 0
     namespaces = store.namespaces()
-    bank = _Bank(store, args.namespace)
+    from ..bank import Bank
+
+    bank = Bank(store, args.namespace)
     if args.json:
         print(json.dumps({"namespaces": list(namespaces), "namespace": args.namespace, "records": bank.inspect()},
                          indent=1, default=str))

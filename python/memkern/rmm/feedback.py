@@ -1,0 +1,233 @@
+"""RMM's learning stage: citations -> rewards, the reward buffer, its save / load.
+
+The model's answer cites the shown memories by number (:func:`parse_answer`); each cited memory
+gets reward ``+1`` and each uncited one ``-1``. Rewards of ``batch_size`` responses are buffered
+and fed to ``reranker.update`` at once (:meth:`FeedbackStage.flush`). The reranker state and the
+not-yet-used buffer are persisted per namespace under ``<store.path>/rerankers/``
+(:func:`memkern.paths.reranker_file`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect as _inspect
+import logging
+import os
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..jsonrepair import JSONRepairError, coerce_int, parse_json
+from ..paths import reranker_file
+
+log = logging.getLogger("memkern")
+
+__all__ = ["parse_answer", "FeedbackStage"]
+
+_MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
+
+
+def parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool]:
+    """Parse a cited answer: JSON ``{"answer", "citations"}`` (repaired) or ``[i]`` markers.
+
+    Parameters
+    ----------
+    text : str
+        Raw model output.
+    n_memories : int
+        Number of memories shown (valid citations are ``0..n_memories-1``; others dropped).
+
+    Returns
+    -------
+    (answer, citations, parsed) : tuple[str, list[int], bool]
+        ``citations`` sorted and unique; ``parsed`` False when the JSON could not be recovered.
+    """
+    answer, cites, parsed, _ = _parse_answer(text, n_memories)
+    return answer, cites, parsed
+
+
+def _parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool, bool]:
+    """:func:`parse_answer` (same arguments) plus ``cited_at_all``: whether the output had a
+    citations field or ``[i]`` markers at all."""
+    answer: str | None = None
+    cites: list[int] = []
+    parsed = False
+    has_field = False
+    try:
+        value = parse_json(text, dict)
+        a = value.get("answer", value.get("response"))
+        if a is not None:
+            answer = a if isinstance(a, str) else str(a)
+            parsed = True
+            has_field = any(k in value for k in ("citations", "citation", "sources"))
+            raw = value.get("citations", value.get("citation", value.get("sources", [])))
+            if not isinstance(raw, list):
+                raw = [raw]
+            for x in raw:
+                if isinstance(x, str) and "," in x:
+                    cites += [c for c in (coerce_int(p) for p in x.split(",")) if c is not None]
+                else:
+                    c = coerce_int(x)
+                    if c is not None:
+                        cites.append(c)
+    except JSONRepairError:
+        pass
+    if answer is None:
+        # No usable JSON: the text before any JSON-looking debris is the answer.
+        answer = text.split("{")[0].strip() or text.strip()
+    for m in _MARKER.finditer(answer):
+        has_field = True
+        cites += [int(p) for p in m.group(1).split(",")]
+    answer = " ".join(_MARKER.sub("", answer).split())
+    cites = sorted({c for c in cites if 0 <= c < n_memories})
+    return answer, cites, parsed, has_field
+
+
+def citation_rewards(cites: Sequence[int], n_shown: int) -> list[float]:
+    """Rewards aligned with the ``n_shown`` memories: ``+1`` cited, ``-1`` uncited."""
+    return [1.0 if i in cites else -1.0 for i in range(n_shown)]
+
+
+class FeedbackStage:
+    """The reward buffer and reranker persistence of :class:`memkern.RMM` (a mixin: it uses the
+    RMM's ``store``, ``namespace``, ``config`` fields and ``_reranker``)."""
+
+    _buffer: list[tuple[Any, np.ndarray]]
+    _reranker: Any
+
+    def _record_rewards(self, sel: Any, cites: Sequence[int], n_shown: int) -> list[float]:
+        """Rewards of one response (:func:`citation_rewards`); buffered with the reranker's
+        selection ``sel`` (``None``: nothing was chosen, nothing to learn) and flushed every
+        ``batch_size`` responses."""
+        rewards = citation_rewards(cites, n_shown)
+        self.n_responses += 1
+        if sel is not None:
+            self._buffer.append((sel, np.asarray(rewards, dtype=np.float32)))
+            if len(self._buffer) >= self.batch_size:
+                self.flush()
+        return rewards
+
+    @property
+    def pending(self) -> int:
+        """Responses whose rewards wait in the buffer."""
+        return len(self._buffer)
+
+    def flush(self) -> dict | None:
+        """Feed the buffered rewards to ``reranker.update`` now (also called every ``batch_size``)."""
+        if not self._buffer:
+            return None
+        import torch
+
+        sels = [s for s, _ in self._buffer]
+        rewards = torch.from_numpy(np.stack([r for _, r in self._buffer]).astype(np.float32))
+        sel = _cat_selections(sels)
+        stats = self.reranker.update(sel, rewards)
+        self._buffer.clear()
+        self.n_updates += 1
+        self.last_update_stats = dict(stats or {})
+        if self.n_updates % self.save_every == 0:
+            self.save()
+        log.debug("rmm: reranker update %d on %d responses: %s", self.n_updates, rewards.shape[0], self.last_update_stats)
+        return self.last_update_stats
+
+    def _reranker_path(self, suffix: str = ".pt") -> str | None:
+        path = self.store.path  # Store protocol: None for a store that is not on disk
+        if not path or not self.persist:
+            return None
+        return os.fspath(reranker_file(path, self.namespace, suffix))
+
+    @property
+    def reranker(self) -> Any:
+        """The namespace's reranker: the one given, the one persisted under
+        ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m)``."""
+        if self._reranker is None:
+            from ..reranker import Reranker
+
+            path = self._reranker_path()
+            if path and os.path.exists(path):
+                load = _inspect.getattr_static(Reranker, "load", None)
+                if isinstance(load, (classmethod, staticmethod)):
+                    self._reranker = Reranker.load(path)
+                else:
+                    self._reranker = Reranker(self.store.dim, top_m=self.top_m)
+                    self._reranker.load(path)
+                log.info("rmm: loaded the reranker of namespace %r from %s", self.namespace, path)
+            else:
+                self._reranker = Reranker(self.store.dim, top_m=self.top_m)
+                log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d)", self.namespace, self.store.dim, self.top_m)
+        return self._reranker
+
+    def _buffer_path(self) -> str | None:
+        return self._reranker_path(".buffer.pt")
+
+    def save(self) -> None:
+        """Persist the reranker and the pending reward buffer under ``<store.path>/rerankers/``."""
+        path = self._reranker_path()
+        if path is None:
+            return
+        import torch
+
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if self._reranker is not None:
+            tmp = self._reranker_path(".pt.tmp")
+            self._reranker.save(tmp)
+            os.replace(tmp, path)
+        bpath = self._buffer_path()
+        if self._buffer:
+            data = [(_selection_to_dict(s), torch.as_tensor(np.asarray(r, np.float32))) for s, r in self._buffer]
+            btmp = self._reranker_path(".buffer.pt.tmp")
+            torch.save(data, btmp)
+            os.replace(btmp, bpath)
+        elif os.path.exists(bpath):
+            os.remove(bpath)
+
+    def _load_buffer(self) -> None:
+        bpath = self._buffer_path()
+        if not bpath or not os.path.exists(bpath):
+            return
+        import torch
+
+        from ..reranker import Selection
+
+        try:
+            data = torch.load(bpath, weights_only=True)
+            self._buffer = [(Selection(**d), np.asarray(r, np.float32)) for d, r in data]
+        except Exception as exc:  # a stale buffer must never block the memory
+            log.warning("rmm: ignoring unreadable reward buffer %s (%s)", bpath, exc)
+            self._buffer = []
+
+    def close(self) -> None:
+        """Persist the reranker and any pending rewards (call at the end of a process)."""
+        if self._buffer or self._reranker is not None:
+            self.save()
+
+
+def _selection_to_dict(sel: Any) -> dict:
+    if dataclasses.is_dataclass(sel):
+        return {f.name: _detach(getattr(sel, f.name)) for f in dataclasses.fields(sel)}
+    return {k: _detach(v) for k, v in vars(sel).items()}
+
+
+def _detach(v: Any) -> Any:
+    return v.detach() if hasattr(v, "detach") else v
+
+
+def _cat_selections(sels: Sequence[Any]) -> Any:
+    """Concatenate per-response selections along the batch dimension."""
+    if len(sels) == 1:
+        return sels[0]
+    cat = getattr(type(sels[0]), "cat", None)
+    if callable(cat):
+        return cat(list(sels))
+    import torch
+
+    first = sels[0]
+    fields = [f.name for f in dataclasses.fields(first)] if dataclasses.is_dataclass(first) else list(vars(first))
+    values = {}
+    for name in fields:
+        vals = [getattr(s, name) for s in sels]
+        if isinstance(vals[0], torch.Tensor) and vals[0].dim() >= 1:
+            values[name] = torch.cat(vals, 0)
+        else:
+            values[name] = vals[0]
+    return type(first)(**values)

@@ -1,0 +1,199 @@
+"""RMM's prospective reflection: a finished session -> topics -> folded into the bank.
+
+The extractor splits each session into topics (:mod:`memkern.extract`); topics of one session
+that repeat each other (cosine >= 0.95) are folded together; each remaining topic is compared with
+its ``candidates_k`` most similar memories and the decider chooses ADD / MERGE / UPDATE /
+INVALIDATE / NOOP, applied by :func:`memkern.update.apply_decision`. In two-level memory every turn
+of the session is embedded once and stored as its own turn record.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import MemkernTypeError, bad_arg
+from ..extract import Topic, validate_turns
+from ..protocols import TurnStore
+from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
+from .retrieve import _normalize
+
+log = logging.getLogger("memkern")
+
+__all__ = ["ReflectStage"]
+
+
+class ReflectStage:
+    """Prospective reflection of :class:`memkern.RMM` (a mixin: it uses the RMM's ``store``,
+    ``namespace``, ``config`` fields, ``extractor``, ``decider`` and ``_embed``)."""
+
+    def end_session(self, turns: Sequence[dict], session_id: str | int | None = None, timestamp: str | None = None) -> list[UpdateResult]:
+        """Prospective reflection: extract the session's topics and fold them into the bank.
+
+        Parameters
+        ----------
+        turns : list of dict
+            The session's turns (``role``, ``content``; extra keys kept). Each stored turn gets
+            ``session_id`` and ``turn_index`` unless it has them.
+        session_id : str or int, optional
+            Defaults to a counter-based id.
+        timestamp : str, optional
+            Stored in each new record's ``meta``.
+
+        Returns
+        -------
+        list[UpdateResult]
+            One per topic; ``results[0].timings`` (shared by all) holds ``extract``, ``embed``,
+            ``decide`` and ``update`` seconds.
+        """
+        return self.end_sessions([turns], [session_id], [timestamp])[0]
+
+    def end_sessions(
+        self,
+        sessions: Sequence[Sequence[dict]],
+        session_ids: Sequence[Any] | None = None,
+        timestamps: Sequence[Any] | None = None,
+        extract_batch: int = 4,
+        progress: Any = None,
+    ) -> list[list[UpdateResult]]:
+        """Prospective reflection over several sessions, in order (extraction batched).
+
+        Extraction of up to ``extract_batch`` sessions runs as one batched model call; updates
+        are applied session by session so later sessions see earlier ones. ``progress`` is an
+        optional callable ``progress(n_sessions_done)``.
+        """
+        if isinstance(sessions, (str, bytes)) or not isinstance(sessions, Sequence):
+            raise bad_arg("sessions", "a list of sessions (lists of turn dicts)", type(sessions).__name__, MemkernTypeError)
+        n = len(sessions)
+        session_ids = list(session_ids) if session_ids is not None else [None] * n
+        timestamps = list(timestamps) if timestamps is not None else [None] * n
+        if len(session_ids) != n or len(timestamps) != n:
+            raise bad_arg("session_ids/timestamps", f"{n} entries", (len(session_ids), len(timestamps)))
+        prepared = []
+        for i, turns in enumerate(sessions):
+            turns = validate_turns(turns, f"sessions[{i}]")
+            sid = session_ids[i]
+            if sid is None:
+                sid = f"s{int(time.time() * 1000)}-{i}"
+            sid = str(sid)
+            annotated = []
+            for j, t in enumerate(turns):
+                t = dict(t)
+                t.setdefault("session_id", sid)
+                t.setdefault("turn_index", j)
+                if timestamps[i] is not None:
+                    t.setdefault("timestamp", timestamps[i])
+                annotated.append(t)
+            prepared.append((sid, annotated, timestamps[i]))
+        out: list[list[UpdateResult]] = []
+        for start in range(0, n, max(1, int(extract_batch))):
+            chunk = prepared[start : start + extract_batch]
+            t0 = time.perf_counter()
+            topics_per = self.extractor.extract_batch([c[1] for c in chunk], seed=self.seed)
+            t_extract = (time.perf_counter() - t0) / max(1, len(chunk))
+            for (sid, turns, ts), topics in zip(chunk, topics_per):
+                res = self._fold(topics, turns, sid, ts, t_extract)
+                out.append(res)
+                if progress is not None:
+                    progress(len(out))
+        return out
+
+    def _candidates(self, embs: np.ndarray) -> list[list[Candidate]]:
+        if self.store.count(self.namespace) == 0:
+            return [[] for _ in range(len(embs))]
+        k = min(self.candidates_k, max(1, self.store.count(self.namespace)))
+        ids, _ = self.store.search(self.namespace, embs, k=k)
+        ids = np.asarray(ids)
+        out = []
+        for row, e in zip(ids, _normalize(embs)):
+            valid = [int(i) for i in row if i >= 0]
+            if not valid:
+                out.append([])
+                continue
+            sims = _normalize(self.store.embeddings(valid)) @ e
+            cands = [Candidate(i, self.store.get(i).summary, float(s)) for i, s in zip(valid, sims)]
+            cands.sort(key=lambda c: -c.similarity)
+            out.append(cands)
+        return out
+
+    def _fold(self, topics: list[Topic], turns: list[dict], sid: str, ts: Any, t_extract: float) -> list[UpdateResult]:
+        timings = {"extract": t_extract}
+        if not topics:
+            timings.update(embed=0.0, decide=0.0, update=0.0, total=t_extract)
+            return []
+        t0 = time.perf_counter()
+        embs = self._embed([tp.summary for tp in topics])
+        # Two-level memory: every turn of the session embedded once, in one batch.
+        turn_embs = self._embed([str(t["content"]) for t in turns]) if self.two_level and turns else None
+        timings["embed"] = time.perf_counter() - t0
+        # Topics of one session that repeat each other are folded together first.
+        keep: list[int] = []
+        ne = _normalize(embs)
+        for i in range(len(topics)):
+            dup = next((j for j in keep if float(ne[i] @ ne[j]) >= 0.95), None)
+            if dup is None:
+                keep.append(i)
+            else:
+                topics[dup].turns = sorted(set(topics[dup].turns) | set(topics[i].turns))
+        topics = [topics[i] for i in keep]
+        embs = embs[keep]
+        t0 = time.perf_counter()
+        cands = self._candidates(embs)
+        t_search = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        items = [(tp.summary, c) for tp, c in zip(topics, cands)]
+        decisions = self.decider.decide_batch(items, seed=self.seed)
+        timings["decide"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        results = []
+        for tp, e, c, d in zip(topics, embs, cands, decisions):
+            meta = {"session_id": sid, "source": tp.source}
+            if ts is not None:
+                meta["timestamp"] = ts
+            te = None
+            if self.two_level:
+                te = turn_embs[list(tp.turns)] if tp.turns else np.zeros((0, self.store.dim), np.float32)
+            r = apply_decision(
+                self.store, self.namespace, tp.summary, e, [turns[i] for i in tp.turns], d, c,
+                embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source, turn_embeddings=te,
+            )
+            results.append(r)
+        timings["update"] = time.perf_counter() - t0 + t_search
+        timings["total"] = sum(timings[k] for k in ("extract", "embed", "decide", "update"))
+        for r in results:
+            r.timings = timings
+        log.debug(
+            "rmm.end_session %s: %d topics -> %s; timings %s", sid, len(results),
+            [r.action for r in results], {k: round(v * 1000, 2) for k, v in timings.items()},
+        )
+        return results
+
+    def index_turns(self) -> int:
+        """Give every active topic of the namespace that lacks turn records one per turn.
+
+        For a bank written in topic mode and then used with ``retrieval="turn+topic"``: the
+        missing turns are embedded (``kind="passage"``) and the topic gets a new version with the
+        same summary, embedding and turns (``store.update``). Needs a two-level store.
+
+        Returns
+        -------
+        int
+            Number of topics given turn records.
+        """
+        if not isinstance(self.store, TurnStore):
+            raise bad_arg("store", "a store with two-level memory (memkern.protocols.TurnStore)", type(self.store).__name__,
+                          MemkernTypeError)
+        from ..bank import namespace_ids
+
+        done = 0
+        for i in namespace_ids(self.store, self.namespace, include_invalidated=False):
+            r = self.store.get(i)
+            if not r.turns or has_all_turn_records(r):
+                continue
+            te = full_turn_matrix(self.store, r, r.turns, [], np.zeros((0, self.store.dim), np.float32), self._embed)
+            self.store.update(i, turns=r.turns, turn_embeddings=te)
+            done += 1
+        log.info("rmm.index_turns: %d topic(s) of namespace %r given turn records", done, self.namespace)
+        return done
