@@ -43,6 +43,7 @@ T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
 T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
 T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
 T_SERVE = ("tests/test_serve.py",)
+T_ASYNC = ("tests/test_rmm_async.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -411,4 +412,17 @@ CATALOGUE: list[Mutant] = [
            "        if True:\n            # A throwaway RMM",
            "concurrent inferred adds to one scope race (candidates searched before another add lands)",
            T_SERVE),
+    Mutant("rmm-respond-unlocked", "serve", "python/memkern/rmm/core.py",
+           "    @locked\n    def respond(self,",
+           "    def respond(self,",
+           "concurrent respond / arespond calls on one RMM are not serialised (shared draw seeds; with the "
+           "reward path also unlocked, rewards are lost)", T_ASYNC),
+    Mutant("rmm-end-sessions-unlocked", "serve", "python/memkern/rmm/reflect.py",
+           "    @locked\n    def end_sessions(",
+           "    def end_sessions(",
+           "concurrent end_session / aend_session calls on one RMM race (one fact added several times)", T_ASYNC),
+    Mutant("rmm-feedback-ignores-rewards", "serve", "python/memkern/rmm/feedback.py",
+           "self._buffer.append((sel, np.asarray([float(r) for r in rewards], dtype=np.float32)))",
+           "self._buffer.append((sel, np.ones(len(rewards), dtype=np.float32)))",
+           "explicit feedback trains the reranker with +1 for every memory, whatever the rewards", T_ASYNC),
 ]

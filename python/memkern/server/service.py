@@ -140,8 +140,8 @@ class MemoryService:
         self._rmms_guard = threading.Lock()
         self.rmm_kwargs = dict(rmm_kwargs or {})
         self.max_rmms = int(max_rmms)
-        # response_id -> (namespace, reranker selection, number of memories shown); for feedback.
-        self._responses: OrderedDict[str, tuple[str, Any, int]] = OrderedDict()
+        # response_id -> (namespace, memkern.rmm.Response); for feedback.
+        self._responses: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._responses_guard = threading.Lock()
         self.max_responses = int(max_responses)
         self._counter = itertools.count()
@@ -396,9 +396,8 @@ class MemoryService:
             resp = rmm.respond(query, session_turns=session_turns)
             memories = [self._record_json(self.store.get(i)) for i in resp.memory_ids]
         rid = uuid.uuid4().hex
-        sel = getattr(resp, "selection", None)
         with self._responses_guard:
-            self._responses[rid] = (ns, sel, len(resp.memory_ids))
+            self._responses[rid] = (ns, resp)
             while len(self._responses) > self.max_responses:
                 self._responses.popitem(last=False)
         return {"response_id": rid, "answer": resp.answer, "citations": list(resp.citations),
@@ -415,16 +414,13 @@ class MemoryService:
         if entry is None:
             raise bad_arg("response_id", "the id of one of this server's recent responses", response_id,
                           MemkernKeyError)
-        ns, sel, n = entry
-        if (isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != n
-                or not all(not isinstance(r, bool) and isinstance(r, (int, float)) and -1.0 <= r <= 1.0 for r in rewards)):
-            raise bad_arg("rewards", f"{n} numbers in [-1, 1] (one per memory shown)", rewards)
-        if sel is None:
-            return {"response_id": response_id, "applied": False,
-                    "reason": "the reranker made no choice for this response (all candidates were shown)"}
+        ns, resp = entry
         with self.ns_lock(ns):
             rmm = self._rmm(ns)
-            rmm.add_feedback(sel, [float(r) for r in rewards])
+            applied = rmm.feedback(resp, rewards)  # validates rewards (one per memory shown, in [-1, 1])
+        if not applied:
+            return {"response_id": response_id, "applied": False,
+                    "reason": "the reranker made no choice for this response (every candidate was shown)"}
         return {"response_id": response_id, "applied": True, "pending": rmm.pending}
 
     def close(self) -> None:
