@@ -422,7 +422,7 @@ CATALOGUE: list[Mutant] = [
            "    def end_sessions(",
            "concurrent end_session / aend_session calls on one RMM race (one fact added several times)", T_ASYNC),
     Mutant("rmm-feedback-ignores-rewards", "serve", "python/memkern/rmm/feedback.py",
-           "self._buffer.append((sel, np.asarray([float(r) for r in rewards], dtype=np.float32)))",
-           "self._buffer.append((sel, np.ones(len(rewards), dtype=np.float32)))",
+           "self._buffer_rewards(sel, np.asarray([float(r) for r in rewards], dtype=np.float32))",
+           "self._buffer_rewards(sel, np.ones(len(rewards), dtype=np.float32))",
            "explicit feedback trains the reranker with +1 for every memory, whatever the rewards", T_ASYNC),
 ]

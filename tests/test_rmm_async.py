@@ -50,10 +50,12 @@ class CountingReranker(memkern.Reranker):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.rows_trained = 0
+        self.seen_rewards: list[np.ndarray] = []
 
     def update(self, selection, rewards):
         time.sleep(0.002)  # a slow step widens any race between flush and append
         self.rows_trained += int(np.asarray(rewards).shape[0])
+        self.seen_rewards.append(np.asarray(rewards))
         return super().update(selection, rewards)
 
 
@@ -147,9 +149,11 @@ def test_aend_session_serialises_prospective_reflection(tmp_path):
 def test_feedback_trains_on_the_responses_draw(tmp_path):
     store, rmm, rr = _rmm(tmp_path, batch_size=2)
     r = rmm.respond("plants?")
-    assert rmm.pending == 1
-    assert rmm.feedback(r, [1.0, -1.0]) is True
+    assert rmm.pending == 1 and r.rewards == [1.0, -1.0]  # SlowChat cites memory 0
+    assert rmm.feedback(r, [-1.0, 0.5]) is True
     assert rmm.pending == 0 and rmm.n_updates == 1 and rr.rows_trained == 2
+    # one update on both rows: the citation rewards, then the feedback, with the same draw
+    np.testing.assert_array_equal(rr.seen_rewards[0], [[1.0, -1.0], [-1.0, 0.5]])
     for bad in ([1.0], [1.0, 2.0], "ab", [True, 1.0], None):
         with pytest.raises(memkern.MemkernValueError, match="rewards"):
             rmm.feedback(r, bad)

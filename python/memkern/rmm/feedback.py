@@ -105,10 +105,16 @@ class FeedbackStage:
         rewards = citation_rewards(cites, n_shown)
         self.n_responses += 1
         if sel is not None:
-            self._buffer.append((sel, np.asarray(rewards, dtype=np.float32)))
-            if len(self._buffer) >= self.batch_size:
-                self.flush()
+            self._buffer_rewards(sel, np.asarray(rewards, dtype=np.float32))
         return rewards
+
+    @locked
+    def _buffer_rewards(self, sel: Any, rewards: np.ndarray) -> None:
+        """Buffer one response's draw ``sel`` with its ``rewards`` (float32 ``[M]``); flush every
+        ``batch_size`` buffered responses."""
+        self._buffer.append((sel, rewards))
+        if len(self._buffer) >= self.batch_size:
+            self.flush()
 
     @property
     def pending(self) -> int:
@@ -145,9 +151,7 @@ class FeedbackStage:
         sel = getattr(response, "selection", None)
         if sel is None:
             return False
-        self._buffer.append((sel, np.asarray([float(r) for r in rewards], dtype=np.float32)))
-        if len(self._buffer) >= self.batch_size:
-            self.flush()
+        self._buffer_rewards(sel, np.asarray([float(r) for r in rewards], dtype=np.float32))
         return True
 
     @locked
