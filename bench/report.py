@@ -245,6 +245,7 @@ SECTIONS = (
     "embedder",            # bench_embedder.py --write-section (optional until first written)
     "memreread-batched",   # bench_memreread.py --write-section (optional until first written)
     "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
+    "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,12 +29,26 @@ def _payload(result):
     return json.loads(result.content[0].text)
 
 
-def test_mcp_server_over_stdio(tmp_path):
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_config() -> dict:
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```json\n(.*?)```", text[text.index("## Servers"):], re.S).group(1)
+    return json.loads(block)["mcpServers"]["memkern"]
+
+
+def test_mcp_server_over_stdio_from_the_readme_config(tmp_path):
+    """The README's client configuration, with this environment's `memkern` script and a temporary
+    store in place of the example path."""
     store = tmp_path / "store"
+    cfg = _readme_config()
+    assert cfg["command"] == "memkern" and cfg["args"][:2] == ["mcp", "--store"] and len(cfg["args"]) == 3
+    script = Path(sys.executable).parent / "memkern"
+    assert script.exists()
 
     async def session_run():
-        params = StdioServerParameters(command=sys.executable,
-                                       args=["-m", "memkern", "mcp", "--store", str(store), "--threads", "1"],
+        params = StdioServerParameters(command=str(script), args=cfg["args"][:2] + [str(store)],
                                        env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
         with open(tmp_path / "mcp-stderr.log", "w") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,9 +31,10 @@ from memkern.server import Limits, MemoryService, create_app  # noqa: E402
 from memkern.server import scopes as S  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fakes_rmm import HashEmbedder  # noqa: E402
+from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
 
 KEY = "test-key-123"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @contextlib.contextmanager
@@ -319,8 +322,16 @@ def test_concurrent_clients_lose_nothing(tmp_path):
 def test_concurrent_inferred_adds_of_one_fact_are_serialised(tmp_path):
     """Eight clients add the same fact for one user at once: prospective reflection is a
     read-modify-write (search candidates, decide, write), so without the namespace lock several
-    see an empty bank and each ADDs a copy. With it: one ADD, seven NOOPs."""
-    with memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos") as store:
+    see an empty bank and each ADDs a copy. With it: one ADD, seven NOOPs. (The store's search
+    sleeps a little, as a large HNSW search does, so the candidates -> write window is wide.)"""
+
+    class SlowSearchStore(memkern.MemoryStore):
+        def search(self, *a, **kw):
+            out = super().search(*a, **kw)
+            time.sleep(0.01)
+            return out
+
+    with SlowSearchStore(tmp_path / "s", dim=64, metric="cos") as store:
         svc = MemoryService(store, embedder=SlowHashEmbedder(64))
         conv = [{"role": "user", "content": "My favourite mountain is the Matterhorn in Switzerland."}]
         with running(svc) as url:
@@ -336,20 +347,21 @@ def test_concurrent_inferred_adds_of_one_fact_are_serialised(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- respond
-def test_respond_and_feedback_with_the_tiny_chat_model(tmp_path):
-    from memkern.models import tiny_chat_model
-
+def test_respond_and_feedback(tmp_path):
+    """The RMM loop over HTTP (a scripted chat model citing memory 0; the real default model runs in
+    tests/test_mcp.py): answer, memories shown, citation rewards, then explicit feedback."""
+    chat = ScriptedChat(lambda messages: '{"answer": "Lisbon", "citations": [0]}')
     with memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos") as store:
-        svc = MemoryService(store, embedder=HashEmbedder(64), chat_model=tiny_chat_model(max_new_tokens=8),
-                            rmm_kwargs={"top_k": 4, "top_m": 2, "batch_size": 2, "answer_max_new_tokens": 8})
+        svc = MemoryService(store, embedder=HashEmbedder(64), chat_model=chat,
+                            rmm_kwargs={"top_k": 4, "top_m": 2, "batch_size": 2})
         with running(svc) as url, httpx.Client(base_url=url, headers={"X-API-Key": KEY}, timeout=120) as c:
             for fact in ("I live in Lisbon", "I work as a nurse", "I play the violin", "I have two dogs", "I like chess"):
                 c.post("/v1/memories", json={"messages": fact, "user_id": "eve", "infer": False})
             r = c.post("/v1/respond", json={"query": "Where do I live?", "user_id": "eve"})
             assert r.status_code == 200, r.text
             out = r.json()
-            assert isinstance(out["answer"], str) and len(out["memories"]) == 2
-            assert len(out["rewards"]) == 2 and all(x in (-1.0, 1.0) for x in out["rewards"])
+            assert out["answer"] == "Lisbon" and len(out["memories"]) == 2 and out["citations"] == [0]
+            assert out["rewards"] == [1.0, -1.0] and "Where do I live?" in str(chat.calls[0]["prompts"])
             assert {m["id"] for m in out["memories"]} <= set(store.ids("u:eve").tolist())
             rmm = svc._rmms["u:eve"]
             assert rmm.pending == 1
@@ -373,8 +385,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_memkern_serve_command_with_the_default_embedder(tmp_path):
-    """The real command (default MiniLM embedder, default store creation), driven by httpx."""
+def _readme_block(lang: str, heading: str = "## Servers") -> str:
+    text = README.read_text(encoding="utf-8")
+    return re.search(rf"```{lang}\n(.*?)```", text[text.index(heading):], re.S).group(1)
+
+
+def test_readme_example_runs_against_the_memkern_serve_command(tmp_path, monkeypatch):
+    """The README's server example (curl lines when curl exists, then the httpx code) against the
+    real command: default MiniLM embedder, a store created by the command, SIGTERM, reopen."""
     port = _free_port()
     env = dict(os.environ, MEMKERN_API_KEY=KEY)
     proc = subprocess.Popen([sys.executable, "-m", "memkern", "serve", "--store", str(tmp_path / "store"),
@@ -392,21 +410,26 @@ def test_memkern_serve_command_with_the_default_embedder(tmp_path):
             if proc.poll() is not None or time.time() > deadline:
                 raise AssertionError(f"server did not start: {proc.stderr.read() if proc.poll() is not None else ''}")
             time.sleep(0.2)
-        h = {"Authorization": f"Bearer {KEY}"}
-        conv = [{"role": "user", "content": "I started working as a pastry chef in Lyon."},
-                {"role": "assistant", "content": "Congratulations on the new job!"}]
-        r = httpx.post(url + "/v1/memories", json={"messages": conv, "user_id": "alice"}, headers=h, timeout=60)
-        assert r.status_code == 200 and r.json()["results"][0]["event"] == "ADD"
-        httpx.post(url + "/v1/memories", json={"messages": "My cat is called Miso.", "user_id": "alice",
-                                               "infer": False}, headers=h, timeout=60)
-        r = httpx.post(url + "/v1/memories/search", json={"query": "What is my job?", "user_id": "alice", "limit": 2},
-                       headers=h, timeout=60)
-        assert r.status_code == 200
-        assert "pastry chef" in r.json()["results"][0]["memory"]
+        bash = _readme_block("bash")
+        assert bash.startswith("MEMKERN_API_KEY=change-me memkern serve --store ./memories")
+        if shutil.which("curl"):
+            curls = bash.split("\n", 1)[1].replace("localhost:8000", f"127.0.0.1:{port}").replace("change-me", KEY)
+            out = subprocess.run(["bash", "-c", curls], capture_output=True, text=True, timeout=120, check=True).stdout
+            dec, pos, docs = json.JSONDecoder(), 0, []
+            while pos < len(out):
+                doc, pos = dec.raw_decode(out, pos)
+                docs.append(doc)
+            assert docs[0]["results"][0]["event"] == "ADD" and "cello" in docs[1]["results"][0]["memory"]
+        monkeypatch.setenv("MEMKERN_URL", url)
+        monkeypatch.setenv("MEMKERN_API_KEY", KEY)
+        code = _readme_block("python")
+        assert "/v1/memories/search" in code
+        exec(compile(code, "README.md#servers", "exec"), {"__name__": "readme_example"})
         assert httpx.get(url + "/health").json()["dim"] == 384
     finally:
         proc.terminate()
         proc.wait(30)
-    assert proc.returncode == 0
-    with memkern.MemoryStore(tmp_path / "store") as st:  # closed cleanly: reopens with both memories
-        assert st.count("u:alice") == 2
+    assert proc.returncode == 0, proc.stderr.read()
+    with memkern.MemoryStore(tmp_path / "store") as st:  # closed cleanly; the deleted memory is gone
+        texts = [st.get(int(i)).summary for i in st.ids("u:alice")]
+        assert "Berlin" not in " ".join(texts) and (not shutil.which("curl") or any("cello" in t for t in texts))
