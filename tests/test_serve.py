@@ -322,14 +322,18 @@ def test_concurrent_clients_lose_nothing(tmp_path):
 def test_concurrent_inferred_adds_of_one_fact_are_serialised(tmp_path):
     """Eight clients add the same fact for one user at once: prospective reflection is a
     read-modify-write (search candidates, decide, write), so without the namespace lock several
-    see an empty bank and each ADDs a copy. With it: one ADD, seven NOOPs. (The store's search
-    sleeps a little, as a large HNSW search does, so the candidates -> write window is wide.)"""
+    see an empty bank and each ADDs a copy. With it: one ADD, seven NOOPs. (The store's search and
+    add sleep a little, as a large HNSW search and an fsync do, so the read -> write window is wide.)"""
 
     class SlowSearchStore(memkern.MemoryStore):
         def search(self, *a, **kw):
             out = super().search(*a, **kw)
             time.sleep(0.01)
             return out
+
+        def add(self, *a, **kw):
+            time.sleep(0.02)
+            return super().add(*a, **kw)
 
     with SlowSearchStore(tmp_path / "s", dim=64, metric="cos") as store:
         svc = MemoryService(store, embedder=SlowHashEmbedder(64))
