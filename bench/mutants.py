@@ -425,4 +425,12 @@ CATALOGUE: list[Mutant] = [
            "self._buffer_rewards(sel, np.asarray([float(r) for r in rewards], dtype=np.float32))",
            "self._buffer_rewards(sel, np.ones(len(rewards), dtype=np.float32))",
            "explicit feedback trains the reranker with +1 for every memory, whatever the rewards", T_ASYNC),
+    Mutant("serve-embed-batch-rows", "serve", "python/memkern/server/service.py",
+           "                start += len(r.texts)\n",
+           "\n",
+           "callers sharing an embedding batch all get the first caller's rows", T_SERVE),
+    Mutant("serve-embed-concurrent-leaders", "serve", "python/memkern/server/service.py",
+           "                if self._busy:\n                    self._cv.wait()\n                    continue\n",
+           "",
+           "several threads call the embedder at once (Hugging Face tokenizers are not thread-safe)", T_SERVE),
 ]

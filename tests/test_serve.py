@@ -437,3 +437,48 @@ def test_readme_example_runs_against_the_memkern_serve_command(tmp_path, monkeyp
     with memkern.MemoryStore(tmp_path / "store") as st:  # closed cleanly; the deleted memory is gone
         texts = [st.get(int(i)).summary for i in st.ids("u:alice")]
         assert "Berlin" not in " ".join(texts) and (not shutil.which("curl") or any("cello" in t for t in texts))
+
+
+# ---------------------------------------------------------------------------------- the shared embedder
+def test_batching_embedder_serves_concurrent_callers_in_shared_batches():
+    from memkern.server.service import _BatchingEmbedder
+
+    class Recording(HashEmbedder):
+        def __init__(self):
+            super().__init__(64)
+            self.active = 0
+            self.max_active = 0
+            self.sizes = []
+
+        def encode(self, texts, kind="passage", **kw):
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            time.sleep(0.01)
+            if any(t == "boom" for t in texts):
+                self.active -= 1
+                raise memkern.MemkernValueError("texts: expected no 'boom', got 'boom'")
+            self.sizes.append((len(texts), kind))
+            out = super().encode(texts, kind)
+            self.active -= 1
+            return out
+
+    inner = Recording()
+    emb = _BatchingEmbedder(inner, max_batch=8)
+    ref = HashEmbedder(64)
+    texts = [[f"text {i} {j}" for j in range(1 + i % 3)] for i in range(24)]
+    kinds = ["query" if i % 4 == 0 else "passage" for i in range(24)]
+
+    def call(i):
+        if i == 5:
+            with pytest.raises(memkern.MemkernValueError, match="boom"):
+                emb.encode(["fine", "boom"])
+            return None
+        return emb.encode(texts[i], kind=kinds[i])
+
+    with ThreadPoolExecutor(12) as ex:
+        outs = list(ex.map(call, range(24)))
+    for i, out in enumerate(outs):
+        if i != 5:  # every caller gets exactly its own rows
+            np.testing.assert_array_equal(out, ref.encode(texts[i], kinds[i]))
+    assert inner.max_active == 1  # the model is called by one thread at a time
+    assert emb.batches < 23 and max(n for n, _ in inner.sizes) <= 8  # shared batches, within max_batch

@@ -8,8 +8,10 @@
   ``update`` of a record; ``respond``, which mutates the namespace's reranker and reward buffer)
   run under one lock *per namespace*, so different users proceed in parallel and one user's
   writes are applied one after the other (no lost MERGE, no double ADD of one fact).
-- The embedder and the chat model run under one lock each: Hugging Face fast tokenizers and the
-  embedder's query cache are not safe to share between threads.
+- The embedder is shared through a batching queue (:class:`_BatchingEmbedder`): concurrent
+  requests' texts are embedded together, first come first served, by one thread at a time
+  (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe); the chat model
+  runs one call at a time under a lock.
 
 Every argument is validated before anything is written, with the same messages as the Python API
 (``memkern`` errors naming the argument); ``infer=False`` adds are one atomic ``add_batch``.
@@ -21,7 +23,7 @@ import itertools
 import logging
 import threading
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -58,20 +60,92 @@ class Limits:
     max_limit: int = 1000
 
 
-class _Locked:
-    """An embedder / chat model whose calls run one at a time (``lock``)."""
+class _Request:
+    __slots__ = ("texts", "kind", "result", "error", "done")
 
-    def __init__(self, inner: Any, lock: threading.Lock):
+    def __init__(self, texts: list[str], kind: str):
+        self.texts, self.kind = texts, kind
+        self.result: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _BatchingEmbedder:
+    """An embedder shared by many threads: concurrent callers' texts are embedded together, in
+    arrival order, one batch at a time.
+
+    Each caller queues its request; when no batch is running, the caller at hand becomes the
+    leader: it takes the queued requests of the first one's ``kind`` (up to ``max_batch`` texts,
+    first come first served), runs one ``encode`` for all of them (outside the queue's lock),
+    hands every caller its rows and wakes them. The model is thus called by one thread at a time
+    (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe), requests are
+    served in order (no caller starves), and under load one batched forward replaces many single
+    ones. A batch that fails is retried request by request, so one bad request fails alone.
+    """
+
+    def __init__(self, inner: Any, max_batch: int = 64):
         self._inner = inner
-        self._lock = lock
+        self.max_batch = int(max_batch)
+        self._queue: deque[_Request] = deque()
+        self._cv = threading.Condition()
+        self._busy = False
+        self.batches = 0  # encode calls made (for tests and stats)
 
     @property
     def dim(self) -> int:
         return self._inner.dim
 
     def encode(self, texts, kind="passage", **kw):
-        with self._lock:
-            return self._inner.encode(texts, kind=kind, **kw)
+        req = _Request(list(texts), kind)
+        with self._cv:
+            self._queue.append(req)
+            while not req.done:
+                if self._busy:
+                    self._cv.wait()
+                    continue
+                self._busy = True
+                batch = [self._queue.popleft()]
+                n = len(batch[0].texts)
+                while self._queue and self._queue[0].kind == batch[0].kind and n + len(self._queue[0].texts) <= self.max_batch:
+                    n += len(self._queue[0].texts)
+                    batch.append(self._queue.popleft())
+                self._cv.release()
+                try:
+                    self._run(batch)
+                finally:
+                    self._cv.acquire()
+                    self._busy = False
+                    for r in batch:
+                        r.done = True
+                    self._cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def _run(self, batch: list[_Request]) -> None:
+        self.batches += 1
+        try:
+            out = np.asarray(self._inner.encode([t for r in batch for t in r.texts], kind=batch[0].kind))
+            if out.ndim != 2 or out.shape[0] != sum(len(r.texts) for r in batch):
+                raise bad_arg("embedder.encode(...)", f"[{sum(len(r.texts) for r in batch)}, d] rows", out.shape)
+            start = 0
+            for r in batch:
+                r.result = out[start:start + len(r.texts)]
+                start += len(r.texts)
+        except BaseException as exc:  # handed to the caller, raised in its own thread
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
+            for r in batch:  # one failing request must not fail the others
+                self._run([r])
+
+
+class _Locked:
+    """A chat model whose calls run one at a time (``lock``)."""
+
+    def __init__(self, inner: Any, lock: threading.Lock):
+        self._inner = inner
+        self._lock = lock
 
     def generate(self, prompts, max_new_tokens=None, json=False, temperature=0.0, seed=None):
         with self._lock:
@@ -129,10 +203,9 @@ class MemoryService:
         self.limits = limits or Limits()
         self._embedder_raw = embedder
         self._chat_raw = chat_model
-        self._embed_lock = threading.Lock()
         self._chat_lock = threading.Lock()
         self._build_lock = threading.Lock()
-        self._embedder: _Locked | None = None if embedder is None else _Locked(embedder, self._embed_lock)
+        self._embedder: _BatchingEmbedder | None = None if embedder is None else _BatchingEmbedder(embedder)
         self._chat: _Locked | None = None if chat_model is None else _Locked(chat_model, self._chat_lock)
         self._ns_locks: dict[str, threading.Lock] = {}
         self._ns_locks_guard = threading.Lock()
@@ -148,7 +221,7 @@ class MemoryService:
 
     # ------------------------------------------------------------------ components
     @property
-    def embedder(self) -> _Locked:
+    def embedder(self) -> _BatchingEmbedder:
         if self._embedder is None:
             with self._build_lock:
                 if self._embedder is None:
@@ -158,7 +231,7 @@ class MemoryService:
                     emb = Embedder()
                     if emb.dim != self.store.dim:
                         raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", emb.dim)
-                    self._embedder = _Locked(emb, self._embed_lock)
+                    self._embedder = _BatchingEmbedder(emb)
         return self._embedder
 
     @property
