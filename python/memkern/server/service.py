@@ -5,9 +5,10 @@
 - The native store is thread-safe on its own (``csrc/store/store.cpp``: a ``std::shared_mutex``,
   shared for reads, unique for each write; ``search`` and ``add_batch`` release the GIL).
 - Python-level read-modify-write paths (prospective reflection: search candidates, decide, write;
-  ``update`` of a record; ``respond``, which mutates the namespace's reranker and reward buffer)
-  run under one lock *per namespace*, so different users proceed in parallel and one user's
-  writes are applied one after the other (no lost MERGE, no double ADD of one fact).
+  ``update`` / ``delete`` of a record; ``respond``, which mutates the namespace's reranker and
+  reward buffer) run under one lock *per namespace*, so different users proceed in parallel and
+  one user's writes are applied one after the other (no lost MERGE, no double ADD of one fact).
+  A raw add (``infer=False``) is one atomic ``add_batch`` with nothing read first: no lock.
 - The embedder is shared through a batching queue (:class:`_BatchingEmbedder`): concurrent
   requests' texts are embedded together, first come first served, by one thread at a time
   (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe); the chat model
@@ -309,9 +310,9 @@ class MemoryService:
             raise bad_arg("infer", "a bool", infer, MemkernTypeError)
         if not infer:
             embs = self._embed([t["content"] for t in turns])
-            with self.ns_lock(ns):
-                ids = self.store.add_batch(ns, [t["content"] for t in turns], embs, turns=[[t] for t in turns],
-                                           metas=[dict(metadata or {}) for _ in turns])
+            # One atomic native write, no read before it: no namespace lock needed.
+            ids = self.store.add_batch(ns, [t["content"] for t in turns], embs, turns=[[t] for t in turns],
+                                       metas=[dict(metadata or {}) for _ in turns])
             return {"results": [{"id": int(i), "memory": t["content"], "event": "ADD"} for i, t in zip(ids, turns)]}
         if metadata:
             raise bad_arg("metadata", "no metadata with infer=true (pass infer=false to keep it on raw messages)",
