@@ -66,13 +66,13 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=float), q)) if xs else float("nan")
 
 
-def start_server(store: Path, port: int) -> subprocess.Popen:
+def start_server(store: Path, port: int, embed_batch: int = 64) -> subprocess.Popen:
     import httpx
 
     env = dict(os.environ, MEMKERN_API_KEY=KEY, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-m", "memkern", "serve", "--store", str(store), "--port", str(port),
-                             "--threads", "1", "--log-level", "warning"], env=env,
+                             "--threads", "1", "--log-level", "warning", "--embed-batch", str(embed_batch)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while True:
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--preload", type=int, default=100, help="memories per user stored before the load")
     ap.add_argument("--quick", action="store_true", help="--clients 1,4 --requests 10 --preload 20")
+    ap.add_argument("--no-compare", dest="embed_batch_compare", action="store_false",
+                    help="only the default server (else also one with --embed-batch 1, interleaved, for the ratio)")
     ap.add_argument("--write-section", action="store_true", help="refresh bench/sections/serve.md")
     ap.add_argument("--json", default=str(HERE / "results" / "serve.json"))
     args = ap.parse_args(argv)
@@ -183,42 +185,55 @@ def main(argv: list[str] | None = None) -> int:
     import harness
 
     machine = harness.machine_info()
+    configs = {"batched": 64, "one-at-a-time": 1} if args.embed_batch_compare else {"batched": 64}
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
-        store = Path(tmp) / "store"
-        port = _free_port()
-        url = f"http://127.0.0.1:{port}"
-        proc = start_server(store, port)
+        servers = {}
         try:
-            t0 = time.perf_counter()
-            expected = preload(url, args.users, args.preload)
-            preload_s = time.perf_counter() - t0
-            asyncio.run(run_load(url, 1, 4, args.users, seed=99))  # warm-up (model paths, allocators)
-            expected = count_via_api(url, args.users)
-            for n in client_counts:
-                res = asyncio.run(run_load(url, n, args.requests, args.users, seed=n))
-                for u, k in res["acked"].items():
-                    expected[u] += k
-                got = count_via_api(url, args.users)
-                assert got == expected, f"acknowledged adds missing after {n} clients: {got} != {expected}"
-                total = sum(len(v) for v in res["latency_s"].values())
-                row = {"clients": n, "requests": total, "wall_s": res["wall_s"], "throughput_rps": total / res["wall_s"]}
-                for op, xs in res["latency_s"].items():
-                    row[op] = {"n": len(xs), "p50_ms": 1e3 * _pct(xs, 50), "p95_ms": 1e3 * _pct(xs, 95),
-                               "p99_ms": 1e3 * _pct(xs, 99)}
-                rows.append(row)
-                print(f"clients {n:>3}: {total} requests in {res['wall_s']:.1f} s = {row['throughput_rps']:.1f} req/s; "
-                      + "; ".join(f"{op} p50 {row[op]['p50_ms']:.0f} / p95 {row[op]['p95_ms']:.0f} / "
-                                  f"p99 {row[op]['p99_ms']:.0f} ms" for op, _ in MIX), flush=True)
+            for name, eb in configs.items():
+                port = _free_port()
+                url = f"http://127.0.0.1:{port}"
+                store = Path(tmp) / name
+                servers[name] = {"proc": start_server(store, port, eb), "url": url, "store": store, "embed_batch": eb}
+            for name, sv in servers.items():
+                t0 = time.perf_counter()
+                preload(sv["url"], args.users, args.preload)
+                sv["preload_s"] = time.perf_counter() - t0
+                asyncio.run(run_load(sv["url"], 1, 4, args.users, seed=99))  # warm-up (model paths, allocators)
+                sv["expected"] = count_via_api(sv["url"], args.users)
+            for k, n in enumerate(client_counts):
+                order = list(servers) if k % 2 == 0 else list(servers)[::-1]  # interleaved: neither side always first
+                for name in order:
+                    sv = servers[name]
+                    res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n))
+                    for u, c in res["acked"].items():
+                        sv["expected"][u] += c
+                    got = count_via_api(sv["url"], args.users)
+                    assert got == sv["expected"], f"{name}: acknowledged adds missing after {n} clients: {got}"
+                    total = sum(len(v) for v in res["latency_s"].values())
+                    row = {"config": name, "embed_batch": sv["embed_batch"], "clients": n, "requests": total,
+                           "wall_s": res["wall_s"], "throughput_rps": total / res["wall_s"]}
+                    for op, xs in res["latency_s"].items():
+                        row[op] = {"n": len(xs), "p50_ms": 1e3 * _pct(xs, 50), "p95_ms": 1e3 * _pct(xs, 95),
+                                   "p99_ms": 1e3 * _pct(xs, 99)}
+                    rows.append(row)
+                    print(f"{name:>13} clients {n:>3}: {total} requests in {res['wall_s']:.1f} s = "
+                          f"{row['throughput_rps']:.1f} req/s; "
+                          + "; ".join(f"{op} p50 {row[op]['p50_ms']:.0f} / p95 {row[op]['p95_ms']:.0f} / "
+                                      f"p99 {row[op]['p99_ms']:.0f} ms" for op, _ in MIX), flush=True)
         finally:
-            proc.terminate()
-            proc.wait(60)
+            for sv in servers.values():
+                sv["proc"].terminate()
+            for sv in servers.values():
+                sv["proc"].wait(60)
         from memkern import MemoryStore
 
-        with MemoryStore(store) as st:  # the files hold every acknowledged add
-            on_disk = {f"user{u}": st.count(f"u:user{u}") for u in range(args.users)}
-        assert on_disk == expected, f"store files after shutdown: {on_disk} != {expected}"
-        print(f"verified: {sum(expected.values())} memories acknowledged = in the store after shutdown")
+        for name, sv in servers.items():
+            with MemoryStore(sv["store"]) as st:  # the files hold every acknowledged add
+                on_disk = {f"user{u}": st.count(f"u:user{u}") for u in range(args.users)}
+            assert on_disk == sv["expected"], f"{name}: store files after shutdown: {on_disk} != {sv['expected']}"
+            print(f"{name}: verified {sum(on_disk.values())} acknowledged memories in the store after shutdown")
+    preload_s = {name: sv["preload_s"] for name, sv in servers.items()}
     result = {"machine": machine, "args": vars(args), "preload_s": preload_s, "rows": rows, "mem0": MEM0_PUBLISHED}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1))
@@ -239,11 +254,21 @@ def write_section(result: dict, command: str) -> None:
          f"completed requests per second of wall time. Every acknowledged add was verified present through "
          f"the API after each round and in the store files after shutdown; every search result belonged to "
          f"the searching user.", "",
-         "| clients | req/s | search p50 / p95 / p99 (ms) | add (infer=false) p50 / p95 / p99 (ms) | "
-         "add (infer=true) p50 / p95 / p99 (ms) |", "|---|---|---|---|---|"]
-    for r in result["rows"]:
+         "Two servers run side by side on identical stores: the default, whose embedder batches the texts of "
+         "concurrent requests (`--embed-batch 64`), and one embedding each request on its own "
+         "(`--embed-batch 1`); each client count is run on both, interleaved (the order alternates), so "
+         "the ratio is measured under the same machine load.", "",
+         "| server | clients | req/s | search p50 / p95 / p99 (ms) | add (infer=false) p50 / p95 / p99 (ms) | "
+         "add (infer=true) p50 / p95 / p99 (ms) |", "|---|---|---|---|---|---|"]
+    for r in sorted(result["rows"], key=lambda r: (r["clients"], r["embed_batch"] == 1)):
         cells = [f"{r[op]['p50_ms']:.0f} / {r[op]['p95_ms']:.0f} / {r[op]['p99_ms']:.0f}" for op, _ in MIX]
-        L.append(f"| {r['clients']} | {r['throughput_rps']:.1f} | " + " | ".join(cells) + " |")
+        L.append(f"| `--embed-batch {r['embed_batch']}` | {r['clients']} | {r['throughput_rps']:.1f} | "
+                 + " | ".join(cells) + " |")
+    by = {(r["config"], r["clients"]): r for r in result["rows"]}
+    ratios = [f"{n} clients {by[('batched', n)]['throughput_rps'] / by[('one-at-a-time', n)]['throughput_rps']:.2f}x"
+              for n in sorted({r["clients"] for r in result["rows"]}) if ("one-at-a-time", n) in by]
+    if ratios:
+        L += ["", "Throughput of the batching embedder over one request at a time: " + ", ".join(ratios) + "."]
     body = "\n".join(L) + "\n\n" + MEM0_NOTE
     report.write_section("serve", "memkern serve under load (concurrent HTTP clients)", body, command,
                          machine=result["machine"], raw_json="bench/results/serve.json")

@@ -41,6 +41,9 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                    help=f"messages in one add (default {d.max_messages})")
     p.add_argument("--max-text-chars", type=C.positive_int, default=d.max_text_chars,
                    help=f"characters of one message, query or memory text (default {d.max_text_chars})")
+    p.add_argument("--embed-batch", type=C.positive_int, default=64,
+                   help="most texts of concurrent requests embedded in one model call (default 64; 1: one request "
+                        "at a time)")
     p.add_argument("--max-limit", type=C.positive_int, default=d.max_limit,
                    help=f"largest search / list limit (default {d.max_limit})")
 
@@ -80,7 +83,7 @@ def build_service(args, store, emb=None):
         chat = ChatModel(args.chat_model)
     limits = Limits(max_body_bytes=getattr(args, "max_body_bytes", Limits().max_body_bytes),
                     max_messages=args.max_messages, max_text_chars=args.max_text_chars, max_limit=args.max_limit)
-    return MemoryService(store, embedder=emb, chat_model=chat, limits=limits)
+    return MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
 
 
 def api_key_of(args) -> str | None:

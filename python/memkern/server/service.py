@@ -193,20 +193,27 @@ class MemoryService:
     limits : Limits
     rmm_kwargs : dict, optional
         Extra :class:`memkern.RMM` arguments for :meth:`respond` (e.g. ``top_k``, ``top_m``).
+    embed_batch : int
+        Most texts embedded in one model call when concurrent requests share the embedder (1: every
+        request embedded on its own, still first come first served).
     max_rmms : int
         RMM instances (one per namespace that responded; each holds a reranker) kept in memory;
         the least recently used one beyond that is saved and dropped.
     """
 
     def __init__(self, store: Any, embedder: Any = None, chat_model: Any = None, *, limits: Limits | None = None,
-                 rmm_kwargs: dict | None = None, max_rmms: int = 64, max_responses: int = 4096):
+                 rmm_kwargs: dict | None = None, embed_batch: int = 64, max_rmms: int = 64,
+                 max_responses: int = 4096):
+        if isinstance(embed_batch, bool) or not isinstance(embed_batch, int) or embed_batch < 1:
+            raise bad_arg("embed_batch", "an int >= 1", embed_batch)
+        self.embed_batch = embed_batch
         self.store = store
         self.limits = limits or Limits()
         self._embedder_raw = embedder
         self._chat_raw = chat_model
         self._chat_lock = threading.Lock()
         self._build_lock = threading.Lock()
-        self._embedder: _BatchingEmbedder | None = None if embedder is None else _BatchingEmbedder(embedder)
+        self._embedder: _BatchingEmbedder | None = None if embedder is None else _BatchingEmbedder(embedder, embed_batch)
         self._chat: _Locked | None = None if chat_model is None else _Locked(chat_model, self._chat_lock)
         self._ns_locks: dict[str, threading.Lock] = {}
         self._ns_locks_guard = threading.Lock()
@@ -232,7 +239,7 @@ class MemoryService:
                     emb = Embedder()
                     if emb.dim != self.store.dim:
                         raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", emb.dim)
-                    self._embedder = _BatchingEmbedder(emb)
+                    self._embedder = _BatchingEmbedder(emb, self.embed_batch)
         return self._embedder
 
     @property
