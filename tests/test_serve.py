@@ -213,6 +213,13 @@ def test_bad_search_update_and_id_requests(client, store):
                         ({"query": "x", "user_id": "alice", "threshold": "high"}, "threshold")]:
         r = client.post("/v1/memories/search", json=body)
         assert r.status_code == 422 and names in r.json()["detail"], (body, r.text)
+    import inspect
+
+    r = client.post("/v1/memories/search", json={"query": "jazz", "user_id": "alice", "filters": {"source": "x"}})
+    if "filter" in inspect.signature(store.search).parameters:  # metadata filters in this build's store
+        assert r.status_code == 200 and r.json()["results"] == []
+    else:
+        assert r.status_code == 422 and r.json()["detail"].startswith("filters: expected none")
     r = client.get("/v1/memories/abc")
     assert r.status_code == 422 and "memory_id" in r.json()["detail"]
     assert client.get("/v1/memories/999999").status_code == 404

@@ -383,7 +383,8 @@ class MemoryService:
         import inspect
 
         if "filter" not in inspect.signature(self.store.search).parameters:
-            raise bad_arg("filters", "no filters: this memkern build's store has no metadata filters", "filters")
+            raise MemkernValueError("filters: expected none, got filters, which this store's search does not take "
+                                    "(MemoryStore.search has no filter argument in this build)")
 
     def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100) -> dict:
         """Every active memory of the matching scopes, by id: ``{"results": [...]}`` (at most ``limit``)."""
