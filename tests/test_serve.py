@@ -489,3 +489,22 @@ def test_batching_embedder_serves_concurrent_callers_in_shared_batches():
             np.testing.assert_array_equal(out, ref.encode(texts[i], kinds[i]))
     assert inner.max_active == 1  # the model is called by one thread at a time
     assert emb.batches < 23 and max(n for n, _ in inner.sizes) <= 8  # shared batches, within max_batch
+
+
+def test_rmm_cache_saves_and_drops_the_least_recently_used(tmp_path):
+    """At most max_rmms RMMs (each holds a reranker) stay in memory; the one dropped is saved first,
+    and feedback on its earlier response still trains the namespace's reranker."""
+    chat = ScriptedChat(lambda messages: '{"answer": "ok", "citations": [0]}')
+    with memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos") as store:
+        svc = MemoryService(store, embedder=HashEmbedder(64), chat_model=chat, max_rmms=1,
+                            rmm_kwargs={"top_k": 4, "top_m": 2, "batch_size": 2})
+        for user in ("ann", "ben"):
+            svc.add([{"role": "user", "content": f"{user} fact {i}"} for i in range(4)], user_id=user, infer=False)
+        first = svc.respond("fact?", user_id="ann")
+        svc.respond("fact?", user_id="ben")
+        assert list(svc._rmms) == ["u:ben"]
+        assert (Path(store.path) / "rerankers" / "u:ann.buffer.pt").exists()  # ann's pending rewards saved
+        out = svc.feedback(first["response_id"], [1.0, -1.0])
+        assert out["applied"] is True and out["pending"] == 0  # reloaded buffer (1) + feedback = batch of 2
+        assert svc._rmms["u:ann"].n_updates == 1
+        svc.close()
