@@ -14,7 +14,7 @@ again in the store files once the server has stopped), and every search result b
 searching user.
 
     .venv/bin/python bench/bench_serve.py --quick                     # ~1 min
-    .venv/bin/python bench/bench_serve.py --clients 1,4,16 --requests 30 --write-section
+    .venv/bin/python bench/bench_serve.py --clients 1,4,16 --requests 20 --repeats 3 --write-section
 """
 from __future__ import annotations
 
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", default="1,4,16", help="comma-separated concurrent client counts")
     ap.add_argument("--requests", type=int, default=30, help="requests per client per round")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds per client count and server (interleaved)")
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--preload", type=int, default=100, help="memories per user stored before the load")
     ap.add_argument("--quick", action="store_true", help="--clients 1,4 --requests 10 --preload 20")
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=str(HERE / "results" / "serve.json"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.clients, args.requests, args.preload = "1,4", 10, 20
+        args.clients, args.requests, args.preload, args.repeats = "1,4", 10, 20, 1
     client_counts = [int(x) for x in args.clients.split(",")]
 
     import harness
@@ -201,24 +202,34 @@ def main(argv: list[str] | None = None) -> int:
                 sv["preload_s"] = time.perf_counter() - t0
                 asyncio.run(run_load(sv["url"], 1, 4, args.users, seed=99))  # warm-up (model paths, allocators)
                 sv["expected"] = count_via_api(sv["url"], args.users)
+            import statistics
+
             for k, n in enumerate(client_counts):
-                order = list(servers) if k % 2 == 0 else list(servers)[::-1]  # interleaved: neither side always first
-                for name in order:
-                    sv = servers[name]
-                    res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n))
-                    for u, c in res["acked"].items():
-                        sv["expected"][u] += c
-                    got = count_via_api(sv["url"], args.users)
-                    assert got == sv["expected"], f"{name}: acknowledged adds missing after {n} clients: {got}"
-                    total = sum(len(v) for v in res["latency_s"].values())
-                    row = {"config": name, "embed_batch": sv["embed_batch"], "clients": n, "requests": total,
-                           "wall_s": res["wall_s"], "throughput_rps": total / res["wall_s"]}
-                    for op, xs in res["latency_s"].items():
+                pooled = {name: {op: [] for op, _ in MIX} for name in servers}
+                rps = {name: [] for name in servers}
+                for rep in range(args.repeats):
+                    # interleaved: the order alternates, so neither side always runs first
+                    order = list(servers) if (k + rep) % 2 == 0 else list(servers)[::-1]
+                    for name in order:
+                        sv = servers[name]
+                        res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n + 1000 * rep))
+                        for u, c in res["acked"].items():
+                            sv["expected"][u] += c
+                        got = count_via_api(sv["url"], args.users)
+                        assert got == sv["expected"], f"{name}: acknowledged adds missing after {n} clients: {got}"
+                        for op, xs in res["latency_s"].items():
+                            pooled[name][op] += xs
+                        rps[name].append(sum(len(v) for v in res["latency_s"].values()) / res["wall_s"])
+                for name, sv in servers.items():
+                    row = {"config": name, "embed_batch": sv["embed_batch"], "clients": n, "repeats": args.repeats,
+                           "requests": sum(len(v) for v in pooled[name].values()),
+                           "throughput_rps": statistics.median(rps[name]), "throughput_runs": rps[name]}
+                    for op, xs in pooled[name].items():
                         row[op] = {"n": len(xs), "p50_ms": 1e3 * _pct(xs, 50), "p95_ms": 1e3 * _pct(xs, 95),
                                    "p99_ms": 1e3 * _pct(xs, 99)}
                     rows.append(row)
-                    print(f"{name:>13} clients {n:>3}: {total} requests in {res['wall_s']:.1f} s = "
-                          f"{row['throughput_rps']:.1f} req/s; "
+                    print(f"{name:>13} clients {n:>3}: {row['requests']} requests, median {row['throughput_rps']:.1f} req/s "
+                          f"(runs {', '.join(f'{x:.1f}' for x in rps[name])}); "
                           + "; ".join(f"{op} p50 {row[op]['p50_ms']:.0f} / p95 {row[op]['p95_ms']:.0f} / "
                                       f"p99 {row[op]['p99_ms']:.0f} ms" for op, _ in MIX), flush=True)
         finally:
@@ -256,8 +267,9 @@ def write_section(result: dict, command: str) -> None:
          f"the searching user.", "",
          "Two servers run side by side on identical stores: the default, whose embedder batches the texts of "
          "concurrent requests (`--embed-batch 64`), and one embedding each request on its own "
-         "(`--embed-batch 1`); each client count is run on both, interleaved (the order alternates), so "
-         "the ratio is measured under the same machine load.", "",
+         f"(`--embed-batch 1`); each client count is run {a['repeats']} times on both, interleaved (the order "
+         "alternates), so the ratio is measured under the same machine load. req/s is the median of the "
+         "rounds (each round's value in the raw JSON); latency percentiles pool the rounds' requests.", "",
          "| server | clients | req/s | search p50 / p95 / p99 (ms) | add (infer=false) p50 / p95 / p99 (ms) | "
          "add (infer=true) p50 / p95 / p99 (ms) |", "|---|---|---|---|---|---|"]
     for r in sorted(result["rows"], key=lambda r: (r["clients"], r["embed_batch"] == 1)):
