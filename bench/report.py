@@ -250,6 +250,7 @@ SECTIONS = (
     "retrieval",           # issue 13 items 1-4: memkern eval memory retrieval (template, TextTiling, RMM default)
     "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
+    "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

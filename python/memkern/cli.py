@@ -30,6 +30,8 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("eval", "memory"), "memkern.commands.eval_memory", "retrieval experiments (LongMemEval/LoCoMo/generated)"),
     (("eval", "reread"), "memkern.commands.eval_reread", "MemReread vs MemAgent on long-context QA"),
     (("bench",), "memkern.commands.bench", "run the benchmark suite; writes bench/REPORT.md and charts"),
+    (("serve",), "memkern.commands.serve", "serve a store over HTTP (mem0-shaped routes; memkern[serve])"),
+    (("mcp",), "memkern.commands.mcp", "serve a store as MCP tools over stdio (memkern[serve])"),
 ]
 
 

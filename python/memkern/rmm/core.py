@@ -24,6 +24,7 @@ from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store,
 from ..template import TurnTemplate
 from ..update import AppendDecider, EmbeddingDecider, LLMDecider
 from ..validate import check_str
+from .aio import AsyncStage, locked
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
 from .reflect import ReflectStage
@@ -77,6 +78,7 @@ class Response:
     parsed: bool = True
     citation_source: str = "model"
     turn_ids: list[list[int]] = field(default_factory=list)
+    selection: Any = field(default=None, repr=False, compare=False)
 
 
 def _component(name: str, value: Any, proto: type, names: tuple[str, ...] = ("llm", "embedding")) -> tuple[Any, str]:
@@ -97,7 +99,7 @@ def _setting(name: str) -> property:
     return property(lambda self: getattr(self.config, name), doc=f"``config.{name}`` (:class:`RMMConfig`).")
 
 
-class RMM(ReflectStage, RetrieveStage, FeedbackStage):
+class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
     """Reflective Memory Management: prospective + retrospective reflection over a store.
 
     Parameters
@@ -211,6 +213,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         self.n_responses = 0
         self.n_updates = 0
         self.last_update_stats: dict[str, Any] = {}
+        self._init_lock()
         if embedder is not None and embedder.dim != store.dim:
             raise bad_arg("embedder.dim", f"store.dim ({store.dim})", embedder.dim)
         self._load_buffer()
@@ -274,6 +277,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         return emb
 
     # ------------------------------------------------------------------ retrospective reflection
+    @locked
     def respond(self, query: str, session_turns: Sequence[dict] | None = None) -> Response:
         """Retrospective reflection: retrieve, rerank, answer with citations, learn from them.
 
@@ -321,7 +325,8 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage):
         timings["update"] = time.perf_counter() - t0
         timings["total"] = sum(timings[k] for k in ("embed", "retrieve", "rerank", "generate", "update"))
         log.debug("rmm.respond: %d memories, cited %s; timings %s", len(m_sel), cites, {k: round(v * 1000, 2) for k, v in timings.items()})
-        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source, shown)
+        return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source, shown,
+                        selection=sel)
 
     # ------------------------------------------------------------------ inspection
     @property

@@ -16,8 +16,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import MemkernTypeError, bad_arg
 from ..jsonrepair import JSONRepairError, coerce_int, parse_json
 from ..paths import reranker_file
+from .aio import locked
 
 log = logging.getLogger("memkern")
 
@@ -94,6 +96,7 @@ class FeedbackStage:
     _buffer: list[tuple[Any, np.ndarray]]
     _reranker: Any
 
+    @locked
     def _record_rewards(self, sel: Any, cites: Sequence[int], n_shown: int) -> list[float]:
         """Rewards of one response (:func:`citation_rewards`); buffered with the reranker's
         selection ``sel`` (``None``: nothing was chosen, nothing to learn) and flushed every
@@ -101,16 +104,56 @@ class FeedbackStage:
         rewards = citation_rewards(cites, n_shown)
         self.n_responses += 1
         if sel is not None:
-            self._buffer.append((sel, np.asarray(rewards, dtype=np.float32)))
-            if len(self._buffer) >= self.batch_size:
-                self.flush()
+            self._buffer_rewards(sel, np.asarray(rewards, dtype=np.float32))
         return rewards
+
+    @locked
+    def _buffer_rewards(self, sel: Any, rewards: np.ndarray) -> None:
+        """Buffer one response's draw ``sel`` with its ``rewards`` (float32 ``[M]``); flush every
+        ``batch_size`` buffered responses."""
+        self._buffer.append((sel, rewards))
+        if len(self._buffer) >= self.batch_size:
+            self.flush()
 
     @property
     def pending(self) -> int:
         """Responses whose rewards wait in the buffer."""
         return len(self._buffer)
 
+    @locked
+    def feedback(self, response: Any, rewards: Sequence[float]) -> bool:
+        """Train the reranker on explicit feedback about an earlier response of this RMM.
+
+        Parameters
+        ----------
+        response : memkern.rmm.Response
+            What :meth:`respond` returned (its ``selection`` is the draw being rewarded).
+        rewards : sequence of float
+            One reward in ``[-1, 1]`` per memory shown, aligned with ``response.memory_ids``
+            (``+1`` useful, ``-1`` not). They are buffered like the citation rewards (the
+            response's own citation rewards stay buffered too) and reach ``reranker.update`` at
+            the next flush (every ``batch_size`` buffered responses).
+
+        Returns
+        -------
+        bool
+            ``False`` when the response had no reranker choice (every candidate was shown), so
+            there is nothing to learn.
+        """
+        ids = getattr(response, "memory_ids", None)
+        if not isinstance(ids, list):
+            raise bad_arg("response", "a memkern.rmm.Response", type(response).__name__, MemkernTypeError)
+        if (isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != len(ids)
+                or not all(not isinstance(r, bool) and isinstance(r, (int, float, np.floating)) and -1.0 <= float(r) <= 1.0
+                           for r in rewards)):
+            raise bad_arg("rewards", f"{len(ids)} numbers in [-1, 1] (one per memory shown)", rewards)
+        sel = getattr(response, "selection", None)
+        if sel is None:
+            return False
+        self._buffer_rewards(sel, np.asarray([float(r) for r in rewards], dtype=np.float32))
+        return True
+
+    @locked
     def flush(self) -> dict | None:
         """Feed the buffered rewards to ``reranker.update`` now (also called every ``batch_size``)."""
         if not self._buffer:
@@ -154,6 +197,7 @@ class FeedbackStage:
     def _buffer_path(self) -> str | None:
         return self._reranker_path(".buffer.pt")
 
+    @locked
     def save(self) -> None:
         """Persist the reranker and the pending reward buffer under ``<store.path>/rerankers/``."""
         path = self._reranker_path()
@@ -190,6 +234,7 @@ class FeedbackStage:
             log.warning("rmm: ignoring unreadable reward buffer %s (%s)", bpath, exc)
             self._buffer = []
 
+    @locked
     def close(self) -> None:
         """Persist the reranker and any pending rewards (call at the end of a process)."""
         if self._buffer or self._reranker is not None:

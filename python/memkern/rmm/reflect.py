@@ -18,6 +18,7 @@ from ..errors import MemkernTypeError, bad_arg
 from ..extract import Topic, validate_turns
 from ..protocols import TurnStore
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
+from .aio import locked
 from .retrieve import _normalize
 
 log = logging.getLogger("memkern")
@@ -59,6 +60,7 @@ class ReflectStage:
         """
         return self.end_sessions([turns], [session_id], [timestamp], dates=[date])[0]
 
+    @locked
     def end_sessions(
         self,
         sessions: Sequence[Sequence[dict]],

@@ -1,0 +1,37 @@
+"""``memkern mcp``: a store's memory operations as Model Context Protocol tools over stdio.
+
+An MCP client (Claude Desktop, an IDE, an agent framework) starts ``memkern mcp --store PATH``
+and calls the tools of :mod:`memkern.server.mcp` (``pip install memkern[serve]``). stdout carries
+the protocol only; logs go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import bad_arg
+from . import _common as C
+from .serve import add_server_args, build_embedder, build_service
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_server_args(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..server.mcp import build_server
+    except ImportError as e:  # pragma: no cover - the extra is part of the test set-up
+        raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
+    try:
+        import mcp  # noqa: F401
+    except ImportError as e:
+        raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
+    path = C.store_path(args)
+    emb = build_embedder(args)
+    with C.open_store(path, dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
+        service = build_service(args, store, emb)
+        try:
+            build_server(service).run()
+        finally:
+            service.close()
+    return 0

@@ -1,0 +1,514 @@
+"""The operations ``memkern serve`` (HTTP) and ``memkern mcp`` (MCP tools) expose, over one store.
+
+:class:`MemoryService` holds one :class:`memkern.MemoryStore` and serves any number of threads:
+
+- The native store is thread-safe on its own (``csrc/store/store.cpp``: a ``std::shared_mutex``,
+  shared for reads, unique for each write; ``search`` and ``add_batch`` release the GIL).
+- Python-level read-modify-write paths (prospective reflection: search candidates, decide, write;
+  ``update`` / ``delete`` of a record; ``respond``, which mutates the namespace's reranker and
+  reward buffer) run under one lock *per namespace*, so different users proceed in parallel and
+  one user's writes are applied one after the other (no lost MERGE, no double ADD of one fact).
+  A raw add (``infer=False``) is one atomic ``add_batch`` with nothing read first: no lock.
+- The embedder is shared through a batching queue (:class:`_BatchingEmbedder`): concurrent
+  requests' texts are embedded together, first come first served, by one thread at a time
+  (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe); the chat model
+  runs one call at a time under a lock.
+
+Every argument is validated before anything is written, with the same messages as the Python API
+(``memkern`` errors naming the argument); ``infer=False`` adds are one atomic ``add_batch``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import logging
+import threading
+import uuid
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from ..extract import validate_turns
+from . import scopes as S
+
+log = logging.getLogger("memkern")
+
+__all__ = ["Limits", "MemoryService"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request size limits (checked before any model runs or anything is written).
+
+    Attributes
+    ----------
+    max_body_bytes : int
+        HTTP request body (413 beyond it).
+    max_messages : int
+        Messages in one add / turns in one ``session_turns``.
+    max_text_chars : int
+        Characters of one message's content, a query or a memory text.
+    max_limit : int
+        Largest ``limit`` of a search or a listing.
+    """
+
+    max_body_bytes: int = 1 << 20
+    max_messages: int = 256
+    max_text_chars: int = 32_768
+    max_limit: int = 1000
+
+
+class _Request:
+    __slots__ = ("texts", "kind", "result", "error", "done")
+
+    def __init__(self, texts: list[str], kind: str):
+        self.texts, self.kind = texts, kind
+        self.result: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _BatchingEmbedder:
+    """An embedder shared by many threads: concurrent callers' texts are embedded together, in
+    arrival order, one batch at a time.
+
+    Each caller queues its request; when no batch is running, the caller at hand becomes the
+    leader: it takes the queued requests of the first one's ``kind`` (up to ``max_batch`` texts,
+    first come first served), runs one ``encode`` for all of them (outside the queue's lock),
+    hands every caller its rows and wakes them. The model is thus called by one thread at a time
+    (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe), requests are
+    served in order (no caller starves), and under load one batched forward replaces many single
+    ones. A batch that fails is retried request by request, so one bad request fails alone.
+    """
+
+    def __init__(self, inner: Any, max_batch: int = 64):
+        self._inner = inner
+        self.max_batch = int(max_batch)
+        self._queue: deque[_Request] = deque()
+        self._cv = threading.Condition()
+        self._busy = False
+        self.batches = 0  # encode calls made (for tests and stats)
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def encode(self, texts, kind="passage", **kw):
+        req = _Request(list(texts), kind)
+        with self._cv:
+            self._queue.append(req)
+            while not req.done:
+                if self._busy:
+                    self._cv.wait()
+                    continue
+                self._busy = True
+                batch = [self._queue.popleft()]
+                n = len(batch[0].texts)
+                while self._queue and self._queue[0].kind == batch[0].kind and n + len(self._queue[0].texts) <= self.max_batch:
+                    n += len(self._queue[0].texts)
+                    batch.append(self._queue.popleft())
+                self._cv.release()
+                try:
+                    self._run(batch)
+                finally:
+                    self._cv.acquire()
+                    self._busy = False
+                    for r in batch:
+                        r.done = True
+                    self._cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def _run(self, batch: list[_Request]) -> None:
+        self.batches += 1
+        try:
+            out = np.asarray(self._inner.encode([t for r in batch for t in r.texts], kind=batch[0].kind))
+            if out.ndim != 2 or out.shape[0] != sum(len(r.texts) for r in batch):
+                raise bad_arg("embedder.encode(...)", f"[{sum(len(r.texts) for r in batch)}, d] rows", out.shape)
+            start = 0
+            for r in batch:
+                r.result = out[start:start + len(r.texts)]
+                start += len(r.texts)
+        except BaseException as exc:  # handed to the caller, raised in its own thread
+            if len(batch) == 1:
+                batch[0].error = exc
+                return
+            for r in batch:  # one failing request must not fail the others
+                self._run([r])
+
+
+class _Locked:
+    """A chat model whose calls run one at a time (``lock``)."""
+
+    def __init__(self, inner: Any, lock: threading.Lock):
+        self._inner = inner
+        self._lock = lock
+
+    def generate(self, prompts, max_new_tokens=None, json=False, temperature=0.0, seed=None):
+        with self._lock:
+            return self._inner.generate(prompts, max_new_tokens=max_new_tokens, json=json,
+                                        temperature=temperature, seed=seed)
+
+    def count_tokens(self, text):
+        with self._lock:
+            return self._inner.count_tokens(text)
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(float(t), tz=_dt.timezone.utc).isoformat()
+
+
+def _check_text(value: Any, arg: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise bad_arg(arg, "a str", type(value).__name__, MemkernTypeError)
+    if not value.strip():
+        raise bad_arg(arg, "a non-empty text", value)
+    if len(value) > limit:
+        raise bad_arg(arg, f"at most {limit} characters", f"{len(value)} characters")
+    return value
+
+
+def _check_limit(value: Any, arg: str, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise bad_arg(arg, f"an int in 1..{hi}", value)
+    return value
+
+
+class MemoryService:
+    """mem0-shaped memory operations over one store, safe to call from many threads.
+
+    Parameters
+    ----------
+    store : memkern.MemoryStore
+        Served for the service's lifetime (the caller closes it, after :meth:`close`).
+    embedder : memkern.protocols.Embedder, optional
+        ``None``: the offline default (all-MiniLM-L6-v2), built on first use.
+    chat_model : memkern.protocols.ChatModel, optional
+        Used by :meth:`respond` only. ``None``: the offline default (SmolLM2-135M-Instruct),
+        built on first use.
+    limits : Limits
+    rmm_kwargs : dict, optional
+        Extra :class:`memkern.RMM` arguments for :meth:`respond` (e.g. ``top_k``, ``top_m``).
+    embed_batch : int
+        Most texts embedded in one model call when concurrent requests share the embedder (1: every
+        request embedded on its own, still first come first served).
+    max_rmms : int
+        RMM instances (one per namespace that responded; each holds a reranker) kept in memory;
+        the least recently used one beyond that is saved and dropped.
+    """
+
+    def __init__(self, store: Any, embedder: Any = None, chat_model: Any = None, *, limits: Limits | None = None,
+                 rmm_kwargs: dict | None = None, embed_batch: int = 64, max_rmms: int = 64,
+                 max_responses: int = 4096):
+        if isinstance(embed_batch, bool) or not isinstance(embed_batch, int) or embed_batch < 1:
+            raise bad_arg("embed_batch", "an int >= 1", embed_batch)
+        self.embed_batch = embed_batch
+        self.store = store
+        self.limits = limits or Limits()
+        self._embedder_raw = embedder
+        self._chat_raw = chat_model
+        self._chat_lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self._embedder: _BatchingEmbedder | None = None if embedder is None else _BatchingEmbedder(embedder, embed_batch)
+        self._chat: _Locked | None = None if chat_model is None else _Locked(chat_model, self._chat_lock)
+        self._ns_locks: dict[str, threading.Lock] = {}
+        self._ns_locks_guard = threading.Lock()
+        self._rmms: OrderedDict[str, Any] = OrderedDict()
+        self._rmms_guard = threading.Lock()
+        self.rmm_kwargs = dict(rmm_kwargs or {})
+        self.max_rmms = int(max_rmms)
+        # response_id -> (namespace, memkern.rmm.Response); for feedback.
+        self._responses: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self._responses_guard = threading.Lock()
+        self.max_responses = int(max_responses)
+        self._counter = itertools.count()
+
+    # ------------------------------------------------------------------ components
+    @property
+    def embedder(self) -> _BatchingEmbedder:
+        if self._embedder is None:
+            with self._build_lock:
+                if self._embedder is None:
+                    from ..models import Embedder
+
+                    log.info("serve: building the offline default embedder")
+                    emb = Embedder()
+                    if emb.dim != self.store.dim:
+                        raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", emb.dim)
+                    self._embedder = _BatchingEmbedder(emb, self.embed_batch)
+        return self._embedder
+
+    @property
+    def chat_model(self) -> _Locked:
+        if self._chat is None:
+            with self._build_lock:
+                if self._chat is None:
+                    from ..models import ChatModel
+
+                    log.info("serve: building the offline default chat model")
+                    self._chat = _Locked(ChatModel(), self._chat_lock)
+        return self._chat
+
+    def _embed(self, texts: list[str], kind: str = "passage") -> np.ndarray:
+        emb = np.asarray(self.embedder.encode(list(texts), kind=kind), dtype=np.float32)
+        if emb.shape != (len(texts), self.store.dim):
+            raise bad_arg("embedder.encode(...)", f"float32 [{len(texts)}, {self.store.dim}]", tuple(emb.shape))
+        return emb
+
+    def ns_lock(self, namespace: str) -> threading.Lock:
+        """The lock that serialises the read-modify-write paths of ``namespace``."""
+        with self._ns_locks_guard:
+            lock = self._ns_locks.get(namespace)
+            if lock is None:
+                lock = self._ns_locks[namespace] = threading.Lock()
+            return lock
+
+    # ------------------------------------------------------------------ validation
+    def check_messages(self, messages: Any, arg: str = "messages") -> list[dict]:
+        """Turn dicts (``role``, ``content`` str; other keys kept); a str is one user message."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        turns = validate_turns(messages, arg)
+        if not turns:
+            raise bad_arg(arg, "at least one message", "[]")
+        if len(turns) > self.limits.max_messages:
+            raise bad_arg(arg, f"at most {self.limits.max_messages} messages", f"{len(turns)} messages")
+        out = []
+        for i, t in enumerate(turns):
+            _check_text(t["content"], f"{arg}[{i}].content", self.limits.max_text_chars)
+            t = dict(t)
+            t.setdefault("role", "user")
+            out.append(t)
+        return out
+
+    def _record_json(self, r: Any, score: float | None = None) -> dict:
+        scope = S.decode(r.namespace)
+        d = {"id": int(r.id), "memory": r.summary}
+        if score is not None:
+            d["score"] = float(score)
+        d.update(
+            (scope or S.Scope()).as_dict(),
+            namespace=r.namespace, metadata=dict(r.meta or {}), version=int(r.version), status=r.status,
+            created_at=_iso(r.created_at), updated_at=_iso(r.updated_at),
+        )
+        return d
+
+    # ------------------------------------------------------------------ operations
+    def add(self, messages: Any, *, user_id=None, agent_id=None, run_id=None, metadata: dict | None = None,
+            infer: bool = True) -> dict:
+        """Add a conversation to the scope's memory.
+
+        ``infer=True`` (default): prospective reflection with the LLM-free embedding extractor and
+        decider (topics ADDed, MERGEd into, UPDATE or INVALIDATE existing memories, or NOOP).
+        ``infer=False``: every message is stored as it is, one memory each, in one atomic write.
+
+        Returns ``{"results": [{"id", "memory", "event"}]}`` (``event``: the action applied).
+        """
+        scope = S.make_scope(user_id, agent_id, run_id)
+        ns = S.encode(scope)
+        turns = self.check_messages(messages)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise bad_arg("metadata", "a JSON object", type(metadata).__name__, MemkernTypeError)
+        if not isinstance(infer, bool):
+            raise bad_arg("infer", "a bool", infer, MemkernTypeError)
+        if not infer:
+            embs = self._embed([t["content"] for t in turns])
+            # One atomic native write, no read before it: no namespace lock needed.
+            ids = self.store.add_batch(ns, [t["content"] for t in turns], embs, turns=[[t] for t in turns],
+                                       metas=[dict(metadata or {}) for _ in turns])
+            return {"results": [{"id": int(i), "memory": t["content"], "event": "ADD"} for i, t in zip(ids, turns)]}
+        if metadata:
+            raise bad_arg("metadata", "no metadata with infer=true (pass infer=false to keep it on raw messages)",
+                          metadata)
+        from ..rmm import RMM
+
+        with self.ns_lock(ns):
+            # A throwaway RMM: prospective reflection needs no reranker, so nothing is persisted.
+            rmm = RMM(self.store, embedder=self.embedder, chat_model=self._chat, namespace=ns, extractor="embedding",
+                      decider="embedding", persist=False)
+            results = rmm.end_session(turns, session_id=run_id)
+        return {"results": [{"id": int(r.id), "memory": r.summary, "event": r.action} for r in results]}
+
+    def search(self, query: Any, *, user_id=None, agent_id=None, run_id=None, limit: int = 10,
+               filters: dict | None = None, threshold: float | None = None) -> dict:
+        """The ``limit`` best memories of every scope that contains the given ids (see
+        :mod:`memkern.server.scopes`), best first: ``{"results": [{"id", "memory", "score", ...}]}``.
+        ``filters`` (metadata equality / ``$eq`` / ``$in``) is passed to the store's search."""
+        scope = S.make_scope(user_id, agent_id, run_id)
+        query = _check_text(query, "query", self.limits.max_text_chars)
+        limit = _check_limit(limit, "limit", self.limits.max_limit)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not np.isfinite(threshold)):
+            raise bad_arg("threshold", "a finite number or null", threshold)
+        kw = {}
+        if filters is not None:
+            if not isinstance(filters, dict):
+                raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
+            if filters:
+                kw["filter"] = filters
+        namespaces = S.matching(self.store.namespaces(), scope)
+        if kw and not namespaces:
+            self._check_filter_support()
+        if not namespaces:
+            return {"results": []}
+        q = self._embed([query], kind="query")
+        hits: list[tuple[float, int]] = []
+        for ns in namespaces:
+            try:
+                ids, scores = self.store.search(ns, q, k=limit, **kw)
+            except TypeError as e:
+                if kw and "filter" in str(e):
+                    self._check_filter_support()
+                raise
+            ids, scores = np.asarray(ids)[0], np.asarray(scores)[0]
+            keep = ids >= 0
+            hits += zip(scores[keep].tolist(), ids[keep].tolist())
+        hits.sort(key=lambda h: (-h[0], h[1]))
+        if threshold is not None:
+            hits = [h for h in hits if h[0] >= threshold]
+        out = []
+        for score, rid in hits[:limit]:
+            try:
+                r = self.store.get(int(rid))
+            except KeyError:  # deleted between the search and this read
+                continue
+            out.append(self._record_json(r, score))
+        return {"results": out}
+
+    def _check_filter_support(self) -> None:
+        import inspect
+
+        if "filter" not in inspect.signature(self.store.search).parameters:
+            raise MemkernValueError("filters: expected none, got filters, which this store's search does not take "
+                                    "(MemoryStore.search has no filter argument in this build)")
+
+    def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100) -> dict:
+        """Every active memory of the matching scopes, by id: ``{"results": [...]}`` (at most ``limit``)."""
+        scope = S.make_scope(user_id, agent_id, run_id)
+        limit = _check_limit(limit, "limit", self.limits.max_limit)
+        out = []
+        for ns in S.matching(self.store.namespaces(), scope):
+            for rid in np.asarray(self.store.ids(ns)).tolist():
+                try:
+                    out.append(self.store.get(int(rid)))
+                except KeyError:
+                    continue
+        out.sort(key=lambda r: r.id)
+        return {"results": [self._record_json(r) for r in out[:limit]]}
+
+    def get(self, memory_id: int) -> dict:
+        """One memory (its current version); an unknown id raises :class:`MemkernKeyError`."""
+        return self._record_json(self.store.get(memory_id))
+
+    def update(self, memory_id: int, *, text: str | None = None, metadata: dict | None = None) -> dict:
+        """A new version of the memory with ``text`` (re-embedded) and/or ``metadata`` replaced."""
+        if text is None and metadata is None:
+            raise bad_arg("text/metadata", "at least one of them", None)
+        if text is not None:
+            text = _check_text(text, "text", self.limits.max_text_chars)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise bad_arg("metadata", "a JSON object", type(metadata).__name__, MemkernTypeError)
+        ns = self.store.get(memory_id).namespace
+        emb = self._embed([text])[0] if text is not None else None
+        with self.ns_lock(ns):
+            self.store.update(memory_id, summary=text, embedding=emb, meta=metadata)
+        return self.get(memory_id)
+
+    def delete(self, memory_id: int) -> dict:
+        """Delete the memory (gone from search and get at once; from the files at the next compaction)."""
+        ns = self.store.get(memory_id).namespace
+        with self.ns_lock(ns):
+            self.store.delete(memory_id)
+        return {"id": int(memory_id), "deleted": True}
+
+    def history(self, memory_id: int) -> dict:
+        """Every version of the memory, oldest first, with the event that made it."""
+        versions = self.store.history(memory_id)
+        out = []
+        prev = None
+        for v in versions:
+            out.append({
+                "memory_id": int(v.id), "version": int(v.version), "event": "ADD" if prev is None else "UPDATE",
+                "old_memory": prev, "new_memory": v.summary, "metadata": dict(v.meta or {}),
+                "created_at": _iso(v.created_at), "updated_at": _iso(v.updated_at),
+            })
+            prev = v.summary
+        return {"results": out}
+
+    # ------------------------------------------------------------------ RMM loop
+    def _rmm(self, ns: str) -> Any:
+        """The namespace's RMM (kept; the least recently used beyond ``max_rmms`` saved and dropped)."""
+        from ..rmm import RMM
+
+        with self._rmms_guard:
+            rmm = self._rmms.get(ns)
+            if rmm is not None:
+                self._rmms.move_to_end(ns)
+                return rmm
+            rmm = RMM(self.store, embedder=self.embedder, chat_model=self.chat_model, namespace=ns,
+                      extractor="embedding", decider="embedding", **self.rmm_kwargs)
+            self._rmms[ns] = rmm
+            for old in list(self._rmms)[:-1]:
+                if len(self._rmms) <= self.max_rmms:
+                    break
+                lock = self.ns_lock(old)
+                if lock.acquire(blocking=False):  # never wait here (another thread may hold it)
+                    try:
+                        self._rmms.pop(old).close()
+                    finally:
+                        lock.release()
+            return rmm
+
+    def respond(self, query: Any, *, user_id=None, agent_id=None, run_id=None,
+                session_turns: Sequence[dict] | None = None) -> dict:
+        """Retrospective reflection in the scope's namespace: retrieve, rerank, answer with
+        citations (the citations train the namespace's reranker). Returns the answer, the memories
+        shown and a ``response_id`` for :meth:`feedback`."""
+        scope = S.make_scope(user_id, agent_id, run_id)
+        ns = S.encode(scope)
+        query = _check_text(query, "query", self.limits.max_text_chars)
+        if session_turns is not None:
+            session_turns = self.check_messages(session_turns, "session_turns")
+        with self.ns_lock(ns):
+            rmm = self._rmm(ns)
+            resp = rmm.respond(query, session_turns=session_turns)
+            memories = [self._record_json(self.store.get(i)) for i in resp.memory_ids]
+        rid = uuid.uuid4().hex
+        with self._responses_guard:
+            self._responses[rid] = (ns, resp)
+            while len(self._responses) > self.max_responses:
+                self._responses.popitem(last=False)
+        return {"response_id": rid, "answer": resp.answer, "citations": list(resp.citations),
+                "rewards": list(resp.rewards), "memories": memories, "citation_source": resp.citation_source,
+                "timings": dict(resp.timings)}
+
+    def feedback(self, response_id: Any, rewards: Any) -> dict:
+        """Explicit feedback on an earlier response: ``rewards`` (one number in [-1, 1] per memory
+        shown, in order) train the namespace's reranker like the model's citations do."""
+        if not isinstance(response_id, str):
+            raise bad_arg("response_id", "a str", type(response_id).__name__, MemkernTypeError)
+        with self._responses_guard:
+            entry = self._responses.get(response_id)
+        if entry is None:
+            raise bad_arg("response_id", "the id of one of this server's recent responses", response_id,
+                          MemkernKeyError)
+        ns, resp = entry
+        with self.ns_lock(ns):
+            rmm = self._rmm(ns)
+            applied = rmm.feedback(resp, rewards)  # validates rewards (one per memory shown, in [-1, 1])
+        if not applied:
+            return {"response_id": response_id, "applied": False,
+                    "reason": "the reranker made no choice for this response (every candidate was shown)"}
+        return {"response_id": response_id, "applied": True, "pending": rmm.pending}
+
+    def close(self) -> None:
+        """Save every kept RMM's reranker and reward buffer."""
+        with self._rmms_guard:
+            for ns, rmm in list(self._rmms.items()):
+                with self.ns_lock(ns):
+                    rmm.close()
+            self._rmms.clear()
