@@ -777,4 +777,8 @@ CATALOGUE: list[Mutant] = [
            "                if self._busy:\n                    self._cv.wait()\n                    continue\n",
            "",
            "several threads call the embedder at once (Hugging Face tokenizers are not thread-safe)", T_SERVE),
+    Mutant("rmm-aend-session-date-as-timestamp", "serve", "python/memkern/rmm/aio.py",
+           "functools.partial(self.end_session, turns, session_id, date, timestamp=timestamp)",
+           "functools.partial(self.end_session, turns, session_id, timestamp)",
+           "aend_session passes its timestamp where end_session takes the date", ("tests/test_rmm_async.py",)),
 ]

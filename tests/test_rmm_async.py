@@ -166,3 +166,35 @@ def test_feedback_trains_on_the_responses_draw(tmp_path):
     assert r2.selection is None and rmm2.feedback(r2, [1.0, 1.0]) is False and rmm2.pending == 0
     store.close()
     small.close()
+
+
+def test_aretrieve_under_gather_equals_retrieve(tmp_path):
+    """aretrieve runs retrieve in a thread pool under the RMM's lock: the same memories and turn
+    ids as the synchronous call, for every query, while responses train the reranker."""
+    store, rmm, rr = _rmm(tmp_path, batch_size=2, explore=False)
+    queries = [f"what about plants {i}?" for i in range(8)]
+    want = [rmm.retrieve(q, turns=3) for q in queries]
+
+    async def main():
+        with ThreadPoolExecutor(4) as ex:
+            return await asyncio.gather(*(rmm.aretrieve(q, 3, executor=ex) for q in queries))
+
+    got = asyncio.run(main())
+    assert [g.memory_ids for g in got] == [w.memory_ids for w in want]
+    assert [g.turn_ids for g in got] == [w.turn_ids for w in want]
+    assert all(g.budget == 3 for g in got)
+    store.close()
+
+
+def test_aend_session_takes_the_date_like_end_session(tmp_path):
+    """aend_session(turns, session_id, date, timestamp=...) passes each argument where
+    end_session takes it (the date is stored with every turn)."""
+    store = memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos")
+    rmm = memkern.RMM(store, chat_model=SlowChat(), embedder=HashEmbedder(64), namespace="u", extractor="embedding",
+                      persist=False)
+    turns = [{"role": "user", "content": "I adopted a cat called Miso.", "speaker": "Ana"}]
+    asyncio.run(rmm.aend_session(turns, "s1", "2023-05-08", timestamp="t-1"))
+    (rid,) = store.ids("u")
+    turn = store.get(int(rid)).turns[0]
+    assert turn["date"] == "2023-05-08" and turn["timestamp"] == "t-1"
+    store.close()

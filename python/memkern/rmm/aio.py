@@ -1,4 +1,5 @@
-"""RMM's thread safety and async API: one lock per RMM, and ``arespond`` in a thread pool.
+"""RMM's thread safety and async API: one lock per RMM, and ``arespond`` / ``aretrieve`` /
+``aend_session`` in a thread pool.
 
 An :class:`memkern.RMM` may be shared by threads (a web server's worker pool) and by coroutines
 (``asyncio.gather`` over :meth:`AsyncStage.arespond`). Everything that reads or changes its
@@ -53,8 +54,23 @@ class AsyncStage:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(self.respond, query, session_turns))
 
-    async def aend_session(self, turns: Sequence[dict], session_id: str | int | None = None,
-                           timestamp: str | None = None, *, executor: Executor | None = None) -> Any:
-        """:meth:`end_session` run in a thread pool (``executor``, default: the event loop's)."""
+    async def aend_session(self, turns: Sequence[dict], session_id: str | int | None = None, date: Any = None, *,
+                           timestamp: Any = None, executor: Executor | None = None) -> Any:
+        """:meth:`end_session` run in a thread pool (``executor``, default: the event loop's); the
+        same arguments."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, functools.partial(self.end_session, turns, session_id, timestamp))
+        return await loop.run_in_executor(
+            executor, functools.partial(self.end_session, turns, session_id, date, timestamp=timestamp))
+
+    async def aretrieve(self, query: str, turns: int | None = None, *, explore: bool | None = None,
+                        executor: Executor | None = None) -> Any:
+        """:meth:`retrieve` run in a thread pool (``executor``, default: the event loop's), under
+        the RMM's lock so that it never reads the reranker halfway through an update. Returns the
+        :class:`~memkern.rmm.Retrieval`."""
+        loop = asyncio.get_running_loop()
+
+        def run() -> Any:
+            with self._lock:
+                return self.retrieve(query, turns, explore=explore)
+
+        return await loop.run_in_executor(executor, run)
