@@ -13,24 +13,7 @@ from memkern import MemkernError, MemkernTypeError, MemkernValueError
 from memkern import _store
 from memkern.store import MemoryStore
 
-D = 8
-
-
-def native():
-    from memkern import _store
-
-    return _store
-
-
-@pytest.fixture(autouse=True)
-def _no_fault():
-    native()._test_set_fault("")
-    yield
-    native()._test_set_fault("")
-
-
-def emb(j: int, d: int = D) -> np.ndarray:
-    return np.random.default_rng(j).standard_normal(d).astype(np.float32)
+from store_faults_common import D, _no_fault, emb, native  # noqa: E402,F401  (_no_fault: autouse)
 
 
 def _ids(a) -> list[int]:

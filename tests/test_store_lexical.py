@@ -14,24 +14,7 @@ from memkern import MemkernError, MemkernTypeError, MemkernValueError
 from memkern import lexical as lx
 from memkern.store import PAD_SCORE, MemoryStore
 
-D = 8
-
-
-def native():
-    from memkern import _store
-
-    return _store
-
-
-@pytest.fixture(autouse=True)
-def _no_fault():
-    native()._test_set_fault("")
-    yield
-    native()._test_set_fault("")
-
-
-def emb(j: int, d: int = D) -> np.ndarray:
-    return np.random.default_rng(j).standard_normal(d).astype(np.float32)
+from store_faults_common import D, _no_fault, emb, native  # noqa: E402,F401  (_no_fault: autouse)
 
 # ---------------------------------------------------------------------------- tokeniser twin
 

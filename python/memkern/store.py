@@ -491,8 +491,8 @@ def _as_matrix(x: Any, dim: int, name: str, rows: int | None, stored: bool = Tru
     return arr
 
 
-def _check_json(value: Any, name: str) -> None:
-    """Walks ``value`` iteratively (no recursion): dicts with str keys, lists/tuples, UTF-8 str,
+def check_json(value: Any, name: str) -> None:
+    """What a record's ``meta`` / turns may hold (also used by the framework adapters). Walks ``value`` iteratively (no recursion): dicts with str keys, lists/tuples, UTF-8 str,
     finite floats, ints, bools and None, nested at most :data:`MAX_JSON_DEPTH` deep. Raises an
     error naming the offending path (e.g. ``meta['a'][0]``) instead of letting ``json.dumps``
     rename keys (``{1: x}`` -> ``{"1": x}``) or hit ``RecursionError``."""
@@ -526,7 +526,7 @@ def _check_json(value: Any, name: str) -> None:
 
 
 def _json_text(value: Any, name: str) -> str:
-    _check_json(value, name)
+    check_json(value, name)
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as e:
@@ -568,6 +568,22 @@ def _check_summary(summary: Any, name: str = "summary") -> str:
 
 
 # ----------------------------------------------------------------------------------- the store
+
+
+def turns_with_topics(store: Any, ids: Iterable[int]) -> list[tuple[Record, Record]]:
+    """``(turn record, its topic record)`` pairs for turn record ids (``-1`` padding skipped), read
+    through ``store.get_batch`` (two batched reads): what :meth:`MemoryStore.turns_with_topics`
+    and the sharded store return. A topic id raises :class:`MemkernValueError` naming ``ids``."""
+    if _is_torch(ids):
+        ids = ids.detach().cpu().numpy()
+    flat = np.asarray(ids if hasattr(ids, "__len__") else list(ids)).ravel()
+    arr = _check_ids(flat[flat >= 0] if flat.size else np.zeros(0, dtype=np.int64))
+    turns_ = store.get_batch(arr)
+    for t in turns_:
+        if t.level != "turn":
+            raise bad_arg("ids", "turn record ids", f"topic id {t.id}")
+    topics = {r.id: r for r in store.get_batch(sorted({t.topic_id for t in turns_}))}
+    return [(t, topics[t.topic_id]) for t in turns_]
 
 
 class MemoryStore:
@@ -992,16 +1008,7 @@ class MemoryStore:
         """For turn record ids (e.g. from ``search(..., level="turn+topic")``, ``-1`` padding
         skipped): ``(turn record, its topic record)`` pairs in order, so a prompt can show the best
         turns with their topic summary. A topic id raises :class:`MemkernValueError`."""
-        if _is_torch(ids):
-            ids = ids.detach().cpu().numpy()
-        flat = np.asarray(ids if hasattr(ids, "__len__") else list(ids)).ravel()
-        arr = _check_ids(flat[flat >= 0] if flat.size else np.zeros(0, dtype=np.int64))
-        turns_ = self.get_batch(arr)
-        for t in turns_:
-            if t.level != "turn":
-                raise bad_arg("ids", "turn record ids", f"topic id {t.id}")
-        topics = {r.id: r for r in self.get_batch(sorted({t.topic_id for t in turns_}))}
-        return [(t, topics[t.topic_id]) for t in turns_]
+        return turns_with_topics(self, ids)
 
     def history(self, id: int) -> list[Record]:
         """All versions of ``id``, oldest first (the last one is the current version)."""

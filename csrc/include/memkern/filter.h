@@ -29,6 +29,7 @@
 
 #include <hnswlib/hnswlib.h>
 
+#include "memkern/lexical.h"
 #include "memkern/record.h"
 
 namespace memkern {
@@ -45,23 +46,6 @@ struct JsonScan {
 
   void ws() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  }
-  static void put_utf8(std::string& out, uint32_t c) {
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-    } else if (c < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else if (c < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    }
   }
   bool hex4(uint32_t* v) {
     if (i + 4 > s.size()) return false;
@@ -116,7 +100,7 @@ struct JsonScan {
               i = save;
             }
           }
-          put_utf8(*out, v);
+          lexical::append_utf8(*out, v);
           break;
         }
         default: return false;

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..store import _check_ids, _check_namespace, _is_torch
+from ..store import turns_with_topics as _turns_with_topics
 
 log = logging.getLogger("memkern")
 
@@ -496,16 +497,7 @@ class ShardedStore:
 
     def turns_with_topics(self, ids: Iterable[int]) -> list[tuple[Any, Any]]:
         """As :meth:`memkern.MemoryStore.turns_with_topics` (``-1`` padding skipped)."""
-        if _is_torch(ids):
-            ids = ids.detach().cpu().numpy()
-        flat = np.asarray(ids if hasattr(ids, "__len__") else list(ids)).ravel()
-        arr = _check_ids(flat[flat >= 0] if flat.size else np.zeros(0, dtype=np.int64))
-        turns_ = self.get_batch(arr)
-        for t in turns_:
-            if t.level != "turn":
-                raise bad_arg("ids", "turn record ids", f"topic id {t.id}")
-        topics = {r.id: r for r in self.get_batch(sorted({t.topic_id for t in turns_}))}
-        return [(t, topics[t.topic_id]) for t in turns_]
+        return _turns_with_topics(self, ids)
 
     def search(self, namespace: str, queries: Any, k: int = 20, ef: int | None = None,
                include_invalidated: bool = False, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
