@@ -483,6 +483,16 @@ def _as_vector(x: Any, dim: int, name: str) -> np.ndarray:
     return arr
 
 
+def _as_queries(queries: Any, dim: int) -> np.ndarray:
+    """Search queries as a C-contiguous float32 ``[B, dim]`` matrix (a ``[dim]`` vector is one query)."""
+    q = _as_float32(queries, "queries", stored=False)
+    if q.ndim == 1:
+        q = q[None, :]
+    if q.ndim != 2 or q.shape[1] != dim:
+        raise bad_arg("queries", f"shape [B, {dim}] or [{dim}]", f"shape {list(np.shape(queries))}")
+    return np.ascontiguousarray(q)
+
+
 def _as_matrix(x: Any, dim: int, name: str, rows: int | None, stored: bool = True) -> np.ndarray:
     arr = _as_float32(x, name, stored=stored)
     if arr.ndim != 2 or arr.shape[1] != dim or (rows is not None and arr.shape[0] != rows):
@@ -1125,12 +1135,7 @@ class MemoryStore:
                                    recency_weight, now)
         n = self._n()
         ns = _check_namespace(namespace)
-        q = _as_float32(queries, "queries", stored=False)
-        if q.ndim == 1:
-            q = q[None, :]
-        if q.ndim != 2 or q.shape[1] != n.dim:
-            raise bad_arg("queries", f"shape [B, {n.dim}] or [{n.dim}]", f"shape {list(np.shape(queries))}")
-        q = np.ascontiguousarray(q)
+        q = _as_queries(queries, n.dim)
         k = _check_int(k, "k", 1, MAX_K)
         if k * q.shape[0] > MAX_RESULTS:
             raise bad_arg("k", f"B * k <= {MAX_RESULTS} result slots (B = {q.shape[0]} queries)", k)
@@ -1164,12 +1169,7 @@ class MemoryStore:
             if mode != "lexical":
                 raise bad_arg("queries", f'query vectors for mode="{mode}"', None)
         else:
-            q = _as_float32(queries, "queries", stored=False)
-            if q.ndim == 1:
-                q = q[None, :]
-            if q.ndim != 2 or q.shape[1] != n.dim:
-                raise bad_arg("queries", f"shape [B, {n.dim}] or [{n.dim}]", f"shape {list(np.shape(queries))}")
-            q = np.ascontiguousarray(q)
+            q = _as_queries(queries, n.dim)
             B = q.shape[0]
         tl: list[str] = []
         if mode != "dense":
