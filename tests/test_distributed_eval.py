@@ -1,4 +1,5 @@
-"""``memkern eval memory ... --ray``: the same JSON as the local run, bit for bit, with the same seeds."""
+"""``memkern eval memory ... --ray``: the same JSON as the local run, bit for bit, with the same
+seeds, from (seed, configuration, conversations) tasks."""
 from __future__ import annotations
 
 import json
@@ -6,11 +7,19 @@ import json
 import pytest
 
 from _ray_local import local_ray
+from fakes_eval import cached
 
 
 @pytest.fixture(scope="module")
 def ray():
-    return local_ray()
+    r = local_ray()
+    import fakes_embed
+    import fakes_eval
+
+    # the test embedders travel by value: Ray workers do not have tests/ on their path
+    for m in (fakes_embed, fakes_eval):
+        r.cloudpickle.register_pickle_by_value(m)
+    return r
 
 
 def _strip(x):
@@ -23,26 +32,67 @@ def _strip(x):
     return x
 
 
-def test_ray_eval_equals_local(ray, tmp_path, capsys):
+def _dump(r) -> str:
+    from memkern.eval.report import _clean
+
+    return json.dumps(_strip(_clean(r)), sort_keys=True)
+
+
+def test_ray_tasks_equal_local_tasks(ray):
+    """Three experiments x two seeds, every configuration and conversation its own Ray task, with
+    an embedder whose vectors depend on the batch: the merged results equal the local ones, and
+    the driver's cache ends up with the same vectors in the same order."""
+    import numpy as np
+
+    from memkern.eval.data import load_dataset
+    from memkern.eval.granularity import granularity_experiment
+    from memkern.eval.retrieval import retrieval_experiment
+    from memkern.eval.tasks import plan, run_experiments
+    from memkern.eval.turn_in_topic import turn_in_topic_experiment
+
+    runs = []
+    for seed in (0, 1):
+        ds = load_dataset("dialogues", users=2, sessions=6, seed=seed)
+        runs += [(retrieval_experiment(alphas=[1.0], seed=seed), ds),
+                 (granularity_experiment(["turn", "session", "topic-embedding"], seed=seed), ds),
+                 (turn_in_topic_experiment([0.0, 1.0], ["chunk4", "topic-embedding"], seed=seed), ds)]
+    assert sum(len(plan(e, d, 1)) for e, d in runs) == 2 * (2 * 2 + 3 * 2 + 2 * 2)
+    local_emb, ray_emb = cached(), cached()
+    local = run_experiments(runs, local_emb, conversations_per_task=1)
+    remote = run_experiments(runs, ray_emb, conversations_per_task=1, use_ray=True)
+    for a, b in zip(local, remote):
+        assert _dump(a) == _dump(b)
+    assert [_dump(r) for r in local[:3]] != [_dump(r) for r in local[3:]]  # the seeds differ
+    assert list(local_emb._mem) == list(ray_emb._mem)
+    assert all(np.array_equal(local_emb._mem[k], ray_emb._mem[k]) for k in local_emb._mem)
+
+
+def test_cli_ray_equals_local(ray, tmp_path, capsys):
+    """The CLI on the real MiniLM: retrieval (rmm-default row included) and reflection, two seeds,
+    each on a cold cache of its own."""
     from memkern.cli import main
 
-    common = ["eval", "memory", "reflection", "--users", "1", "--sessions", "4", "--seeds", "0", "1", "--quiet",
-              "--presets", "default", "--eval-every", "8", "--cache-dir", str(tmp_path / "cache")]
-    assert main(common + ["--out", str(tmp_path / "local")]) == 0
-    assert main(common + ["--out", str(tmp_path / "ray"), "--ray"]) == 0
-    capsys.readouterr()
-    (a,) = (tmp_path / "local").glob("reflection-*.json")
-    (b,) = (tmp_path / "ray").glob("reflection-*.json")
-    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
-    assert ra["config"]["aggregated_over"] == 2 and len(rb["per_seed"]) == 2
-    # the plot paths name their own output folders; everything else is identical, floats to the bit
-    for r in (ra, rb):
-        for s in r["per_seed"]:
-            s["config"].pop("plot")
-        r["config"].pop("plot")
-    assert json.dumps(_strip(ra), sort_keys=True) == json.dumps(_strip(rb), sort_keys=True)
-    # and the seeds did differ (the comparison is not between two copies of one run)
-    assert ra["per_seed"][0]["dataset"]["hash"] != ra["per_seed"][1]["dataset"]["hash"]
+    for exp, extra in (("retrieval", ["--data", "dialogues", "--users", "2", "--sessions", "6", "--alphas", "1",
+                                      "--task-conversations", "1"]),
+                       ("reflection", ["--users", "1", "--sessions", "4", "--presets", "default", "paper",
+                                       "--eval-every", "8"])):
+        common = ["eval", "memory", exp, "--seeds", "0", "1", "--quiet"] + extra
+        assert main(common + ["--out", str(tmp_path / f"local-{exp}"), "--cache-dir", str(tmp_path / "c1" / exp)]) == 0
+        assert main(common + ["--out", str(tmp_path / f"ray-{exp}"), "--cache-dir", str(tmp_path / "c2" / exp),
+                              "--ray"]) == 0
+        capsys.readouterr()
+        (a,) = (tmp_path / f"local-{exp}").glob(f"{exp}-*.json")
+        (b,) = (tmp_path / f"ray-{exp}").glob(f"{exp}-*.json")
+        ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+        assert ra["config"]["aggregated_over"] == 2 and len(rb["per_seed"]) == 2
+        # the plot paths name their own output folders; everything else is identical, floats to the bit
+        for r in (ra, rb):
+            for s in r["per_seed"]:
+                s["config"].pop("plot", None)
+            r["config"].pop("plot", None)
+        assert json.dumps(_strip(ra), sort_keys=True) == json.dumps(_strip(rb), sort_keys=True)
+        # and the seeds did differ (the comparison is not between two copies of one run)
+        assert ra["per_seed"][0]["dataset"]["hash"] != ra["per_seed"][1]["dataset"]["hash"]
 
 
 def test_run_jobs_keeps_order_and_errors(ray):
@@ -60,3 +110,22 @@ def test_run_jobs_keeps_order_and_errors(ray):
     assert got[1].content_hash() == load_dataset("generated", users=1, sessions=4).content_hash()
     with pytest.raises(MemkernValueError, match="source"):
         run_jobs(load_dataset, [("nope",)])
+    # a job argument that is an ObjectRef is fetched in the task
+    ref = ray.put([4.0, 6.0])
+    assert run_jobs(mean_std, [(ref,)]) == [mean_std([4.0, 6.0])]
+
+
+def test_a_failed_task_fails_its_run_only(ray):
+    from memkern.errors import MemkernValueError
+    from memkern.eval.data import load_dataset
+    from memkern.eval.granularity import granularity_experiment
+    from memkern.eval.tasks import run_experiments
+
+    ds = load_dataset("dialogues", users=2, sessions=6, seed=0)
+    bad = granularity_experiment(["turn"], seed=0)
+    object.__setattr__(bad, "granularities", ("turn", "nope"))  # fails inside its task
+    for use_ray in (False, True):
+        got = run_experiments([(bad, ds), (granularity_experiment(["turn"], seed=0), ds)], cached(),
+                              conversations_per_task=1, use_ray=use_ray)
+        assert isinstance(got[0], MemkernValueError) and "granularity" in str(got[0])
+        assert got[1].metrics["turn"]["questions"] > 0

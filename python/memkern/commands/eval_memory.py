@@ -17,7 +17,7 @@ Examples::
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
     memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
-    memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds as Ray tasks
+    memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds x granularities x conversations as Ray tasks
 """
 from __future__ import annotations
 
@@ -62,8 +62,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     o.add_argument("--tag", default="", help="suffix for result file names")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
     o.add_argument("--ray", action="store_true",
-                   help="run every (experiment, seed) as a Ray task (local Ray, or the cluster at $RAY_ADDRESS); "
-                        "same JSON as the local run (needs memkern[ray])")
+                   help="run the tasks (seed x configuration x conversations) as Ray tasks (local Ray, or the "
+                        "cluster at $RAY_ADDRESS); same JSON as the local run (needs memkern[ray])")
+    o.add_argument("--task-conversations", type=C.nonneg_int, default=4, metavar="N",
+                   help="conversations per task (default 4; 0: one task per configuration and seed); the "
+                        "result does not depend on it")
     o.add_argument("--threads", type=C.positive_int, default=1,
                    help="torch CPU threads (default 1: on shared 2-core machines more threads thrash)")
     o.add_argument("--cache-dir", default="default",
@@ -130,68 +133,56 @@ def _datasets(args):
     return [(s, load_dataset(args.data, users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
 
 
-def run_job(exp: str, seed: int, ds, args, out: str, tag: str, *, emb) -> dict:
-    """One experiment on one seed's dataset: what the local loop runs per (experiment, seed) and what
-    ``--ray`` runs as one Ray task (same function, same arguments: the same result)."""
-    import torch
+def make_experiment(exp: str, seed: int, args, out: str, tag: str):
+    """The :class:`memkern.eval.tasks.Experiment` of one experiment on one seed: its tasks are
+    what the local loop runs one after the other and what ``--ray`` runs as Ray tasks (same
+    plan, same merge: the same result)."""
+    from ..eval.collapse import CollapseExperiment
+    from ..eval.granularity import granularity_experiment
+    from ..eval.reflection import ReflectionExperiment
+    from ..eval.retrieval import retrieval_experiment
+    from ..eval.rmm_loop import RMMExperiment
+    from ..eval.turn_in_topic import turn_in_topic_experiment
 
-    from ..eval import collapse, granularity, reflection, rmm_loop, turn_in_topic
-
-    torch.set_num_threads(max(1, int(args.threads)))
-    progress = not args.quiet and not getattr(args, "ray", False)
     out = Path(out)
-    if getattr(args, "ray", False):
-        emb.path = None  # a Ray task's own copy of the embedder: the driver alone writes the cache file
     overrides = {k: v for k, v in (("lr", args.lr), ("optimizer", args.optimizer)) if v is not None}
     if exp == "granularity":
-        r = granularity.run_granularity(ds, args.granularities, emb=emb, topic_threshold=args.topic_threshold,
-                                        llm_conversations=args.llm_conversations,
-                                        llm_max_new_tokens=args.llm_max_new_tokens,
-                                        max_questions=args.max_questions, progress=progress, seed=seed)
-    elif exp == "turn-in-topic":
-        r = turn_in_topic.run_turn_in_topic(ds, args.alphas, args.parents, emb=emb,
-                                            topic_threshold=args.topic_threshold,
-                                            max_questions=args.max_questions, progress=progress, seed=seed)
-    elif exp == "retrieval":
-        from ..eval import retrieval
-
-        r = retrieval.run_retrieval(ds, emb=emb, alphas=[a for a in args.alphas if a > 0] or [1.0],
-                                    template=args.template, window=args.window,
-                                    texttiling={"target_turns": args.topic_turns}, rmm=not args.no_rmm,
-                                    max_questions=args.max_questions, progress=progress, seed=seed)
-    elif exp == "reflection":
-        r = reflection.run_reflection(ds, emb=emb, k=args.k, top_m=args.top_m,
-                             presets=args.presets or ["default", "paper"], batch_size=args.batch_size,
-                             passes=args.passes, p_useful=args.p_useful, p_useless=args.p_useless,
-                             test_frac=args.test_frac, split=args.split, seeds=[seed],
-                             eval_every=args.eval_every, reranker_overrides=overrides or None,
-                             max_questions=args.max_questions, progress=progress,
-                             plot=out / f"reflection{tag}-seed{seed}.png")
-    elif exp == "collapse":
-        r = collapse.run_collapse(ds, emb=emb, optimizers=args.optimizers, lrs=args.lrs,
-                           presets=args.presets or ["default"], steps=args.steps, k=args.k,
-                           top_m=args.top_m, batch_size=args.batch_size, p_useful=args.p_useful,
-                           p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
-                           eval_every=args.eval_every,
-                           max_questions=args.max_questions, progress=progress,
-                           plot=out / f"collapse{tag}-seed{seed}.png")
-    else:
-        chat = None
-        if args.chat_model:
-            from ..models import ChatModel
-
-            chat = ChatModel(args.chat_model)
-        kw = dict(top_k=args.rmm_top_k, top_m=args.rmm_top_m, batch_size=args.rmm_batch_size,
-                  answer_max_new_tokens=args.answer_max_new_tokens,
-                  extract_max_new_tokens=args.extract_max_new_tokens,
-                  decide_max_new_tokens=args.decide_max_new_tokens,
-                  embedding_threshold=args.embedding_threshold, seed=seed)
-        if args.decider:
-            kw["decider"] = args.decider
-        r = rmm_loop.run_rmm(ds, conversations=args.rmm_conversations, sessions=args.rmm_sessions,
-                      questions=args.rmm_questions, extractor=args.extractor, chat_model=chat,
-                      embedder=emb.embedder, rmm_kwargs=kw, progress=progress)
-    return r
+        return granularity_experiment(args.granularities, topic_threshold=args.topic_threshold,
+                                      llm_conversations=args.llm_conversations,
+                                      llm_max_new_tokens=args.llm_max_new_tokens,
+                                      max_questions=args.max_questions, seed=seed)
+    if exp == "turn-in-topic":
+        return turn_in_topic_experiment(args.alphas, args.parents, topic_threshold=args.topic_threshold,
+                                        max_questions=args.max_questions, seed=seed)
+    if exp == "retrieval":
+        return retrieval_experiment(alphas=[a for a in args.alphas if a > 0] or [1.0], template=args.template,
+                                    window=args.window, texttiling={"target_turns": args.topic_turns},
+                                    rmm=not args.no_rmm, max_questions=args.max_questions, seed=seed)
+    if exp == "reflection":
+        return ReflectionExperiment(
+            presets=tuple(args.presets or ["default", "paper"]), seed=seed,
+            plot=str(out / f"reflection{tag}-seed{seed}.png"),
+            kwargs=dict(k=args.k, top_m=args.top_m, batch_size=args.batch_size, passes=args.passes,
+                        p_useful=args.p_useful, p_useless=args.p_useless, test_frac=args.test_frac, split=args.split,
+                        seeds=[seed], eval_every=args.eval_every, reranker_overrides=overrides or None,
+                        max_questions=args.max_questions))
+    if exp == "collapse":
+        return CollapseExperiment(
+            presets=tuple(args.presets or ["default"]), optimizers=tuple(args.optimizers), lrs=tuple(args.lrs),
+            seed=seed, plot=str(out / f"collapse{tag}-seed{seed}.png"),
+            kwargs=dict(steps=args.steps, k=args.k, top_m=args.top_m, batch_size=args.batch_size,
+                        p_useful=args.p_useful, p_useless=args.p_useless, test_frac=args.test_frac, seeds=[seed],
+                        eval_every=args.eval_every, max_questions=args.max_questions))
+    kw = dict(top_k=args.rmm_top_k, top_m=args.rmm_top_m, batch_size=args.rmm_batch_size,
+              answer_max_new_tokens=args.answer_max_new_tokens,
+              extract_max_new_tokens=args.extract_max_new_tokens,
+              decide_max_new_tokens=args.decide_max_new_tokens,
+              embedding_threshold=args.embedding_threshold, seed=seed)
+    if args.decider:
+        kw["decider"] = args.decider
+    return RMMExperiment(seed=seed, chat_model=args.chat_model,
+                         kwargs=dict(conversations=args.rmm_conversations, sessions=args.rmm_sessions,
+                                     questions=args.rmm_questions, extractor=args.extractor, rmm_kwargs=kw))
 
 
 def run(args) -> int:
@@ -215,27 +206,21 @@ def run(args) -> int:
     tag = f"-{args.tag}" if args.tag else ""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     status = 0
-    jobs = {exp: [(exp, seed, ds, args, str(out), tag) for seed, ds in datasets] for exp in exps}
-    if getattr(args, "ray", False):
-        # every (experiment, seed) is one Ray task running run_job; the embedder (with its cache)
-        # travels once through the object store
-        from ..distributed.evaluate import JobFailed, run_jobs
+    from ..eval.tasks import run_experiments
 
-        flat = [j for exp in exps for j in jobs[exp]]
-        got = run_jobs(run_job, flat, shared={"emb": emb}, return_exceptions=True, progress=progress)
-        done = {}
-        for j, r in zip(flat, got):
-            done.setdefault(j[0], []).append(r)
+    # every (experiment, seed) is cut into (configuration, conversations) tasks; the same tasks run
+    # here one after the other or as Ray tasks, and are merged the same way
+    runs = [(make_experiment(exp, seed, args, str(out), tag), ds) for exp in exps for seed, ds in datasets]
+    got = run_experiments(runs, emb, conversations_per_task=args.task_conversations,
+                          use_ray=bool(getattr(args, "ray", False)), threads=args.threads, progress=progress)
     for exp in exps:
+        mine = [r for (e, _), r in zip(runs, got) if e.name == exp]
         try:
-            if getattr(args, "ray", False):
-                results = []
-                for r in done[exp]:
-                    if isinstance(r, JobFailed):
-                        raise r.error
-                    results.append(r)
-            else:
-                results = [run_job(*j, emb=emb) for j in jobs[exp]]
+            results = []
+            for r in mine:
+                if isinstance(r, BaseException):
+                    raise r
+                results.append(r)
         except MemkernError as e:
             print(f"{exp}: skipped: {e}")
             status = 1

@@ -6,8 +6,13 @@ per job, and returns the results in job order. A job computes exactly what the l
 computes for it (same function, same arguments, same seeds), so the merged results equal the
 local run's; only wall-clock fields (timings, timestamps) differ.
 
-Large shared arguments (a dataset, an embedder with its cache) are put in the object store once
-and passed to every task by reference.
+Large shared arguments (an embedder with its cache) are put in the object store once and passed
+to every task by reference; each worker process deserialises a shared argument once and reuses
+it for every later task of the same call (a task must not mutate it: the memory experiments
+work on :meth:`memkern.eval.units.CachedEmbedder.fork`). A job argument that is an
+``ObjectRef`` (e.g. one dataset shared by many tasks, put once by the caller) is fetched in the
+task. :mod:`memkern.eval.tasks` cuts ``memkern eval memory`` into (seed, configuration,
+conversations) tasks and runs them through here.
 """
 from __future__ import annotations
 
@@ -70,8 +75,18 @@ def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], *, shared: dict[str,
     return out
 
 
+# per worker process: the last call's shared arguments, deserialised (key: their ObjectRefs)
+_SHARED: dict[tuple, dict[str, Any]] = {}
+
+
 def _call(fn: Callable[..., Any], job: tuple, shared: dict[str, Any]) -> Any:
     import ray
 
-    kw = {k: (ray.get(v) if isinstance(v, ray.ObjectRef) else v) for k, v in shared.items()}
-    return fn(*job, **kw)
+    key = tuple((k, v.hex() if isinstance(v, ray.ObjectRef) else repr(v)) for k, v in shared.items())
+    kw = _SHARED.get(key)
+    if kw is None:
+        _SHARED.clear()  # a new call's arguments: drop the previous call's (an embedder is ~100 MB)
+        kw = {k: (ray.get(v) if isinstance(v, ray.ObjectRef) else v) for k, v in shared.items()}
+        _SHARED[key] = kw
+    args = [ray.get(v) if isinstance(v, ray.ObjectRef) else v for v in job]
+    return fn(*args, **kw)

@@ -19,8 +19,9 @@ from ..data.schema import Dataset
 from .data import dataset_info
 from .online import build_candidates, instance_config, make_reranker, recall_of, split_rows, train_online
 from .report import ExperimentResult, environment
+from .tasks import Experiment, Task, TaskOutput, sum_timings
 
-__all__ = ["run_collapse", "CollapseResult"]
+__all__ = ["run_collapse", "CollapseExperiment", "CollapseResult"]
 
 log = logging.getLogger("memkern")
 
@@ -111,3 +112,40 @@ def _plot_collapse(runs, path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@dataclass
+class CollapseExperiment(Experiment):
+    """The collapse work plan (:mod:`memkern.eval.tasks`): one configuration per (preset,
+    optimizer, learning rate), **not** cut by conversation (each run trains one reranker online
+    over every conversation's questions). ``kwargs``: :func:`run_collapse`'s arguments but
+    ``ds``, ``emb``, ``presets``, ``optimizers``, ``lrs``, ``plot`` and ``progress``."""
+
+    name: ClassVar[str] = "collapse"
+
+    presets: tuple[str, ...] = ("default",)
+    optimizers: tuple[str, ...] = ("adam", "sgd")
+    lrs: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
+    kwargs: dict[str, Any] | None = None
+    plot: str | None = None
+    seed: int = 0
+
+    def configurations(self, ds: Dataset) -> list[str]:
+        return [f"{p}|{o}|{i}" for p in self.presets for o in self.optimizers for i in range(len(self.lrs))]
+
+    def run_task(self, ds: Dataset, task: Task, emb: Any) -> "CollapseResult":
+        p, o, i = task.config.split("|")
+        return run_collapse(ds, emb=emb, presets=[p], optimizers=[o], lrs=[self.lrs[int(i)]], plot=None,
+                            **(self.kwargs or {}))
+
+    def merge(self, ds: Dataset, outputs: Sequence[TaskOutput], emb: Any) -> "CollapseResult":
+        runs = [r for o in outputs for r in o.partial.metrics["runs"]]
+        if self.plot:
+            _plot_collapse(runs, self.plot)
+        config = outputs[0].partial.config | dict(presets=list(self.presets), optimizers=list(self.optimizers),
+                                                  lrs=list(self.lrs), plot=self.plot)
+        timings = sum_timings(outputs)
+        timings["total"] = timings["tasks"]
+        return CollapseResult(config, outputs[0].partial.dataset, {"runs": runs,
+                              "collapsed": sum(r["collapsed"] for r in runs), "total_runs": len(runs)},
+                              timings, environment())

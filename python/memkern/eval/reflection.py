@@ -22,9 +22,10 @@ from .metrics import mean_std
 from .online import (build_candidates, instance_config, make_reranker, preset_config, recall_of, split_rows,
                      train_online)
 from .report import ExperimentResult, environment, plus_minus
+from .tasks import Experiment, Task, TaskOutput, sum_timings
 from .units import CachedEmbedder
 
-__all__ = ["run_reflection", "ReflectionResult"]
+__all__ = ["run_reflection", "ReflectionExperiment", "ReflectionResult"]
 
 
 @dataclass
@@ -128,3 +129,34 @@ def _plot_curves(res: dict[str, Any], path, title: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@dataclass
+class ReflectionExperiment(Experiment):
+    """The reflection work plan (:mod:`memkern.eval.tasks`): one configuration per reranker
+    preset (presets train independently on the same candidates), **not** cut by conversation:
+    the reranker is trained online over the stream of every conversation's questions, so the
+    state one conversation leaves is the next one's start. ``kwargs``: :func:`run_reflection`'s
+    arguments but ``ds``, ``emb``, ``presets``, ``plot`` and ``progress``."""
+
+    name: ClassVar[str] = "reflection"
+
+    presets: tuple[str, ...] = ("default", "paper")
+    kwargs: dict[str, Any] | None = None
+    plot: str | None = None
+    seed: int = 0
+
+    def configurations(self, ds: Dataset) -> list[str]:
+        return list(self.presets)
+
+    def run_task(self, ds: Dataset, task: Task, emb: Any) -> "ReflectionResult":
+        return run_reflection(ds, emb=emb, presets=[task.config], plot=None, **(self.kwargs or {}))
+
+    def merge(self, ds: Dataset, outputs: Sequence[TaskOutput], emb: Any) -> "ReflectionResult":
+        res = {p: v for o in outputs for p, v in o.partial.metrics.items()}
+        if self.plot:
+            _plot_curves(res, self.plot, title=f"held-back Recall@{outputs[0].partial.config['top_m']}, {ds.name}")
+        config = outputs[0].partial.config | dict(presets=list(self.presets), plot=self.plot)
+        timings = sum_timings(outputs)
+        timings["total"] = timings["tasks"]
+        return ReflectionResult(config, outputs[0].partial.dataset, res, timings, environment())

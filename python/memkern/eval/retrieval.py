@@ -30,12 +30,13 @@ import numpy as np
 
 from ..data.schema import Conversation, Dataset
 from ..errors import bad_arg
-from .data import by_type, dataset_info, mean, progress_bar, questions_by_conversation
+from .data import by_type, dataset_info, mean, questions_by_conversation
 from .metrics import recall_at_budget
 from .report import ExperimentResult, cell, environment
+from .tasks import DEFAULT_CONVERSATIONS_PER_TASK, Experiment, Task, TaskOutput, concat_rows, run_local, sum_timings
 from .units import BUDGETS, CachedEmbedder
 
-__all__ = ["run_retrieval", "RetrievalResult", "turn_dicts"]
+__all__ = ["run_retrieval", "retrieval_experiment", "RetrievalExperiment", "RetrievalResult", "turn_dicts"]
 
 BASELINE = "turn (content)"
 
@@ -90,11 +91,138 @@ def _rank_rows(S: np.ndarray, unit_ids: list[list[str]], questions, budgets, nam
         rows.setdefault(name, []).append(r)
 
 
+@dataclass
+class RetrievalExperiment(Experiment):
+    """The retrieval experiment's work plan (:mod:`memkern.eval.tasks`).
+
+    Configurations: ``exact`` (every exact-cosine row: they share the question and turn
+    embeddings, so they stay one task per conversation batch) and ``rmm-default`` (a store per
+    conversation); both are cut by conversation: no row carries state from one conversation to
+    the next (the RMM row builds a fresh RMM and store per conversation).
+    """
+
+    name: ClassVar[str] = "retrieval"
+
+    alphas: tuple[float, ...] = (0.5, 1.0, 2.0)
+    budgets: tuple[int, ...] = BUDGETS
+    template: Any = None
+    window: int = 4
+    texttiling: dict[str, Any] | None = None
+    rmm: bool = True
+    rmm_kwargs: dict[str, Any] | None = None
+    max_questions: int | None = None
+    seed: int = 0
+
+    def configurations(self, ds: Dataset) -> list[str]:
+        return ["exact", "rmm-default"] if self.rmm else ["exact"]
+
+    def conversations(self, ds: Dataset, config: str) -> int:
+        return len(questions_by_conversation(ds, self.max_questions)[0])
+
+    def _extractors(self, emb):
+        from ..extract import TextTilingExtractor, WindowExtractor
+        from ..template import default_template
+
+        tpl = default_template(self.template)
+        return tpl, WindowExtractor(size=self.window, template=tpl), \
+            TextTilingExtractor(emb, template=tpl, **(self.texttiling or {}))
+
+    def run_task(self, ds: Dataset, task: Task, emb: Any) -> dict[str, Any]:
+        from ..template import PLAIN
+
+        convs, _ = questions_by_conversation(ds, self.max_questions)
+        tpl, win, tiler = self._extractors(emb)
+        budgets, alphas = list(self.budgets), list(self.alphas)
+        wname = f"window{self.window}"
+        rows: dict[str, list[dict[str, Any]]] = {}
+        ustats: dict[str, dict[str, list[float]]] = {}
+        timings: dict[str, float] = {}
+        for ci in task.conversations:
+            c, questions = convs[ci]
+            sessions = turn_dicts(c)
+            if task.config == "rmm-default":
+                t0 = time.perf_counter()
+                _rmm_rows(sessions, [s.session_id for s in c.sessions], [s.date for s in c.sessions], questions,
+                          emb, budgets, self.rmm_kwargs, self.seed, rows)
+                timings["rmm"] = timings.get("rmm", 0.0) + time.perf_counter() - t0
+                continue
+            flat = [t for s in sessions for t in s]
+            tid = [t["turn_id"] for t in flat]
+            pos = {t: i for i, t in enumerate(tid)}
+            qe = emb.encode([q.question for q in questions], kind="query")
+            e_plain = emb.encode([PLAIN.render_turn(t) for t in flat])
+            e_tpl = emb.encode([tpl.render_turn(t) for t in flat])
+            s_plain, s_tpl = qe @ e_plain.T, qe @ e_tpl.T  # [Q, T]
+            _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
+            _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
+            for name, ex in ((wname, win), ("texttiling", tiler)):
+                ids, texts = _segments(sessions, ex)
+                pe = emb.encode(texts)
+                sp = qe @ pe.T  # [Q, P]
+                _rank_rows(sp, ids, questions, budgets, name, rows)
+                st = ustats.setdefault(name, {"tokens": [], "turns": [], "units": []})
+                st["units"].append(len(ids))
+                top = np.argsort(-sp, axis=1, kind="stable")[:, :5]
+                for j in top.reshape(-1):
+                    st["turns"].append(len(ids[j]))
+                    st["tokens"].append(emb.count_tokens(texts[j]))
+                parent_of = np.full(len(tid), -1, np.int64)
+                for j, u in enumerate(ids):
+                    for t in u:
+                        if parent_of[pos[t]] < 0:
+                            parent_of[pos[t]] = j
+                ps = np.where(parent_of[None, :] >= 0, sp[:, np.maximum(parent_of, 0)], 0.0)
+                for a in alphas:
+                    _rank_rows(s_tpl + float(a) * ps, [[t] for t in tid], questions, budgets, f"turn+{a:g}*{name}",
+                               rows)
+        return {"rows": rows, "ustats": ustats, "timings": timings}
+
+    def merge(self, ds: Dataset, outputs: Sequence[TaskOutput], emb: Any) -> "RetrievalResult":
+        _, skipped = questions_by_conversation(ds, self.max_questions)
+        tpl, _, tiler = self._extractors(emb)
+        rows = concat_rows(outputs)
+        ustats: dict[str, dict[str, list[float]]] = {}
+        for o in outputs:
+            for name, st in o.partial["ustats"].items():
+                acc = ustats.setdefault(name, {k: [] for k in st})
+                for k, v in st.items():
+                    acc[k].extend(v)
+        names = [f"recall@{b}turns" for b in self.budgets]
+        metrics: dict[str, Any] = {}
+        base = {n: mean([r[n] for r in rows.get(BASELINE, [])]) for n in names}
+        for name, rs in rows.items():
+            m = {n: mean([r[n] for r in rs]) for n in names}
+            m |= {f"delta_{n}": m[n] - base[n] for n in names}
+            m["questions"] = len(rs)
+            if name in ustats:
+                m["tokens_per_unit"] = mean(ustats[name]["tokens"])
+                m["turns_per_unit"] = mean(ustats[name]["turns"])
+                m["units_per_conversation"] = mean(ustats[name]["units"])
+            m["by_type"] = by_type(rs, names)
+            metrics[name] = m
+        timings = sum_timings(outputs)
+        timings.setdefault("rmm", 0.0)
+        timings["total"] = timings["tasks"]
+        config = dict(experiment="retrieval", alphas=list(self.alphas), budgets=list(self.budgets),
+                      template=tpl.to_dict(), window=self.window,
+                      texttiling=dict(target_turns=tiler.target_turns, min_turns=tiler.min_turns,
+                                      max_turns=tiler.max_turns, window=tiler.window),
+                      rmm=bool(self.rmm), rmm_kwargs=dict(self.rmm_kwargs or {}), embedder=emb.model_name,
+                      seed=self.seed, retrieval="exact cosine (numpy); rmm-default: RMM.retrieve on a MemoryStore")
+        return RetrievalResult(config, dataset_info(ds) | {"skipped_no_evidence": skipped}, metrics, timings,
+                               environment())
+
+
 def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Sequence[float] = (0.5, 1.0, 2.0),
                   budgets: Sequence[int] = BUDGETS, template: Any = None, window: int = 4,
                   texttiling: dict[str, Any] | None = None, rmm: bool = True, rmm_kwargs: dict[str, Any] | None = None,
-                  max_questions: int | None = None, progress: bool = False, seed: int = 0) -> RetrievalResult:
+                  max_questions: int | None = None, progress: bool = False, seed: int = 0,
+                  conversations_per_task: int = DEFAULT_CONVERSATIONS_PER_TASK) -> RetrievalResult:
     """Every retrieval configuration of issue 13 at equal turn budgets (see the module doc).
+
+    Runs the tasks of :class:`RetrievalExperiment` here, one after the other
+    (:func:`memkern.eval.tasks.run_local`); ``memkern eval memory retrieval --ray`` runs the same
+    tasks on Ray and gets the same result.
 
     Parameters
     ----------
@@ -115,80 +243,29 @@ def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Seq
         Also measure ``rmm-default`` (:meth:`memkern.RMM.retrieve`; a store per conversation).
     rmm_kwargs : dict, optional
         Extra :class:`memkern.RMM` arguments for that row (default: none, the defaults).
+    conversations_per_task : int
+        Conversations per task (``0``: one task per configuration); the result does not depend on it.
     """
-    from ..extract import TextTilingExtractor, WindowExtractor
-    from ..template import PLAIN, default_template
+    exp = retrieval_experiment(alphas=alphas, budgets=budgets, template=template, window=window,
+                               texttiling=texttiling, rmm=rmm, rmm_kwargs=rmm_kwargs, max_questions=max_questions,
+                               seed=seed)
+    return run_local(exp, ds, emb or CachedEmbedder(), conversations_per_task, progress=progress)
+
+
+def retrieval_experiment(*, alphas: Sequence[float] = (0.5, 1.0, 2.0), budgets: Sequence[int] = BUDGETS,
+                         template: Any = None, window: int = 4, texttiling: dict[str, Any] | None = None,
+                         rmm: bool = True, rmm_kwargs: dict[str, Any] | None = None,
+                         max_questions: int | None = None, seed: int = 0) -> RetrievalExperiment:
+    """A checked :class:`RetrievalExperiment` (the arguments of :func:`run_retrieval`)."""
+    from ..template import default_template
 
     for a in alphas:
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0:
             raise bad_arg("alphas", "numbers > 0", a)
-    tpl = default_template(template)
-    emb = emb or CachedEmbedder()
-    t_start = time.perf_counter()
-    convs, skipped = questions_by_conversation(ds, max_questions)
-    win = WindowExtractor(size=window, template=tpl)
-    tiler = TextTilingExtractor(emb, template=tpl, **(texttiling or {}))
-    wname = f"window{window}"
-    rows: dict[str, list[dict[str, Any]]] = {}
-    ustats: dict[str, dict[str, list[float]]] = {}
-    timings: dict[str, float] = {"rmm": 0.0}
-    for c, questions in progress_bar(convs, progress, desc="retrieval", unit="conv"):
-        sessions = turn_dicts(c)
-        flat = [t for s in sessions for t in s]
-        tid = [t["turn_id"] for t in flat]
-        pos = {t: i for i, t in enumerate(tid)}
-        qe = emb.encode([q.question for q in questions], kind="query")
-        e_plain = emb.encode([PLAIN.render_turn(t) for t in flat])
-        e_tpl = emb.encode([tpl.render_turn(t) for t in flat])
-        s_plain, s_tpl = qe @ e_plain.T, qe @ e_tpl.T  # [Q, T]
-        _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
-        _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
-        for name, ex in ((wname, win), ("texttiling", tiler)):
-            ids, texts = _segments(sessions, ex)
-            pe = emb.encode(texts)
-            sp = qe @ pe.T  # [Q, P]
-            _rank_rows(sp, ids, questions, budgets, name, rows)
-            st = ustats.setdefault(name, {"tokens": [], "turns": [], "units": []})
-            st["units"].append(len(ids))
-            top = np.argsort(-sp, axis=1, kind="stable")[:, :5]
-            for j in top.reshape(-1):
-                st["turns"].append(len(ids[j]))
-                st["tokens"].append(emb.count_tokens(texts[j]))
-            parent_of = np.full(len(tid), -1, np.int64)
-            for j, u in enumerate(ids):
-                for t in u:
-                    if parent_of[pos[t]] < 0:
-                        parent_of[pos[t]] = j
-            ps = np.where(parent_of[None, :] >= 0, sp[:, np.maximum(parent_of, 0)], 0.0)
-            for a in alphas:
-                _rank_rows(s_tpl + float(a) * ps, [[t] for t in tid], questions, budgets, f"turn+{a:g}*{name}", rows)
-        if rmm:
-            t0 = time.perf_counter()
-            _rmm_rows(sessions, [s.session_id for s in c.sessions], [s.date for s in c.sessions], questions, emb,
-                      budgets, rmm_kwargs, seed, rows)
-            timings["rmm"] += time.perf_counter() - t0
-    emb.flush()
-    names = [f"recall@{b}turns" for b in budgets]
-    metrics: dict[str, Any] = {}
-    base = {n: mean([r[n] for r in rows.get(BASELINE, [])]) for n in names}
-    for name, rs in rows.items():
-        m = {n: mean([r[n] for r in rs]) for n in names}
-        m |= {f"delta_{n}": m[n] - base[n] for n in names}
-        m["questions"] = len(rs)
-        if name in ustats:
-            m["tokens_per_unit"] = mean(ustats[name]["tokens"])
-            m["turns_per_unit"] = mean(ustats[name]["turns"])
-            m["units_per_conversation"] = mean(ustats[name]["units"])
-        m["by_type"] = by_type(rs, names)
-        metrics[name] = m
-    timings["total"] = time.perf_counter() - t_start
-    config = dict(experiment="retrieval", alphas=list(alphas), budgets=list(budgets), template=tpl.to_dict(),
-                  window=window, texttiling=dict(target_turns=tiler.target_turns, min_turns=tiler.min_turns,
-                                                 max_turns=tiler.max_turns, window=tiler.window),
-                  rmm=bool(rmm), rmm_kwargs=dict(rmm_kwargs or {}), embedder=emb.model_name, seed=seed,
-                  retrieval="exact cosine (numpy); rmm-default: RMM.retrieve on a MemoryStore")
-    return RetrievalResult(config, dataset_info(ds) | {"skipped_no_evidence": skipped}, metrics, timings,
-                           environment())
+    return RetrievalExperiment(alphas=tuple(alphas), budgets=tuple(budgets), template=default_template(template),
+                               window=window, texttiling=dict(texttiling) if texttiling else None, rmm=bool(rmm),
+                               rmm_kwargs=dict(rmm_kwargs) if rmm_kwargs else None, max_questions=max_questions,
+                               seed=seed)
 
 
 def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[Any], questions, emb: Any,

@@ -9,8 +9,9 @@ from ..data.schema import Dataset
 from ..errors import MemkernValueError
 from .data import dataset_info, mean, progress_bar
 from .report import ExperimentResult, environment
+from .tasks import Experiment, Task, TaskOutput
 
-__all__ = ["run_rmm", "RMMResult"]
+__all__ = ["run_rmm", "RMMExperiment", "RMMResult"]
 
 
 @dataclass
@@ -110,3 +111,33 @@ def _turn_ids_of(store: Any, ids: Sequence[int]) -> set[str]:
             if isinstance(t, dict) and "turn_id" in t:
                 out.add(str(t["turn_id"]))
     return out
+
+
+@dataclass
+class RMMExperiment(Experiment):
+    """The rmm work plan (:mod:`memkern.eval.tasks`): one task per seed, **not** cut by
+    configuration or conversation (the chat model is loaded once and its sampler runs through
+    every conversation in turn). ``kwargs``: :func:`run_rmm`'s arguments but ``ds``,
+    ``embedder``, ``chat_model`` and ``progress``; ``chat_model``: a local model folder or
+    ``None`` (the offline default), loaded inside the task."""
+
+    name: ClassVar[str] = "rmm"
+
+    kwargs: dict[str, Any] | None = None
+    chat_model: str | None = None
+    seed: int = 0
+
+    def configurations(self, ds: Dataset) -> list[str]:
+        return ["all"]
+
+    def run_task(self, ds: Dataset, task: Task, emb: Any) -> "RMMResult":
+        chat = None
+        if self.chat_model:
+            from ..models import ChatModel
+
+            chat = ChatModel(self.chat_model)
+        return run_rmm(ds, chat_model=chat, embedder=emb.embedder, **(self.kwargs or {}))
+
+    def merge(self, ds: Dataset, outputs: Sequence[TaskOutput], emb: Any) -> "RMMResult":
+        (o,) = outputs
+        return o.partial

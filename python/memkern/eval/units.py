@@ -57,6 +57,7 @@ class CachedEmbedder:
         self.path: Path | None = None
         self.hits = 0
         self.misses = 0
+        self._added: list[str] | None = None  # keys embedded since fork() (None: not a fork)
         if cache_dir is not None:
             d = default_cache_dir() if cache_dir == "default" else Path(cache_dir)
             tag = hashlib.sha1(self.model_name.encode()).hexdigest()[:12]
@@ -89,12 +90,40 @@ class CachedEmbedder:
             vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
             for k, v in zip(todo, vecs):
                 self._mem[k] = v
+            if self._added is not None:
+                self._added.extend(todo)
             self._new += len(todo)
             if self._new >= self.flush_every:
                 self.flush()
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         return np.stack([self._mem[k] for k in keys]).astype(np.float32, copy=False)
+
+    def fork(self) -> "CachedEmbedder":
+        """A copy that shares the model and starts from this cache's vectors but never sees the
+        vectors embedded here later (nor adds to them), and writes no file: one evaluation task's
+        view of the cache (:mod:`memkern.eval.tasks`). :meth:`added` returns what it embedded."""
+        f = object.__new__(CachedEmbedder)
+        f.__dict__.update(self.__dict__)
+        f._mem = dict(self._mem)
+        f._added = []
+        f._new = 0
+        f.path = None
+        f.hits = f.misses = 0
+        return f
+
+    def added(self) -> dict[str, np.ndarray]:
+        """The vectors a :meth:`fork` embedded (cache key -> float32 ``[d]``), in embedding order."""
+        if self._added is None:
+            raise bad_arg("self", "a fork() of a CachedEmbedder", "the original cache")
+        return {k: self._mem[k] for k in self._added}
+
+    def absorb(self, vectors: dict[str, np.ndarray]) -> None:
+        """Add a fork's :meth:`added` vectors; keys already cached keep their vector."""
+        for k, v in vectors.items():
+            if k not in self._mem:
+                self._mem[k] = np.asarray(v, dtype=np.float32)
+                self._new += 1
 
     def flush(self) -> None:
         if self.path is None or self._new == 0:
