@@ -141,3 +141,14 @@ def test_fork_sees_a_snapshot_and_returns_what_it_embedded():
         emb.added()
     emb.absorb(f.added())
     assert len(emb._mem) == 2
+
+
+def test_result_rows_in_plan_order(ds):
+    """Result keys follow the configurations; each row list is in conversation order."""
+    from memkern.eval.tasks import TaskOutput, Task, concat_rows, run_local
+
+    r = run_local(_experiments()[0], ds, cached(_Hash(32)), conversations_per_task=1)
+    assert list(r.metrics) == ["turn (content)", "turn (template)", "window4", "turn+1*window4", "texttiling",
+                               "turn+1*texttiling", "rmm-default"]
+    outs = [TaskOutput(Task("x", 0, c, (i,)), {"rows": {c: [i]}}, {}, 0.0) for c in ("a", "b") for i in range(3)]
+    assert concat_rows(outs) == {"a": [0, 1, 2], "b": [0, 1, 2]}
