@@ -72,11 +72,15 @@ def test_ray_tasks_equal_local_tasks(ray):
     assert all(np.array_equal(local_emb._mem[k], ray_emb._mem[k]) for k in local_emb._mem)
 
 
-def test_cli_ray_equals_local(ray, tmp_path, capsys):
+def test_cli_ray_equals_local(ray, tmp_path, capsys, monkeypatch):
     """The CLI on the real MiniLM: the retrieval experiment, two seeds, every conversation its own
     task. The Ray run reads the cache the local run wrote (cold-cache equality with a
     batch-dependent embedder is the test above)."""
+    import memkern.models
     from memkern.cli import main
+
+    minilm = memkern.models.Embedder()  # loaded once for both runs (the slow part on 2 shared cores)
+    monkeypatch.setattr(memkern.models, "Embedder", lambda *a, **kw: minilm)
 
     common = ["eval", "memory", "retrieval", "--seeds", "0", "1", "--quiet", "--users", "2", "--sessions", "4",
               "--alphas", "1", "--no-rmm", "--task-conversations", "1", "--cache-dir", str(tmp_path / "cache")]

@@ -10,6 +10,10 @@ On generated data each ``--seeds`` value generates its own dataset (and seeds th
 the JSON then holds every seed's result and the mean / std over seeds. On a benchmark file the
 seeds vary only the experiment's randomness (splits, sampling, citations).
 
+Every (experiment, seed) is cut into (configuration, conversations) tasks
+(:mod:`memkern.eval.tasks`, ``--task-conversations`` per task); the local run runs them one after
+the other, ``--ray`` as Ray tasks, and both merge them the same way (the same JSON).
+
 Examples::
 
     memkern eval memory granularity --users 12 --sessions 40 --seeds 0 1 2

@@ -6,7 +6,8 @@
   (JSONL, LongMemEval, LoCoMo) through embedding and extraction into a ShardedStore, idempotent
   per session id.
 - :func:`run_jobs` (:mod:`memkern.distributed.evaluate`): evaluation jobs as Ray tasks
-  (``memkern eval memory ... --ray``).
+  (``memkern eval memory ... --ray`` runs the (seed, configuration, conversations) tasks of
+  :mod:`memkern.eval.tasks` through it).
 - :class:`DataParallelTrainer` (:mod:`memkern.distributed.train`): REINFORCE reranker training
   over many workers' feedback with gradients averaged by a gloo all-reduce.
 
