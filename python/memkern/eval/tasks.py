@@ -36,7 +36,11 @@ conversation costs from tens of milliseconds (warm cache, exact cosine) to secon
 cache, or the ``rmm-default`` row's store). ``conversations_per_task`` (CLI
 ``--task-conversations``, default :data:`DEFAULT_CONVERSATIONS_PER_TASK`) batches conversations so a
 task stays well above the overhead; ``0`` keeps every configuration whole (one task per
-configuration and seed).
+configuration and seed). Measured on 2 shared cores (local Ray with 2 CPUs, warm workers, a hash
+embedder, retrieval without the RMM row plus three granularities on 8 generated dialogues):
+32 one-conversation tasks took 2.05 s on Ray against 0.56 s here (~50 ms of overhead per
+task), 8 four-conversation tasks 0.64 s against 0.31 s. With MiniLM on a cold cache a
+conversation costs seconds, so 4 conversations per task keep the overhead to a few percent.
 """
 from __future__ import annotations
 
