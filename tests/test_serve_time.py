@@ -45,8 +45,8 @@ def client(service):
         yield c
 
 
-def _add(client, content, date, infer=False, **kw):
-    r = client.post("/v1/memories", json={"messages": [{"role": "user", "content": content}], "user_id": "alice",
+def _add(client, content, date, infer=False, user="alice", **kw):
+    r = client.post("/v1/memories", json={"messages": [{"role": "user", "content": content}], "user_id": user,
                                           "infer": infer, "date": date, **kw})
     assert r.status_code == 200, r.text
     return r.json()["results"]
@@ -55,21 +55,23 @@ def _add(client, content, date, infer=False, **kw):
 def test_http_date_time_range_recency_and_filters(client, service):
     old = _add(client, "I ran the Boston marathon", "2023-05-08", metadata={"topic": "run"})[0]["id"]
     new = _add(client, "I ran the Boston marathon again", JUN1, metadata={"topic": "run2"})[0]["id"]
-    inferred = _add(client, "My beagle Pepper loves the park", "1:56 pm on 9 May, 2023", infer=True)[0]["id"]
+    inferred = _add(client, "I ran the Boston marathon with my beagle", "1:56 pm on 9 May, 2023", infer=True,
+                    user="bob")[0]["id"]
     assert service.store.get(old).event_time == MAY8 and service.store.get(new).event_time == JUN1
     assert service.store.get(inferred).event_time == MAY8 + 86400 + 13 * 3600 + 56 * 60
     got = client.get(f"/v1/memories/{old}").json()
     assert got["event_time"].startswith("2023-05-08T00:00:00")
 
-    def search(**kw):
-        r = client.post("/v1/memories/search", json={"query": "Boston marathon", "user_id": "alice", "limit": 5, **kw})
+    def search(user="alice", **kw):
+        r = client.post("/v1/memories/search", json={"query": "Boston marathon", "user_id": user, "limit": 5, **kw})
         assert r.status_code == 200, r.text
         return [x["id"] for x in r.json()["results"]]
 
     assert set(search()[:2]) == {old, new}
     assert search(time_range=["2023-05-20", None]) == [new]
     assert search(time_range=[None, "2023-05-20T00:00:00+00:00"])[:1] == [old]
-    assert inferred not in search(time_range=[MAY8, MAY8 + 86400])
+    assert search("bob", time_range=[MAY8, MAY8 + 86400]) == [] and search("bob") == [inferred]
+    assert search("bob", time_range=["2023-05-09", "2023-05-10"]) == [inferred]
     assert search(filters={"topic": "run"}) == [old]
     assert search(time_range=[0, 1e9], time_field="created") == []
     assert search(recency=86400.0, recency_weight=5.0, now=JUN1 + 3600)[0] == new
@@ -80,6 +82,13 @@ def test_http_date_time_range_recency_and_filters(client, service):
     assert [m["id"] for m in r.json()["memories"]] == [new]
     r = client.post("/v1/respond", json={"query": "Boston marathon", "user_id": "alice", "filters": {"topic": "run"}})
     assert [m["id"] for m in r.json()["memories"]] == [old]
+    # two-level memory (bob's inferred add has turn records): the filtered turn search
+    r = client.post("/v1/respond", json={"query": "Boston marathon", "user_id": "bob",
+                                         "time_range": ["2023-05-09", None]})
+    assert [m["id"] for m in r.json()["memories"]] == [inferred]
+    r = client.post("/v1/respond", json={"query": "Boston marathon", "user_id": "bob",
+                                         "time_range": ["2023-05-10", None]})
+    assert r.json()["memories"] == []
 
 
 @pytest.mark.parametrize("body,where", [
@@ -123,9 +132,9 @@ def test_mcp_tools_take_date_and_time_arguments(service):
     server = build_server(service)
 
     async def call(name, args):
-        out = await server.call_tool(name, args)
-        blocks = out[0] if isinstance(out, tuple) else out
-        return json.loads(blocks[0].text)
+        out = await server.call_tool(name, args)  # mcp's CallToolResult
+        assert not out.is_error, out
+        return json.loads(out.content[0].text)
 
     async def main():
         await call("add_memory", {"messages": "I ran the Boston marathon", "user_id": "alice", "infer": False,

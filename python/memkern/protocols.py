@@ -51,7 +51,7 @@ Message = dict
 Prompt = Union[str, Sequence[Message]]
 
 __all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt", "accepts_keyword",
-           "supports_event_time", "search_keywords", "SEARCH_FILTER_KEYWORDS"]
+           "supports_event_time", "search_keywords", "missing_search_keywords", "SEARCH_FILTER_KEYWORDS"]
 
 #: The keyword arguments of a filtered / time-aware ``search`` (:meth:`memkern.MemoryStore.search`).
 SEARCH_FILTER_KEYWORDS = ("filter", "time_range", "time_field", "recency", "recency_weight", "now")
@@ -83,6 +83,13 @@ def search_keywords(store: Any) -> frozenset:
     """Which of :data:`SEARCH_FILTER_KEYWORDS` ``store.search`` takes."""
     fn = getattr(store, "search", None)
     return frozenset(k for k in SEARCH_FILTER_KEYWORDS if accepts_keyword(fn, k))
+
+
+def missing_search_keywords(store: Any, keywords: Iterable[str]) -> list[str]:
+    """The ``keywords`` ``store.search`` does not take, in :data:`SEARCH_FILTER_KEYWORDS` order."""
+    have = search_keywords(store)
+    want = set(keywords)
+    return [k for k in SEARCH_FILTER_KEYWORDS if k in want and k not in have]
 
 
 @runtime_checkable

@@ -32,13 +32,13 @@ def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recen
     store's errors (naming the argument); a store whose ``search`` lacks one raises
     :class:`memkern.MemkernValueError` naming it.
     """
-    from ..protocols import search_keywords
+    from ..protocols import missing_search_keywords
     from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
     from ..template import time_range_seconds
 
     kw = check_search_filters(None, time_range_seconds(time_range), time_field, recency,
                               DEFAULT_RECENCY_WEIGHT if recency_weight is None else recency_weight, now)
-    missing = sorted(set(kw) - search_keywords(store))
+    missing = missing_search_keywords(store, kw)
     if missing:
         raise MemkernValueError(f"{missing[0]}: expected none, got {missing[0]}, which this store's search does not take")
     return kw

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..protocols import search_keywords
+from ..protocols import missing_search_keywords
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
 __all__ = ["RetrieveStage", "Retrieval", "turn_key"]
@@ -117,7 +117,7 @@ class RetrieveStage:
         :class:`memkern.MemkernTypeError` naming a keyword the store's ``search`` lacks."""
         kw = check_search_filters(filter, time_range, time_field, recency, recency_weight, now)
         if kw:
-            missing = sorted(set(kw) - search_keywords(self.store))
+            missing = missing_search_keywords(self.store, kw)
             if missing:
                 raise bad_arg(missing[0], f"a store whose search takes {missing[0]}= (memkern.protocols.search_keywords)",
                               type(self.store).__name__, MemkernTypeError)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..extract import validate_turns
-from ..protocols import search_keywords, supports_event_time
+from ..protocols import missing_search_keywords, supports_event_time
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..template import event_seconds, time_range_seconds
 from . import scopes as S
@@ -357,7 +357,7 @@ class MemoryService:
             if str(e).startswith("filter"):  # the store names it "filter"; requests call it "filters"
                 raise type(e)("filters" + str(e)[len("filter"):]) from None
             raise
-        missing = sorted(set(kw) - search_keywords(self.store))
+        missing = missing_search_keywords(self.store, kw)
         if missing:
             name = "filters" if missing[0] == "filter" else missing[0]
             raise MemkernValueError(f"{name}: expected none, got {name}, which this store's search does not take")
