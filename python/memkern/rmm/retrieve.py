@@ -17,8 +17,8 @@ RMM writes each session's date to ``event_time`` (:meth:`memkern.RMM.end_session
 ``time_range`` with the default ``time_field="event"`` selects by conversation date. In two-level
 mode the filtered search runs on turn records (a turn sees its topic's meta keys and carries the
 event time of the write that stored it): the ``4 * top_k`` best passing turns by turn similarity
-(+ the recency prior) are rescored ``turn score + alpha * sim(q, topic)`` and grouped as without
-filters. A store whose ``search`` lacks one of these keywords
+(+ the recency prior) are rescored ``turn score + alpha * cos(q, topic)`` (cosine, whatever the
+store's metric) and grouped as without filters. A store whose ``search`` lacks one of these keywords
 (:func:`memkern.protocols.search_keywords`) raises :class:`memkern.MemkernTypeError` naming it.
 """
 from __future__ import annotations
