@@ -848,4 +848,8 @@ CATALOGUE: list[Mutant] = [
            "_, scores, recs = F.search(self.store, self.namespace, q, top_k, tree, **tkw)",
            "_, scores, recs = F.search(self.store, self.namespace, q, top_k, tree)",
            "mem0 searches ignore time_range / recency", ("tests/test_adapter_time.py",)),
+    Mutant("ingest-drops-event-time", "time", "python/memkern/commands/ingest.py",
+           '"event_time": getattr(rec, "event_time", None)}',
+           '"event_time": None}',
+           "memkern ingest loses the session dates' event times when it copies its stage", ("tests/test_rmm_time.py",)),
 ]

@@ -232,3 +232,30 @@ def test_respond_and_async_calls_pass_the_filters(tmp_path):
     a, b = asyncio.run(main())
     assert _sessions_of(rmm, a) == {"session_1"} and _sessions_of(rmm, b) == {"session_2"}
     rmm.store.close()
+
+
+def test_memkern_ingest_keeps_session_dates_through_its_stage(tmp_path, monkeypatch):
+    """`memkern ingest` folds sessions in a scratch store and copies the result: the session
+    dates' event times come along, and a second ingest keeps the first one's."""
+    import json
+
+    from memkern.cli import main
+    from memkern.commands import _common as C
+
+    monkeypatch.setattr(C, "build_models", lambda args, need_chat=True: (NoChat(), HashEmbedder(384)))
+    s = sessions()
+    files = []
+    for k, (sid, date) in enumerate((("a", "2023-05-08"), ("b", "2023-05-09"))):
+        f = tmp_path / f"s{k}.json"
+        f.write_text(json.dumps({"sessions": [{"session_id": sid, "date": date, "turns": s[k]}]}))
+        files.append(f)
+    common = ["--store", str(tmp_path / "st"), "-n", NS, "--extractor", "embedding", "--no-progress"]
+    assert main(["ingest", str(files[0]), *common]) == 0
+    assert main(["ingest", str(files[1]), *common]) == 0
+    with MemoryStore(tmp_path / "st") as st:
+        recs = [st.get(int(i)) for i in st.ids(NS)] + [st.get(int(i)) for i in st.ids(NS, level="turn")]
+        assert len(recs) == 4 + 16
+        want = {"a": SECS[0] - (13 * 3600 + 56 * 60), "b": SECS[1]}
+        for r in recs:
+            sid = r.turn["session_id"] if r.level == "turn" else r.meta["session_id"]
+            assert r.event_time == want[sid], (r.id, r.level, sid, r.event_time)
