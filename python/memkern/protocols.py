@@ -17,9 +17,28 @@ own component into :class:`memkern.RMM` or :class:`memkern.MemReread`:
   ``RMM(decider=...)``.
 
 Shapes are written ``[n, d]``; ``d`` is the store's / embedder's ``dim``. Ids are int64.
+
+Optional store features
+-----------------------
+Two features go beyond :class:`Store`; memkern detects them from the methods' signatures, by
+keyword name (:func:`accepts_keyword`: a parameter of that name, or ``**kwargs`` that forward to
+a store which has it, as :class:`memkern.distributed.ShardedStore` does):
+
+- **event time** (:func:`supports_event_time`): ``add`` / ``merge`` / ``update`` take
+  ``event_time=`` (unix seconds). :meth:`memkern.RMM.end_session` then writes the session's date
+  there; on a store without it the date is kept only in the turns and ``meta["date"]``.
+- **filtered search** (:func:`search_keywords`): ``search`` takes ``filter=``, ``time_range=``,
+  ``time_field=``, ``recency=``, ``recency_weight=``, ``now=`` (see
+  :meth:`memkern.MemoryStore.search`). :meth:`memkern.RMM.retrieve` passes them through and
+  raises :class:`memkern.MemkernTypeError` naming the argument when the store's ``search``
+  lacks one.
+
+:class:`memkern.MemoryStore`, :class:`memkern.InMemoryStore` and
+:class:`memkern.distributed.ShardedStore` have both.
 """
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
@@ -31,7 +50,46 @@ if TYPE_CHECKING:  # pragma: no cover
 Message = dict
 Prompt = Union[str, Sequence[Message]]
 
-__all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt"]
+__all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt", "accepts_keyword",
+           "supports_event_time", "search_keywords", "missing_search_keywords", "SEARCH_FILTER_KEYWORDS"]
+
+#: The keyword arguments of a filtered / time-aware ``search`` (:meth:`memkern.MemoryStore.search`).
+SEARCH_FILTER_KEYWORDS = ("filter", "time_range", "time_field", "recency", "recency_weight", "now")
+
+
+def accepts_keyword(fn: Any, name: str) -> bool:
+    """Whether callable ``fn`` takes keyword argument ``name``: a parameter of that name (not
+    positional-only), or a ``**kwargs``. ``False`` for a callable without an inspectable
+    signature (some builtins)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    for p in params:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            return True
+        if p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY:
+            return True
+    return False
+
+
+def supports_event_time(store: Any) -> bool:
+    """Whether ``store``'s ``add``, ``merge`` and ``update`` all take ``event_time=`` (see the
+    module doc, "Optional store features")."""
+    return all(accepts_keyword(getattr(store, m, None), "event_time") for m in ("add", "merge", "update"))
+
+
+def search_keywords(store: Any) -> frozenset:
+    """Which of :data:`SEARCH_FILTER_KEYWORDS` ``store.search`` takes."""
+    fn = getattr(store, "search", None)
+    return frozenset(k for k in SEARCH_FILTER_KEYWORDS if accepts_keyword(fn, k))
+
+
+def missing_search_keywords(store: Any, keywords: Iterable[str]) -> list[str]:
+    """The ``keywords`` ``store.search`` does not take, in :data:`SEARCH_FILTER_KEYWORDS` order."""
+    have = search_keywords(store)
+    want = set(keywords)
+    return [k for k in SEARCH_FILTER_KEYWORDS if k in want and k not in have]
 
 
 @runtime_checkable

@@ -65,7 +65,7 @@ from .telemetry import traced
 
 logger = logging.getLogger("memkern")
 
-__all__ = ["MemoryStore", "Record", "PAD_SCORE", "default_store_path"]
+__all__ = ["MemoryStore", "Record", "PAD_SCORE", "default_store_path", "check_search_filters"]
 
 #: Score written beside a ``-1`` padding id: the lowest finite float32.
 PAD_SCORE: float = float(np.finfo(np.float32).min)
@@ -385,6 +385,44 @@ def _check_time_range(tr: Any) -> tuple[bool, float, float]:
     if lo > hi:
         raise bad_arg("time_range", "start <= end", tr)
     return True, lo, hi
+
+
+def check_search_filters(filter: Any = None, time_range: Any = None, time_field: str = "event",
+                         recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
+                         now: Any = None) -> dict:
+    """Check :meth:`MemoryStore.search`'s ``filter`` / ``time_range`` / ``time_field`` /
+    ``recency`` / ``recency_weight`` / ``now`` with the same checks and messages ``search`` uses,
+    before any search runs (RMM, the adapters and the server call it on their inputs).
+
+    Returns
+    -------
+    dict
+        The keyword arguments to pass on to ``search``: those that are set (``time_field``,
+        ``recency_weight`` and ``now`` only with a ``time_range`` or ``recency`` that uses them);
+        ``{}`` when nothing is set.
+    """
+    _compile_filter(filter)
+    if time_field not in _TIME_FIELDS:
+        raise bad_arg("time_field", '"event", "created" or "updated"', time_field)
+    _check_time_range(time_range)
+    if recency is not None:
+        _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
+    _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
+    if now is not None:
+        _check_real(now, "now", -MAX_TIME, MAX_TIME)
+    kw: dict = {}
+    if filter is not None:
+        kw["filter"] = filter
+    if time_range is not None:
+        kw["time_range"] = tuple(time_range)
+    if recency is not None:
+        kw["recency"] = recency
+        kw["recency_weight"] = recency_weight
+        if now is not None:
+            kw["now"] = now
+    if time_range is not None or recency is not None:
+        kw["time_field"] = time_field
+    return kw
 
 
 def _check_id(x: Any, name: str = "id") -> int:

@@ -47,8 +47,8 @@ from typing import Any, Mapping, Sequence
 
 from .errors import MemkernTypeError, bad_arg
 
-__all__ = ["DEFAULT_TEMPLATE", "TEMPLATE_FIELDS", "TurnTemplate", "parse_date", "turn_date", "default_template",
-           "PLAIN"]
+__all__ = ["DEFAULT_TEMPLATE", "TEMPLATE_FIELDS", "TurnTemplate", "parse_date", "event_seconds", "time_range_seconds", "turn_date",
+           "default_template", "PLAIN"]
 
 DEFAULT_TEMPLATE = "[{date}] {speaker}: {content}"
 TEMPLATE_FIELDS = ("content", "speaker", "date", "role")
@@ -90,6 +90,75 @@ def parse_date(value: Any) -> _dt.datetime | None:
         return _dt.datetime.fromisoformat(text).replace(tzinfo=None)
     except ValueError:
         return None
+
+
+#: Largest |unix seconds| of an event date (the store's ``MAX_TIME``).
+_MAX_EVENT_SECONDS = 1e12
+
+
+def event_seconds(value: Any, name: str = "date") -> float | None:
+    """A session date as unix seconds (the store's ``event_time``), or ``None`` for ``None``.
+
+    Accepted: unix seconds (int / float, not bool, finite, ``|t| <= 1e12``), a
+    :class:`datetime.datetime` (aware: converted; naive: read as UTC) or :class:`datetime.date`
+    (midnight UTC), or a string :func:`parse_date` reads: a numeric string (unix seconds),
+    LoCoMo's ``"1:56 pm on 8 May, 2023"``, LongMemEval's ``"2023/05/20 (Sat) 02:21"``,
+    ``"2023-05-08"``, ``"8 May 2023"``, ``"May 8, 2023"``, and ISO 8601 dates and times (an ISO
+    offset such as ``"+02:00"`` is honoured; a time without one is UTC).
+
+    Raises
+    ------
+    MemkernValueError
+        ``value`` is a string no format reads, or a number out of range (the message names
+        ``name``).
+    MemkernTypeError
+        ``value`` is of another type (bool, list, ...).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, _dt.date)):
+        raise bad_arg(name, "unix seconds, a datetime / date or a date string", type(value).__name__,
+                      MemkernTypeError)
+    if isinstance(value, (int, float)):
+        t = float(value)
+        if not (abs(t) <= _MAX_EVENT_SECONDS):  # also NaN
+            raise bad_arg(name, f"unix seconds with |t| <= {_MAX_EVENT_SECONDS:g}", value)
+        return t
+    dt = None
+    if isinstance(value, str):
+        text = " ".join(value.split())
+        try:  # keep an ISO offset (parse_date drops it)
+            iso = _dt.datetime.fromisoformat(text)
+            if iso.tzinfo is not None:
+                dt = iso
+        except ValueError:
+            pass
+    if dt is None:
+        dt = parse_date(value)
+    if dt is None:
+        raise bad_arg(name, "a date string in a known format (unix seconds, ISO 8601 '2023-05-08', LoCoMo "
+                      "'1:56 pm on 8 May, 2023', LongMemEval '2023/05/20 (Sat) 02:21', '8 May 2023', "
+                      "'May 8, 2023')", value)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=_dt.timezone.utc)
+    t = dt.timestamp()
+    if not abs(t) <= _MAX_EVENT_SECONDS:
+        raise bad_arg(name, f"a date within unix seconds |t| <= {_MAX_EVENT_SECONDS:g}", value)
+    return t
+
+
+def time_range_seconds(value: Any, name: str = "time_range") -> tuple[float | None, float | None] | None:
+    """A ``(start, end)`` time range with dates (:func:`event_seconds`: unix seconds, datetimes or
+    date strings; ``None`` for an open end) as unix seconds, for ``search(time_range=...)``;
+    ``None`` stays ``None``. Raises naming ``name`` / ``name[0]`` / ``name[1]``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise bad_arg(name, "a (start, end) pair of dates or unix seconds (either may be None)", value)
+    lo, hi = (event_seconds(v, f"{name}[{i}]") for i, v in enumerate(value))
+    if lo is not None and hi is not None and lo > hi:
+        raise bad_arg(name, "start <= end", tuple(value))
+    return lo, hi
 
 
 def turn_date(turn: Mapping[str, Any], default: Any = None) -> Any:

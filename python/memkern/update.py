@@ -408,6 +408,7 @@ def apply_decision(
     topic_source: str = "",
     min_summary_similarity: float = 0.3,
     turn_embeddings: np.ndarray | None = None,
+    event_time: float | None = None,
 ) -> UpdateResult:
     """Apply one decision to ``store`` (see the module table for the exact effects).
 
@@ -430,6 +431,14 @@ def apply_decision(
         records for the new turns, NOOP / UPDATE replace the target's turn records with one per
         turn of the unioned list (old turns reuse their stored turn vectors; turns of a target
         that had no turn records are embedded with ``embed``).
+    event_time : float, optional
+        The session's date in unix seconds (:func:`memkern.template.event_seconds`), written to
+        the store's ``event_time`` (``store`` must take ``event_time=`` on ``add`` / ``merge`` /
+        ``update``, :func:`memkern.protocols.supports_event_time`). ADD / INVALIDATE: the new
+        record (and its turn records) get it. MERGE / UPDATE, and a NOOP that adds turns: the
+        target keeps the *latest* event, ``max(target.event_time, event_time)`` (``event_time``
+        when the target has none); new turn records get that time too. ``None``: no event time
+        is written (the target's is kept).
     """
     sim = candidates[0].similarity if candidates else 0.0
     base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
@@ -454,14 +463,21 @@ def apply_decision(
         if te.ndim != 2 or te.shape[0] != len(turns):
             raise bad_arg("turn_embeddings", f"float32 [{len(turns)}, d] (one row per turn)", tuple(te.shape))
         te_kw = {"turn_embeddings": te if len(turns) else None}
+    et_kw: dict[str, Any] = {}
+    if event_time is not None:
+        et = float(event_time)
+        old = getattr(target, "event_time", None) if target is not None else None
+        # Latest event: a record that folds in a later session is dated by it; an older
+        # session folded into a newer record leaves its date.
+        et_kw = {"event_time": et if old is None else max(float(old), et)}
     if action == "ADD":
-        rid = store.add(namespace, summary, embedding, turns=turns, meta=meta, **te_kw)
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=meta, **te_kw, **et_kw)
         return UpdateResult("ADD", int(rid), None, summary, note=note, **base)
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
             kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
-            store.update(target_id, turns=merged_turns, **kw)
+            store.update(target_id, turns=merged_turns, **kw, **et_kw)
         elif two_level and not has_all_turn_records(target):
             store.update(target_id, turns=merged_turns,
                          turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
@@ -478,9 +494,9 @@ def apply_decision(
             # The target predates two-level memory: one version with every turn given a record.
             merged_turns = union_turns(target.turns, turns)
             store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
-                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed), **et_kw)
         else:
-            store.merge(target_id, new_summary, emb, turns, **te_kw)
+            store.merge(target_id, new_summary, emb, turns, **te_kw, **et_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
     if action == "UPDATE":
         new_summary = decision.summary or summary
@@ -491,12 +507,13 @@ def apply_decision(
             new_summary, emb = summary, embedding
         merged_turns = union_turns(target.turns, turns)
         kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
-        store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw)
+        store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw, **et_kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":
         store.invalidate(target_id, summary)
         m = dict(meta or {})
         m["invalidates"] = target_id
-        rid = store.add(namespace, summary, embedding, turns=turns, meta=m, **te_kw)
+        rid = store.add(namespace, summary, embedding, turns=turns, meta=m, **te_kw,
+                        **({"event_time": float(event_time)} if event_time is not None else {}))
         return UpdateResult("INVALIDATE", int(rid), target_id, summary, **base)
     raise bad_arg("decision.action", f"one of {ACTIONS}", action)

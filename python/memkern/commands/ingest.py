@@ -119,7 +119,14 @@ def _turn_matrix(store, rec) -> np.ndarray | None:
 
 def _fields(store, rec) -> dict[str, Any]:
     return {"summary": rec.summary, "embedding": store.embeddings([rec.id])[0], "turns": list(rec.turns or []),
-            "meta": dict(rec.meta or {}), "turn_embeddings": _turn_matrix(store, rec)}
+            "meta": dict(rec.meta or {}), "turn_embeddings": _turn_matrix(store, rec),
+            "event_time": getattr(rec, "event_time", None)}
+
+
+def _event_times(fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """``add_batch``'s ``event_times`` keyword for these records (none when no record has one)."""
+    ets = [f.get("event_time") for f in fields]
+    return {"event_times": ets} if any(t is not None for t in ets) else {}
 
 
 def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
@@ -141,7 +148,8 @@ def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
                     tes = [f["turn_embeddings"] for f in old]
                     sids = stage.add_batch(ns, [f["summary"] for f in old], np.stack([f["embedding"] for f in old]),
                                            [f["turns"] for f in old], [f["meta"] for f in old],
-                                           turn_embeddings=tes if any(t is not None for t in tes) else None)
+                                           turn_embeddings=tes if any(t is not None for t in tes) else None,
+                                           **_event_times(old))
                     real_of = {int(s): r for s, r in zip(sids, ids)}
             rmm = RMM(stage, chat_model=chat, embedder=emb, namespace=ns, extractor=args.extractor, seed=args.seed,
                       persist=False, **C.rmm_retrieval_kwargs(args))
@@ -174,7 +182,7 @@ def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
 
 def _write_version(store, rid: int, f: dict[str, Any]) -> None:
     store.update(rid, summary=f["summary"], embedding=f["embedding"], turns=f["turns"], meta=f["meta"],
-                 turn_embeddings=f["turn_embeddings"])
+                 turn_embeddings=f["turn_embeddings"], event_time=f.get("event_time"))
 
 
 def commit(store, namespace: str, plan: Plan) -> list[int]:
@@ -187,7 +195,7 @@ def commit(store, namespace: str, plan: Plan) -> list[int]:
         added = [int(i) for i in store.add_batch(
             namespace, [f["summary"] for f in plan.new], np.stack([f["embedding"] for f in plan.new]),
             [f["turns"] for f in plan.new], [f["meta"] for f in plan.new],
-            turn_embeddings=tes if any(t is not None for t in tes) else None)]
+            turn_embeddings=tes if any(t is not None for t in tes) else None, **_event_times(plan.new))]
     restored: list[tuple[int, dict[str, Any]]] = []
     try:
         for rid, f in plan.changed:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import bad_arg
-from . import _common as C
-from .serve import add_server_args, build_embedder, build_service
+from .serve import add_server_args
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -26,12 +25,8 @@ def run(args: argparse.Namespace) -> int:
         import mcp  # noqa: F401
     except ImportError as e:
         raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
-    path = C.store_path(args)
-    emb = build_embedder(args)
-    with C.open_store(path, dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
-        service = build_service(args, store, emb)
-        try:
-            build_server(service).run()
-        finally:
-            service.close()
+    from ..server.service import MemoryService
+
+    with MemoryService.from_args(args) as service:
+        build_server(service).run()
     return 0

@@ -62,30 +62,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
-def build_embedder(args):
-    """The ``--embedder`` (``None``: the offline default, built on first use by the service)."""
-    C.set_threads(args)
-    if not args.embedder:
-        return None
-    from ..models import Embedder
-
-    return Embedder(args.embedder)
-
-
-def build_service(args, store, emb=None):
-    """A :class:`~memkern.server.service.MemoryService` from the shared options."""
-    from ..server.service import Limits, MemoryService
-
-    chat = None
-    if args.chat_model:
-        from ..models import ChatModel
-
-        chat = ChatModel(args.chat_model)
-    limits = Limits(max_body_bytes=getattr(args, "max_body_bytes", Limits().max_body_bytes),
-                    max_messages=args.max_messages, max_text_chars=args.max_text_chars, max_limit=args.max_limit)
-    return MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
-
-
 def api_key_of(args) -> str | None:
     """The API key (``--api-key``, else ``$MEMKERN_API_KEY``); an empty one is refused."""
     key = args.api_key if args.api_key is not None else os.environ.get("MEMKERN_API_KEY")
@@ -105,18 +81,14 @@ def run(args: argparse.Namespace) -> int:
         from ..server.app import create_app
     except ImportError as e:
         raise bad_arg("memkern serve", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
-    path = C.store_path(args)
-    emb = build_embedder(args)
-    with C.open_store(path, dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
-        service = build_service(args, store, emb)
+    from ..server.service import MemoryService
+
+    with MemoryService.from_args(args) as service:
         app = create_app(service, api_key=key)
-        print(f"memkern serve: store {path} on http://{args.host}:{args.port}"
+        print(f"memkern serve: store {C.store_path(args)} on http://{args.host}:{args.port}"
               f" ({'API key required' if key else 'no API key: localhost only'})", flush=True)
         server = _server_class(uvicorn)(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
-        try:
-            server.run()
-        finally:
-            service.close()  # rerankers saved; the store is closed (snapshot) by the `with`
+        server.run()
     return 0
 
 

@@ -10,7 +10,62 @@ import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 
-__all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts", "apply_writes"]
+__all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts", "apply_writes",
+           "time_kw", "TIME_KEYS", "pop_time_kw", "record_time"]
+
+#: The time / recency keyword arguments every adapter's search takes (meaning as in
+#: :meth:`memkern.MemoryStore.search`; ``time_range`` ends may be dates, see :func:`time_kw`).
+TIME_KEYS = ("time_range", "time_field", "recency", "recency_weight", "now")
+
+
+def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recency: Any = None,
+            recency_weight: Any = None, now: Any = None) -> dict:
+    """The checked time keywords of an adapter's search, to pass on to ``store.search``
+    (``{}`` when none is set).
+
+    ``time_range``: ``(start, end)``, each unix seconds, a :class:`datetime.datetime` (aware, or
+    naive = UTC; e.g. a LangGraph ``Item.created_at``), a date or a date string
+    (:func:`memkern.template.event_seconds`), or ``None`` (open); keeps ``start <= t < end``.
+    ``time_field``: ``"event"`` (the conversation date written as ``event_time``, else
+    ``created_at``), ``"created"`` or ``"updated"``. ``recency``: half-life in seconds of a
+    recency prior of weight ``recency_weight`` (default 0.1) measured from ``now``. Raises the
+    store's errors (naming the argument); a store whose ``search`` lacks one raises
+    :class:`memkern.MemkernValueError` naming it.
+    """
+    from ..protocols import missing_search_keywords
+    from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
+    from ..template import time_range_seconds
+
+    kw = check_search_filters(None, time_range_seconds(time_range), time_field, recency,
+                              DEFAULT_RECENCY_WEIGHT if recency_weight is None else recency_weight, now)
+    missing = missing_search_keywords(store, kw)
+    if missing:
+        raise MemkernValueError(f"{missing[0]}: expected none, got {missing[0]}, which this store's search does not take")
+    return kw
+
+
+def pop_time_kw(store: Any, kwargs: dict) -> dict:
+    """:func:`time_kw` of the :data:`TIME_KEYS` in a framework call's ``**kwargs`` (removed from it)."""
+    return time_kw(store, **{k: kwargs.pop(k) for k in TIME_KEYS if k in kwargs})
+
+
+def record_time(r: Any, time_field: str) -> float:
+    """A record's time for ``time_field`` (``"event"``: ``event_time``, else ``created_at``)."""
+    if time_field == "created":
+        return float(r.created_at)
+    if time_field == "updated":
+        return float(r.updated_at)
+    et = getattr(r, "event_time", None)
+    return float(r.created_at if et is None else et)
+
+
+def in_time_range(r: Any, kw: dict) -> bool:
+    """Whether record ``r`` passes ``kw["time_range"]`` (:func:`time_kw`; none: True)."""
+    tr = kw.get("time_range")
+    if tr is None:
+        return True
+    t = record_time(r, kw.get("time_field", "event"))
+    return (tr[0] is None or t >= tr[0]) and (tr[1] is None or t < tr[1])
 
 
 def check_text(text: Any, name: str) -> str:

@@ -38,7 +38,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from . import filters as F
-from ._common import EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, release_store
+from ._common import (TIME_KEYS, EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw,
+                      release_store, time_kw)
 from .values import check_json_value
 
 __all__ = ["MemkernEmbeddings", "MemkernVectorStore", "MemkernRetriever", "ID_KEY"]
@@ -193,32 +194,41 @@ class MemkernVectorStore(VectorStore):
         rids = [self._ids[d] for d in ids if d in self._ids]
         return [self._doc(r) for r in self.store.get_batch(rids)] if rids else []
 
-    def _search(self, q: np.ndarray, k: int, filter: Any) -> tuple[np.ndarray, np.ndarray, list]:
+    def _search(self, q: np.ndarray, k: int, filter: Any, tkw: dict | None = None
+                ) -> tuple[np.ndarray, np.ndarray, list]:
         tree = F.parse(filter, "filter")
         if self.namespace not in self.store.namespaces():
             return np.zeros(0, np.int64), np.zeros(0, np.float32), []
-        return F.search(self.store, self.namespace, q, k, tree)
+        return F.search(self.store, self.namespace, q, k, tree, **(tkw or {}))
 
     def similarity_search_with_score(self, query: str, k: int = 4, filter: dict | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
         """``(document, score)`` pairs, best first; score = the store's similarity (cosine for
-        normalised embeddings: higher is better)."""
+        normalised embeddings: higher is better; plus the recency prior when one is asked for).
+
+        ``filter``: a metadata filter (:mod:`memkern.integrations.filters`). ``kwargs`` may hold
+        ``time_range`` / ``time_field`` / ``recency`` / ``recency_weight`` / ``now``
+        (:func:`memkern.integrations._common.time_kw`; e.g. through
+        ``as_retriever(search_kwargs={"time_range": (start, None)})``)."""
         k = _check_k(k)
         F.parse(filter, "filter")
+        tkw = pop_time_kw(self.store, kwargs)
         q = self._embed([check_text(query, "query")], kind="query")[0]
-        _, scores, recs = self._search(q, k, filter)
+        _, scores, recs = self._search(q, k, filter, tkw)
         return [(self._doc(r), float(s)) for r, s in zip(recs, scores.tolist())]
 
     def similarity_search(self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any) -> list[Document]:
-        return [d for d, _ in self.similarity_search_with_score(query, k, filter)]
+        """Documents of :meth:`similarity_search_with_score` (the same ``filter`` and time keywords)."""
+        return [d for d, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
 
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, filter: dict | None = None,
                                     **kwargs: Any) -> list[Document]:
         k = _check_k(k)
+        tkw = pop_time_kw(self.store, kwargs)
         q = np.asarray(embedding, dtype=np.float32) if not isinstance(embedding, np.ndarray) else embedding
         if q.ndim != 1 or q.shape[0] != self.store.dim:
             raise bad_arg("embedding", f"shape [{self.store.dim}]", f"shape {list(q.shape)}")
-        return [self._doc(r) for r in self._search(q, k, filter)[2]]
+        return [self._doc(r) for r in self._search(q, k, filter, tkw)[2]]
 
     def _select_relevance_score_fn(self):
         return lambda s: max(0.0, min(1.0, (float(s) + 1.0) / 2.0))
@@ -237,7 +247,9 @@ class MemkernVectorStore(VectorStore):
 class MemkernRetriever(BaseRetriever):
     """Retrieve ``candidates`` documents and show ``k``: the best ``k`` by similarity, or ``k``
     chosen by a learned :class:`memkern.Reranker` (``reranker=True`` makes a fresh one of the
-    store's dim, or the one saved at ``reranker_path``). :meth:`feedback` learns from citations."""
+    store's dim, or the one saved at ``reranker_path``). :meth:`feedback` learns from citations.
+    ``filter`` (metadata) and ``time_range`` / ``time_field`` / ``recency`` / ``recency_weight`` /
+    ``now`` (:func:`memkern.integrations._common.time_kw`) limit the candidates the reranker sees."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -248,6 +260,11 @@ class MemkernRetriever(BaseRetriever):
     reranker_path: Any = None
     greedy: bool = False
     filter: Any = None
+    time_range: Any = None
+    time_field: str = "event"
+    recency: Any = None
+    recency_weight: Any = None
+    now: Any = None
     max_pending: int = 1024
 
     _pending: Any = PrivateAttr(default=None)
@@ -265,6 +282,7 @@ class MemkernRetriever(BaseRetriever):
         if c < k:
             raise bad_arg("candidates", f"an int >= k = {k}", c)
         F.parse(kwargs.get("filter"), "filter")
+        time_kw(vs.store, **{k: kwargs[k] for k in TIME_KEYS if k in kwargs})
         _check_k(kwargs.get("max_pending", 1024), "max_pending")
         rr = kwargs.get("reranker")
         if rr is True:
@@ -285,7 +303,8 @@ class MemkernRetriever(BaseRetriever):
         vs: MemkernVectorStore = self.vectorstore
         q = vs._embed([check_text(query, "query")], kind="query")[0]
         want = self.candidates if self.reranker is not None else self.k
-        ids, scores, recs = vs._search(q, want, self.filter)
+        tkw = time_kw(vs.store, self.time_range, self.time_field, self.recency, self.recency_weight, self.now)
+        ids, scores, recs = vs._search(q, want, self.filter, tkw)
         rid = uuid.uuid4().hex
         if self.reranker is None or len(ids) <= self.k:
             docs = [vs._doc(r) for r in recs[:self.k]]

@@ -24,6 +24,14 @@ batch and then applies its puts (the last put of a key wins), like LangGraph's `
 every op is validated before anything is written. ``abatch`` runs ``batch`` in a thread pool (the
 native store releases the GIL).
 
+Time: ``search`` / ``asearch`` also take ``time_range=(start, end)`` (datetimes such as an item's
+``created_at`` / ``updated_at``, dates, date strings or unix seconds; ``None`` for an open end),
+``time_field`` (``"created"`` / ``"updated"``: the items' ``created_at`` / ``updated_at``;
+``"event"``, the default: the record's ``event_time``, else ``created_at``) and, with a
+``query``, a recency prior (``recency`` half-life in seconds, ``recency_weight``, ``now``), all
+applied inside the store's search (:func:`memkern.integrations._common.time_kw`). Without a query
+the time range filters the listing.
+
 Errors: bad namespaces raise :class:`MemkernNamespaceError` (both a
 :class:`memkern.MemkernValueError` and LangGraph's ``InvalidNamespaceError``); every other bad
 argument raises the memkern error the Python API raises, naming the argument.
@@ -31,6 +39,7 @@ argument raises the memkern error the Python API raises, naming the argument.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from collections import defaultdict
@@ -59,7 +68,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from . import filters as F
-from ._common import apply_writes, as_embed_fn, check_text, open_store, placeholder, release_store
+from ._common import (apply_writes, as_embed_fn, check_text, in_time_range, open_store, placeholder, release_store,
+                      time_kw)
 from .values import check_json_value
 
 __all__ = ["MemkernStore", "MemkernNamespaceError", "encode_namespace", "decode_namespace", "PREFIX"]
@@ -316,7 +326,9 @@ class MemkernStore(BaseStore):
                 out.append(ns)
         return out
 
-    def _search(self, prefix: tuple, tree: Any, limit: int, offset: int, query: str | None) -> list[SearchItem]:
+    def _search(self, prefix: tuple, tree: Any, limit: int, offset: int, query: str | None,
+                tkw: dict | None = None) -> list[SearchItem]:
+        tkw = tkw or {}
         if limit == 0:
             return []
         want = offset + limit
@@ -325,7 +337,7 @@ class MemkernStore(BaseStore):
             full = F.node("and", [F.Cond(INDEXED, "eq", True), tree])
             hits = []
             for ns in self._namespaces(prefix):
-                ids, scores, recs = F.search(self.store, ns, q, want, full)
+                ids, scores, recs = F.search(self.store, ns, q, want, full, **tkw)
                 hits.extend(zip(scores.tolist(), ids.tolist(), recs))
             hits.sort(key=lambda h: (-h[0], h[1]))
             return [self._item(r, SearchItem, score=float(s)) for s, _, r in hits[offset:want]]
@@ -334,7 +346,7 @@ class MemkernStore(BaseStore):
             ids = np.asarray(self.store.ids(ns))
             for s in range(0, len(ids), _CHUNK):
                 for r in self.store.get_batch(ids[s:s + _CHUNK]):
-                    if KEY in r.meta and F.matches(tree, r.meta):
+                    if KEY in r.meta and F.matches(tree, r.meta) and in_time_range(r, tkw):
                         out.append(r)
                         if len(out) >= want:
                             return [self._item(x, SearchItem) for x in out[offset:want]]
@@ -409,10 +421,25 @@ class MemkernStore(BaseStore):
     def delete(self, namespace: tuple[str, ...], key: str) -> None:
         self.batch([PutOp(_check_labels(namespace, "namespace", allow_empty=False), key, None)])
 
+    def _timed_search(self, op: SearchOp, time: dict) -> list[SearchItem]:
+        """One search op with the time keywords of :meth:`search` (checked before anything runs)."""
+        tkw = time_kw(self.store, **time)
+        if "recency" in tkw and op.query is None:
+            raise bad_arg("recency", "a search with a query (the prior re-ranks similarity scores)", tkw["recency"])
+        plan = self._check_op(op, 0)
+        return self._search(*plan[1:], tkw)
+
     def search(self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None, filter: dict | None = None,
-               limit: int = 10, offset: int = 0, refresh_ttl: bool | None = None) -> list[SearchItem]:
-        return self.batch([SearchOp(_check_labels(namespace_prefix, "namespace_prefix"), filter, limit, offset,
-                                    query)])[0]
+               limit: int = 10, offset: int = 0, refresh_ttl: bool | None = None, time_range: Any = None,
+               time_field: str = "event", recency: Any = None, recency_weight: Any = None,
+               now: Any = None) -> list[SearchItem]:
+        """LangGraph's ``search``, plus the time keywords of the module doc."""
+        op = SearchOp(_check_labels(namespace_prefix, "namespace_prefix"), filter, limit, offset, query)
+        time = dict(time_range=time_range, time_field=time_field, recency=recency, recency_weight=recency_weight,
+                    now=now)
+        if time_range is None and recency is None and time_field == "event" and recency_weight is None and now is None:
+            return self.batch([op])[0]
+        return self._timed_search(op, time)
 
     def list_namespaces(self, *, prefix: Sequence[str] | None = None, suffix: Sequence[str] | None = None,
                         max_depth: int | None = None, limit: int = 100, offset: int = 0) -> list[tuple[str, ...]]:
@@ -439,9 +466,20 @@ class MemkernStore(BaseStore):
 
     async def asearch(self, namespace_prefix: tuple[str, ...], /, *, query: str | None = None,
                       filter: dict | None = None, limit: int = 10, offset: int = 0,
-                      refresh_ttl: bool | None = None) -> list[SearchItem]:
-        return (await self.abatch([SearchOp(_check_labels(namespace_prefix, "namespace_prefix"), filter, limit,
-                                            offset, query)]))[0]
+                      refresh_ttl: bool | None = None, time_range: Any = None, time_field: str = "event",
+                      recency: Any = None, recency_weight: Any = None, now: Any = None) -> list[SearchItem]:
+        """:meth:`search` in this store's thread pool (the same time keywords)."""
+        if time_range is None and recency is None and time_field == "event" and recency_weight is None and now is None:
+            return (await self.abatch([SearchOp(_check_labels(namespace_prefix, "namespace_prefix"), filter, limit,
+                                                offset, query)]))[0]
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._max_workers, thread_name_prefix="memkern-lg")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(self.search, namespace_prefix, query=query, filter=filter, limit=limit,
+                                          offset=offset, time_range=time_range, time_field=time_field,
+                                          recency=recency, recency_weight=recency_weight, now=now))
 
     async def alist_namespaces(self, *, prefix: Sequence[str] | None = None, suffix: Sequence[str] | None = None,
                                max_depth: int | None = None, limit: int = 100,

@@ -42,7 +42,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..errors import MemkernTypeError, bad_arg
 from . import filters as F
-from ._common import apply_writes, check_text, check_texts, open_store, release_store
+from ._common import apply_writes, check_text, check_texts, open_store, pop_time_kw, release_store
 from .values import check_json_value
 
 __all__ = ["MemkernVectorStore", "to_filter", "ID_KEY"]
@@ -239,6 +239,11 @@ class MemkernVectorStore(BasePydanticVectorStore):
         return [self._node(r) for r in self._scan(self._tree(node_ids, None, filters))]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """The ``similarity_top_k`` nodes most similar to ``query.query_embedding`` that pass
+        ``query.filters`` / ``node_ids`` / ``doc_ids``. ``kwargs`` may hold ``time_range`` /
+        ``time_field`` / ``recency`` / ``recency_weight`` / ``now``
+        (:func:`memkern.integrations._common.time_kw`), e.g. through
+        ``index.as_retriever(vector_store_kwargs={"time_range": (start, None)})``."""
         if not isinstance(query, VectorStoreQuery):
             raise bad_arg("query", "a VectorStoreQuery", type(query).__name__, MemkernTypeError)
         if VectorStoreQueryMode(query.mode) is not VectorStoreQueryMode.DEFAULT:
@@ -254,9 +259,10 @@ class MemkernVectorStore(BasePydanticVectorStore):
         # an empty id list means "no restriction" here: VectorStoreIndex passes node_ids=[] for stores
         # that keep the text themselves (get_nodes / delete_nodes keep [] as "none")
         tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)
+        tkw = pop_time_kw(self._store, kwargs)
         if self.namespace not in self._store.namespaces():
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        _, scores, recs = F.search(self._store, self.namespace, q, k, tree)
+        _, scores, recs = F.search(self._store, self.namespace, q, k, tree, **tkw)
         return VectorStoreQueryResult(nodes=[self._node(r) for r in recs], similarities=[float(s) for s in scores],
                                       ids=[r.meta[ID_KEY] for r in recs])
 

@@ -66,7 +66,7 @@ def _telemetry_off() -> None:
 
 
 _telemetry_off()
-from ._common import apply_writes, as_embed_fn, check_text, open_store, release_store
+from ._common import apply_writes, as_embed_fn, check_text, open_store, release_store, time_kw
 from .values import check_json_value
 
 __all__ = ["MemkernVectorStore", "MemkernConfig", "MemkernEmbedding", "MemkernLLM", "OutputData", "register",
@@ -332,15 +332,24 @@ class MemkernVectorStore(VectorStoreBase):
         except KeyError:
             return None
 
-    def search(self, query: Any, vectors: Any, top_k: int = 5, filters: Any = None) -> List[OutputData]:
+    def search(self, query: Any, vectors: Any, top_k: int = 5, filters: Any = None, *, time_range: Any = None,
+               time_field: str = "event", recency: Any = None, recency_weight: Any = None,
+               now: Any = None) -> List[OutputData]:
         """The ``top_k`` most similar vectors matching ``filters``; score = the store's similarity
-        (cosine for normalised embeddings, higher is better)."""
+        (cosine for normalised embeddings, higher is better; plus the recency prior when asked).
+
+        ``filters`` is mem0's filter dict; mem0's own time fields are payload keys, so
+        ``{"created_at": {"gte": "2024-07-20"}}`` compares mem0's ISO strings. The keyword-only
+        ``time_range`` / ``time_field`` / ``recency`` / ``recency_weight`` / ``now``
+        (:func:`memkern.integrations._common.time_kw`) act on the store's record times inside
+        the index search."""
         top_k = _check_top_k(top_k)
         tree = to_filter(filters)
+        tkw = time_kw(self.store, time_range, time_field, recency, recency_weight, now)
         q = self._vec(vectors[0] if isinstance(vectors, (list, tuple)) and vectors and isinstance(vectors[0], (list, tuple, np.ndarray)) else vectors, "vectors")
         if self.namespace not in self.store.namespaces():
             return []
-        _, scores, recs = F.search(self.store, self.namespace, q, top_k, tree)
+        _, scores, recs = F.search(self.store, self.namespace, q, top_k, tree, **tkw)
         return [self._out(r, float(s)) for r, s in zip(recs, scores.tolist())]
 
     def keyword_search(self, query: str, top_k: int = 5, filters: Any = None) -> List[OutputData] | None:

@@ -46,13 +46,15 @@ class AsyncStage:
         self._lock = threading.RLock()
 
     async def arespond(self, query: str, session_turns: Sequence[dict] | None = None, *,
-                       executor: Executor | None = None) -> Any:
+                       executor: Executor | None = None, **filters: Any) -> Any:
         """:meth:`respond` run in a thread pool (``executor``, default: the event loop's), so the
         event loop keeps serving while the models and the store work. Safe under
         ``asyncio.gather``: concurrent calls on one RMM are serialised by its lock (every response's
-        rewards reach the reranker exactly once). Returns the :class:`~memkern.rmm.Response`."""
+        rewards reach the reranker exactly once). ``filters``: :meth:`respond`'s ``filter``,
+        ``time_range``, ``time_field``, ``recency``, ``recency_weight``, ``now``. Returns the
+        :class:`~memkern.rmm.Response`."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, functools.partial(self.respond, query, session_turns))
+        return await loop.run_in_executor(executor, functools.partial(self.respond, query, session_turns, **filters))
 
     async def aend_session(self, turns: Sequence[dict], session_id: str | int | None = None, date: Any = None, *,
                            timestamp: Any = None, executor: Executor | None = None) -> Any:
@@ -63,14 +65,15 @@ class AsyncStage:
             executor, functools.partial(self.end_session, turns, session_id, date, timestamp=timestamp))
 
     async def aretrieve(self, query: str, turns: int | None = None, *, explore: bool | None = None,
-                        executor: Executor | None = None) -> Any:
+                        executor: Executor | None = None, **filters: Any) -> Any:
         """:meth:`retrieve` run in a thread pool (``executor``, default: the event loop's), under
-        the RMM's lock so that it never reads the reranker halfway through an update. Returns the
-        :class:`~memkern.rmm.Retrieval`."""
+        the RMM's lock so that it never reads the reranker halfway through an update.
+        ``filters``: :meth:`retrieve`'s ``filter``, ``time_range``, ``time_field``, ``recency``,
+        ``recency_weight``, ``now``. Returns the :class:`~memkern.rmm.Retrieval`."""
         loop = asyncio.get_running_loop()
 
         def run() -> Any:
             with self._lock:
-                return self.retrieve(query, turns, explore=explore)
+                return self.retrieve(query, turns, explore=explore, **filters)
 
         return await loop.run_in_executor(executor, run)

@@ -18,6 +18,7 @@ from ..bank import Bank
 from ..errors import MemkernTypeError, bad_arg
 from ..extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
 from ..paths import check_namespace
+from ..store import DEFAULT_RECENCY_WEIGHT
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
@@ -278,7 +279,9 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
 
     # ------------------------------------------------------------------ retrospective reflection
     @locked
-    def respond(self, query: str, session_turns: Sequence[dict] | None = None) -> Response:
+    def respond(self, query: str, session_turns: Sequence[dict] | None = None, *, filter: Any = None,
+                time_range: Any = None, time_field: str = "event", recency: Any = None,
+                recency_weight: Any = DEFAULT_RECENCY_WEIGHT, now: Any = None) -> Response:
         """Retrospective reflection: retrieve, rerank, answer with citations, learn from them.
 
         Parameters
@@ -286,6 +289,9 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         query : str
         session_turns : list of dict, optional
             The current session so far (shown to the model after the memories).
+        filter, time_range, time_field, recency, recency_weight, now : optional
+            First-stage search filters, as in :meth:`retrieve`; the reranker chooses (and learns)
+            among the records that pass.
 
         Returns
         -------
@@ -294,11 +300,12 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         check_str("query", query, nonempty=True)
         if session_turns is not None:
             session_turns = validate_turns(session_turns, "session_turns")
+        search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings)
+        ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings, search_kw=search_kw)
         cand_sel = np.asarray(self.store.embeddings(m_sel), np.float32) if len(m_sel) else None
         t0 = time.perf_counter()
         memories, shown, _ = self._shown_memories(m_sel, best_turns)

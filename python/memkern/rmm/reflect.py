@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import MemkernTypeError, bad_arg
 from ..extract import Topic, validate_turns
-from ..protocols import TurnStore
+from ..protocols import TurnStore, supports_event_time
+from ..template import event_seconds, parse_date
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
@@ -43,14 +44,22 @@ class ReflectStage:
             ``session_id`` and ``turn_index`` unless it has them.
         session_id : str or int, optional
             Defaults to a counter-based id.
-        date : str or float, optional
-            The session's date (any form :func:`memkern.template.parse_date` reads, or free
-            text): each turn without its own ``date`` gets it, it is embedded through the turn
-            template (``"[2023-05-08] Caroline: ..."``) and stored in each new record's
-            ``meta["date"]``.
+        date : str, float or datetime, optional
+            The session's date, in a form :func:`memkern.template.event_seconds` reads (unix
+            seconds, a datetime / date, ISO ``"2023-05-08"``, LoCoMo ``"1:56 pm on 8 May, 2023"``,
+            LongMemEval ``"2023/05/20 (Sat) 02:21"``, ``"8 May 2023"``, ``"May 8, 2023"``; a time
+            without an offset is UTC). Each turn without its own ``date`` gets it, it is
+            embedded through the turn template (``"[2023-05-08] Caroline: ..."``), stored in each
+            new record's ``meta["date"]`` as given, and written as unix seconds to the store's
+            ``event_time`` (topic and turn records; MERGE / UPDATE keep the latest event, see
+            :func:`memkern.update.apply_decision`) when the store takes it
+            (:func:`memkern.protocols.supports_event_time`; otherwise only turns and meta keep
+            it). An unreadable date raises :class:`memkern.MemkernValueError` naming ``date``
+            before anything is extracted or written.
         timestamp : str, optional
-            The older name of the session's date: stored in each turn (``timestamp``) and in
-            ``meta["timestamp"]``; also used as the date when ``date`` is not given.
+            The older name of the session's date, free text: stored in each turn
+            (``timestamp``) and in ``meta["timestamp"]``; also used as the date when ``date`` is
+            not given (then written to ``event_time`` only when ``event_seconds`` reads it).
 
         Returns
         -------
@@ -75,7 +84,8 @@ class ReflectStage:
         Extraction of up to ``extract_batch`` sessions runs as one batched model call; updates
         are applied session by session so later sessions see earlier ones. ``progress`` is an
         optional callable ``progress(n_sessions_done)``. ``dates`` / ``timestamps``: one per
-        session (see :meth:`end_session`).
+        session (see :meth:`end_session`); every date is checked before anything is written (an
+        unreadable ``dates[i]`` raises :class:`memkern.MemkernValueError` naming it).
         """
         if isinstance(sessions, (str, bytes)) or not isinstance(sessions, Sequence):
             raise bad_arg("sessions", "a list of sessions (lists of turn dicts)", type(sessions).__name__, MemkernTypeError)
@@ -94,6 +104,10 @@ class ReflectStage:
                 sid = f"s{int(time.time() * 1000)}-{i}"
             sid = str(sid)
             date = dates[i] if dates[i] is not None else timestamps[i]
+            if dates[i] is not None:
+                et = event_seconds(dates[i], "date" if n == 1 else f"dates[{i}]")
+            else:  # the legacy free-text timestamp dates the records only when it reads as a date
+                et = event_seconds(timestamps[i], "timestamp") if parse_date(timestamps[i]) is not None else None
             annotated = []
             for j, t in enumerate(turns):
                 t = dict(t)
@@ -104,7 +118,7 @@ class ReflectStage:
                 if dates[i] is not None:
                     t.setdefault("date", dates[i])
                 annotated.append(t)
-            prepared.append((sid, annotated, (timestamps[i], date)))
+            prepared.append((sid, annotated, (timestamps[i], date, et)))
         out: list[list[UpdateResult]] = []
         for start in range(0, n, max(1, int(extract_batch))):
             chunk = prepared[start : start + extract_batch]
@@ -167,9 +181,13 @@ class ReflectStage:
         timings["decide"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         results = []
+        timestamp, date, et = ts
+        if et is not None and not supports_event_time(self.store):
+            log.debug("rmm.end_session %s: store %s takes no event_time; the date stays in turns and meta", sid,
+                      type(self.store).__name__)
+            et = None
         for tp, e, c, d in zip(topics, embs, cands, decisions):
             meta = {"session_id": sid, "source": tp.source}
-            timestamp, date = ts
             if timestamp is not None:
                 meta["timestamp"] = timestamp
             if date is not None:
@@ -180,6 +198,7 @@ class ReflectStage:
             r = apply_decision(
                 self.store, self.namespace, tp.summary, e, [turns[i] for i in tp.turns], d, c,
                 embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source, turn_embeddings=te,
+                event_time=et,
             )
             results.append(r)
         timings["update"] = time.perf_counter() - t0 + t_search

@@ -8,6 +8,18 @@ turn budget is given. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern
 shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
 shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
 raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget.
+
+Filters and time (``retrieve`` / ``respond`` / ``aretrieve`` / ``arespond``): ``filter``,
+``time_range``, ``time_field``, ``recency``, ``recency_weight`` and ``now`` go to the first-stage
+``store.search`` (meaning as in :meth:`memkern.MemoryStore.search`; checked up front by
+:func:`memkern.store.check_search_filters`), so the reranker only ever sees records that pass.
+RMM writes each session's date to ``event_time`` (:meth:`memkern.RMM.end_session`), so
+``time_range`` with the default ``time_field="event"`` selects by conversation date. In two-level
+mode the filtered search runs on turn records (a turn sees its topic's meta keys and carries the
+event time of the write that stored it): the ``4 * top_k`` best passing turns by turn similarity
+(+ the recency prior) are rescored ``turn score + alpha * cos(q, topic)`` (cosine, whatever the
+store's metric) and grouped as without filters. A store whose ``search`` lacks one of these keywords
+(:func:`memkern.protocols.search_keywords`) raises :class:`memkern.MemkernTypeError` naming it.
 """
 from __future__ import annotations
 
@@ -17,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MemkernValueError, bad_arg
+from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from ..protocols import missing_search_keywords
+from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
 __all__ = ["RetrieveStage", "Retrieval", "turn_key"]
 
@@ -96,7 +110,21 @@ class RetrieveStage:
         """Whether this RMM runs two-level memory (``retrieval="turn+topic"``)."""
         return self.retrieval == "turn+topic"
 
-    def _retrieve_turn_topic(self, q: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
+    def _search_filters(self, filter: Any = None, time_range: Any = None, time_field: str = "event",
+                        recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
+                        now: Any = None) -> dict:
+        """The checked first-stage search keywords (``{}`` when none is set); raises
+        :class:`memkern.MemkernTypeError` naming a keyword the store's ``search`` lacks."""
+        kw = check_search_filters(filter, time_range, time_field, recency, recency_weight, now)
+        if kw:
+            missing = missing_search_keywords(self.store, kw)
+            if missing:
+                raise bad_arg(missing[0], f"a store whose search takes {missing[0]}= (memkern.protocols.search_keywords)",
+                              type(self.store).__name__, MemkernTypeError)
+        return kw
+
+    def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None
+                             ) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
         """Turn+topic search, grouped by topic.
 
         Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
@@ -114,11 +142,28 @@ class RetrieveStage:
         groups: dict[int, tuple[Any, list[Any], float]] = {}
         if self.store.count(self.namespace, level="turn") == 0:
             return np.zeros(0, np.int64), groups
-        tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
-        tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
-        keep = tids >= 0
-        pairs = self.store.turns_with_topics(tids[keep])
-        for (turn, topic), s in zip(pairs, scores[keep]):
+        if search_kw:
+            # Filtered: the store's turn+topic search takes no filter, so the passing turns are
+            # searched and rescored with their topics here (module doc).
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **search_kw)
+            tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
+            keep = tids >= 0
+            pairs = self.store.turns_with_topics(tids[keep])
+            if pairs:
+                topic_emb = np.asarray(self.store.embeddings([int(tp.id) for _, tp in pairs]), np.float32)
+                s2 = scores[keep].astype(np.float32) + np.float32(self.alpha) * (
+                    _normalize(topic_emb) @ _normalize(q).reshape(-1))
+                order = np.argsort(-s2, kind="stable")
+                pairs, sc = [pairs[int(i)] for i in order], s2[order]
+            else:
+                sc = np.zeros(0, np.float32)
+        else:
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
+            tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
+            keep = tids >= 0
+            pairs = self.store.turns_with_topics(tids[keep])
+            sc = scores[keep]
+        for (turn, topic), s in zip(pairs, sc):
             g = groups.get(int(topic.id))
             if g is None:
                 if len(groups) >= self.top_k:
@@ -129,12 +174,13 @@ class RetrieveStage:
         return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
-                             explore: bool | None = None):
+                             explore: bool | None = None, search_kw: dict | None = None):
         """Top-K search then top-M selection (``order_all``: every candidate, in the reranker's order).
 
         Returns (candidate ids, candidates, selected ids, selection, groups); ``groups`` is the
         turn+topic grouping of :meth:`_retrieve_turn_topic` (empty in topic mode). ``explore``
         (default ``config.explore``): sample (Gumbel-top-M) rather than take the best scores.
+        ``search_kw``: the checked first-stage filters (:meth:`_search_filters`).
         """
         import torch
 
@@ -144,10 +190,11 @@ class RetrieveStage:
             timings["retrieve"] = time.perf_counter() - t0
             timings["rerank"] = 0.0
             return np.zeros(0, np.int64), None, np.zeros(0, np.int64), None, groups
+        search_kw = search_kw or {}
         if self.two_level and self.store.count(self.namespace, level="turn") > 0:
-            ids, groups = self._retrieve_turn_topic(q)
+            ids, groups = self._retrieve_turn_topic(q, search_kw)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
-            ids, _ = self.store.search(self.namespace, q, k=self.top_k)
+            ids, _ = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
             ids = np.asarray(ids).reshape(-1)
             ids = ids[ids >= 0].astype(np.int64)
         emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
@@ -233,7 +280,9 @@ class RetrieveStage:
                 left -= len(turns)
         return memories, shown, keys
 
-    def retrieve(self, query: str, turns: int | None = None, *, explore: bool | None = None) -> Retrieval:
+    def retrieve(self, query: str, turns: int | None = None, *, explore: bool | None = None, filter: Any = None,
+                 time_range: Any = None, time_field: str = "event", recency: Any = None,
+                 recency_weight: Any = DEFAULT_RECENCY_WEIGHT, now: Any = None) -> Retrieval:
         """What :meth:`respond` would show the model for ``query``, without calling the model.
 
         The query is embedded (``kind="query"``), the store searched and the reranker consulted
@@ -249,6 +298,19 @@ class RetrieveStage:
         explore : bool, optional
             Sample the reranker's choice (``True``) or take its best scores (``False``); default
             ``config.explore`` (with ``seed + responses so far``, as :meth:`respond` would).
+        filter : dict, optional
+            Metadata filter on the records' ``meta`` (``{"key": value}``, ``{"key": {"$in":
+            [...]}}``; RMM's records carry ``session_id``, ``source``, ``date``).
+        time_range : (start, end), optional
+            Unix seconds, either ``None``; keeps records with ``start <= t < end``.
+        time_field : {"event", "created", "updated"}
+            Which time ``time_range`` and ``recency`` use; ``"event"`` is the session date
+            :meth:`end_session` wrote (``created_at`` for records without one).
+        recency, recency_weight, now : optional
+            Recency prior: half-life in seconds, its weight, the time ages are measured from.
+
+        The filters apply to the first-stage search (module doc); the reranker chooses among
+        the records that pass.
 
         Returns
         -------
@@ -258,11 +320,13 @@ class RetrieveStage:
             raise bad_arg("query", "a non-empty str", query)
         if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
             raise bad_arg("turns", "None or an int >= 1", turns)
+        search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore)
+        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore,
+                                                           search_kw=search_kw)
         memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
         timings["total"] = sum(timings.values())
         return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,

@@ -4,16 +4,22 @@ Routes (mem0-shaped; the OpenAPI schema is served at ``/openapi.json``, the docs
 
 =========================================  ==================================================
 ``GET /health``                            liveness and the store's shape (no auth)
-``POST /v1/memories``                      add ``{"messages", "user_id"|"agent_id"|"run_id", "metadata"?, "infer"?}``
+``POST /v1/memories``                      add ``{"messages", "user_id"|"agent_id"|"run_id", "metadata"?, "infer"?, "date"?}``
 ``GET /v1/memories?user_id=...``           list the scope's memories
-``POST /v1/memories/search``               ``{"query", "user_id"..., "limit"?, "filters"?, "threshold"?}``
+``POST /v1/memories/search``               ``{"query", "user_id"..., "limit"?, "filters"?, "threshold"?, time fields?}``
 ``GET /v1/memories/{id}``                  one memory
 ``PUT /v1/memories/{id}``                  ``{"text"?, "metadata"?}``: a new version
 ``DELETE /v1/memories/{id}``               delete
 ``GET /v1/memories/{id}/history``          every version
-``POST /v1/respond``                       the RMM loop: answer with cited memories
+``POST /v1/respond``                       the RMM loop: answer with cited memories (``filters``?, time fields?)
 ``POST /v1/feedback``                      ``{"response_id", "rewards"}``: train the reranker
 =========================================  ==================================================
+
+Time: ``date`` on an add is the conversation's date (unix seconds or a date string such as
+``"2023-05-08"``), kept as the records' ``event_time`` (returned as ISO 8601). Search and respond
+take ``time_range: [start, end]`` (dates or unix seconds, ``null`` for an open end),
+``time_field`` (``"event"``, ``"created"``, ``"updated"``) and a recency prior (``recency``: half-life
+in seconds, ``recency_weight``, ``now``); see :meth:`memkern.server.service.MemoryService.search_kw`.
 
 Auth: with an API key, every route but ``/health``, ``/openapi.json`` and ``/docs`` needs the
 header ``Authorization: Bearer <key>`` or ``X-API-Key: <key>`` (401 otherwise; compared in
@@ -136,18 +142,31 @@ class AddRequest(ScopeFields):
     metadata: Optional[dict[str, Any]] = None
     infer: bool = Field(True, description="true: prospective reflection (topics, update decisions); "
                                           "false: store every message as it is")
+    date: Optional[Union[float, str]] = Field(
+        None, description="the conversation's date: unix seconds or a date string ('2023-05-08', ISO 8601, ...)")
 
-class SearchRequest(ScopeFields):
+TimeEnd = Optional[Union[float, str]]
+
+class TimeFields(ScopeFields):
+    filters: Optional[dict[str, Any]] = Field(None, description='metadata filter: {"key": value} or '
+                                              '{"key": {"$eq": value}} / {"key": {"$in": [values]}}')
+    time_range: Optional[list[TimeEnd]] = Field(
+        None, description="[start, end): dates or unix seconds, null for an open end")
+    time_field: str = Field("event", description='"event" (the conversation date), "created" or "updated"')
+    recency: Optional[float] = Field(None, description="half-life in seconds of a recency prior")
+    recency_weight: float = 0.1
+    now: Optional[float] = Field(None, description="unix seconds the recency prior measures ages from")
+
+class SearchRequest(TimeFields):
     query: str
     limit: int = 10
-    filters: Optional[dict[str, Any]] = None
     threshold: Optional[float] = None
 
 class UpdateRequest(Strict):
     text: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
 
-class RespondRequest(ScopeFields):
+class RespondRequest(TimeFields):
     query: str
     session_turns: Optional[list[dict[str, Any]]] = None
 
@@ -211,6 +230,10 @@ def create_app(service: MemoryService, api_key: str | None = None):
     def scope_kw(req: ScopeFields) -> dict:
         return {"user_id": req.user_id, "agent_id": req.agent_id, "run_id": req.run_id}
 
+    def time_kw(req: TimeFields) -> dict:
+        return {"filters": req.filters, "time_range": req.time_range, "time_field": req.time_field,
+                "recency": req.recency, "recency_weight": req.recency_weight, "now": req.now}
+
     @app.get("/health", tags=["health"])
     def health() -> dict:
         st = service.store
@@ -219,7 +242,7 @@ def create_app(service: MemoryService, api_key: str | None = None):
 
     @app.post("/v1/memories", tags=["memories"])
     def add(req: AddRequest) -> dict:
-        return service.add(req.messages, metadata=req.metadata, infer=req.infer, **scope_kw(req))
+        return service.add(req.messages, metadata=req.metadata, infer=req.infer, date=req.date, **scope_kw(req))
 
     @app.get("/v1/memories", tags=["memories"])
     def list_memories(user_id: Optional[str] = Query(None), agent_id: Optional[str] = Query(None),
@@ -228,8 +251,7 @@ def create_app(service: MemoryService, api_key: str | None = None):
 
     @app.post("/v1/memories/search", tags=["memories"])
     def search(req: SearchRequest) -> dict:
-        return service.search(req.query, limit=req.limit, filters=req.filters, threshold=req.threshold,
-                              **scope_kw(req))
+        return service.search(req.query, limit=req.limit, threshold=req.threshold, **time_kw(req), **scope_kw(req))
 
     @app.get("/v1/memories/{memory_id}", tags=["memories"])
     def get(memory_id: int) -> dict:
@@ -249,7 +271,7 @@ def create_app(service: MemoryService, api_key: str | None = None):
 
     @app.post("/v1/respond", tags=["rmm"])
     def respond(req: RespondRequest) -> dict:
-        return service.respond(req.query, session_turns=req.session_turns, **scope_kw(req))
+        return service.respond(req.query, session_turns=req.session_turns, **time_kw(req), **scope_kw(req))
 
     @app.post("/v1/feedback", tags=["rmm"])
     def feedback(req: FeedbackRequest) -> dict:

@@ -2,7 +2,9 @@
 
 Tools (arguments as in the HTTP API, :mod:`memkern.server.app`): ``add_memory``,
 ``search_memories``, ``list_memories``, ``get_memory``, ``update_memory``, ``delete_memory``,
-``memory_history``, ``respond``, ``feedback``. Every tool returns the same JSON object as the HTTP
+``memory_history``, ``respond``, ``feedback``. ``add_memory`` takes the conversation's ``date``;
+``search_memories`` and ``respond`` take ``filters``, ``time_range``, ``time_field``, ``recency``,
+``recency_weight`` and ``now`` (meaning as in the HTTP API). Every tool returns the same JSON object as the HTTP
 route; a rejected argument is a tool error whose text names it (``user_id: expected ...``), and
 nothing is written. Built with the ``mcp`` package (``pip install memkern[serve]``).
 """
@@ -49,17 +51,27 @@ def build_server(service: MemoryService):
     @tool
     def add_memory(messages: Union[str, list[dict[str, Any]]], user_id: Optional[str] = None,
                    agent_id: Optional[str] = None, run_id: Optional[str] = None,
-                   metadata: Optional[dict[str, Any]] = None, infer: bool = True) -> dict:
-        """Add a conversation (a list of {"role", "content"} messages, or one user message) to a scope's memory."""
+                   metadata: Optional[dict[str, Any]] = None, infer: bool = True,
+                   date: Optional[Union[float, str]] = None) -> dict:
+        """Add a conversation (a list of {"role", "content"} messages, or one user message) to a scope's memory;
+        date: when the conversation happened (unix seconds or a date string such as "2023-05-08")."""
         return service.add(messages, user_id=user_id, agent_id=agent_id, run_id=run_id, metadata=metadata,
-                           infer=infer)
+                           infer=infer, date=date)
 
     @tool
     def search_memories(query: str, user_id: Optional[str] = None, agent_id: Optional[str] = None,
                         run_id: Optional[str] = None, limit: int = 10,
-                        filters: Optional[dict[str, Any]] = None) -> dict:
-        """The memories most relevant to query, in every scope containing the given ids, best first."""
-        return service.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit, filters=filters)
+                        filters: Optional[dict[str, Any]] = None,
+                        time_range: Optional[list[Optional[Union[float, str]]]] = None, time_field: str = "event",
+                        recency: Optional[float] = None, recency_weight: float = 0.1,
+                        now: Optional[float] = None) -> dict:
+        """The memories most relevant to query, in every scope containing the given ids, best first.
+        filters: {"key": value} or {"key": {"$in": [values]}} on metadata; time_range: [start, end) as dates or
+        unix seconds (null: open); time_field: "event" (conversation date), "created" or "updated"; recency:
+        half-life in seconds of a recency prior of weight recency_weight, measured from now."""
+        return service.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit, filters=filters,
+                              time_range=time_range, time_field=time_field, recency=recency,
+                              recency_weight=recency_weight, now=now)
 
     @tool
     def list_memories(user_id: Optional[str] = None, agent_id: Optional[str] = None, run_id: Optional[str] = None,
@@ -89,9 +101,14 @@ def build_server(service: MemoryService):
 
     @tool
     def respond(query: str, user_id: Optional[str] = None, agent_id: Optional[str] = None,
-                run_id: Optional[str] = None) -> dict:
-        """Answer query from the scope's memories (RMM: retrieve, rerank, answer with citations)."""
-        return service.respond(query, user_id=user_id, agent_id=agent_id, run_id=run_id)
+                run_id: Optional[str] = None, filters: Optional[dict[str, Any]] = None,
+                time_range: Optional[list[Optional[Union[float, str]]]] = None, time_field: str = "event",
+                recency: Optional[float] = None, recency_weight: float = 0.1, now: Optional[float] = None) -> dict:
+        """Answer query from the scope's memories (RMM: retrieve, rerank, answer with citations); filters and
+        time arguments as in search_memories limit the memories it may use."""
+        return service.respond(query, user_id=user_id, agent_id=agent_id, run_id=run_id, filters=filters,
+                               time_range=time_range, time_field=time_field, recency=recency,
+                               recency_weight=recency_weight, now=now)
 
     @tool
     def feedback(response_id: str, rewards: list[float]) -> dict:

@@ -19,6 +19,7 @@ Every argument is validated before anything is written, with the same messages a
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import itertools
 import logging
@@ -26,12 +27,15 @@ import threading
 import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..extract import validate_turns
+from ..protocols import missing_search_keywords, supports_event_time
+from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
+from ..template import event_seconds, time_range_seconds
 from . import scopes as S
 
 log = logging.getLogger("memkern")
@@ -227,6 +231,39 @@ class MemoryService:
         self.max_responses = int(max_responses)
         self._counter = itertools.count()
 
+    @classmethod
+    @contextlib.contextmanager
+    def from_args(cls, args: Any) -> Iterator["MemoryService"]:
+        """The service ``memkern serve`` and ``memkern mcp`` run, set up from their shared CLI
+        options (``memkern.commands.serve.add_server_args``), as a context manager.
+
+        Sets the torch threads (``--threads``), builds the ``--embedder`` (``None``: the offline
+        default on first use) and ``--chat-model``, opens the store (``--store``, created with the
+        embedder's width), and applies the ``Limits`` options (``--max-body-bytes`` when the command
+        has it). On exit the kept RMMs are saved (:meth:`close`) and then the store is closed.
+        """
+        from ..commands import _common as C
+
+        C.set_threads(args)
+        emb = None
+        if args.embedder:
+            from ..models import Embedder
+
+            emb = Embedder(args.embedder)
+        chat = None
+        if args.chat_model:
+            from ..models import ChatModel
+
+            chat = ChatModel(args.chat_model)
+        limits = Limits(max_body_bytes=getattr(args, "max_body_bytes", Limits().max_body_bytes),
+                        max_messages=args.max_messages, max_text_chars=args.max_text_chars, max_limit=args.max_limit)
+        with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
+            service = cls(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
+            try:
+                yield service
+            finally:
+                service.close()  # rerankers saved; the store is closed (snapshot) by the `with`
+
     # ------------------------------------------------------------------ components
     @property
     def embedder(self) -> _BatchingEmbedder:
@@ -294,17 +331,50 @@ class MemoryService:
             (scope or S.Scope()).as_dict(),
             namespace=r.namespace, metadata=dict(r.meta or {}), version=int(r.version), status=r.status,
             created_at=_iso(r.created_at), updated_at=_iso(r.updated_at),
+            event_time=None if getattr(r, "event_time", None) is None else _iso(r.event_time),
         )
         return d
 
+    def search_kw(self, filters: Any = None, time_range: Any = None, time_field: Any = "event", recency: Any = None,
+                  recency_weight: Any = DEFAULT_RECENCY_WEIGHT, now: Any = None) -> dict:
+        """The checked ``store.search`` keywords of a request (``{}`` when none is set).
+
+        ``filters``: metadata equality / ``$eq`` / ``$in`` (a JSON object); ``time_range``:
+        ``[start, end]``, each unix seconds, an ISO 8601 date / time or another form
+        :func:`memkern.template.event_seconds` reads, or null (open); ``time_field``:
+        ``"event"`` (the conversation's date, ``created`` where there is none), ``"created"`` or
+        ``"updated"``; ``recency``: half-life in seconds of a recency prior weighted
+        ``recency_weight`` and measured from ``now`` (default: the current time). Meaning as in
+        :meth:`memkern.MemoryStore.search`; a store whose ``search`` lacks one raises
+        :class:`MemkernValueError` naming it.
+        """
+        if filters is not None and not isinstance(filters, dict):
+            raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
+        try:
+            kw = check_search_filters(filters or None, time_range_seconds(time_range), time_field, recency,
+                                      recency_weight, now)
+        except MemkernError as e:
+            if str(e).startswith("filter"):  # the store names it "filter"; requests call it "filters"
+                raise type(e)("filters" + str(e)[len("filter"):]) from None
+            raise
+        missing = missing_search_keywords(self.store, kw)
+        if missing:
+            name = "filters" if missing[0] == "filter" else missing[0]
+            raise MemkernValueError(f"{name}: expected none, got {name}, which this store's search does not take")
+        return kw
+
     # ------------------------------------------------------------------ operations
     def add(self, messages: Any, *, user_id=None, agent_id=None, run_id=None, metadata: dict | None = None,
-            infer: bool = True) -> dict:
+            infer: bool = True, date: Any = None) -> dict:
         """Add a conversation to the scope's memory.
 
         ``infer=True`` (default): prospective reflection with the LLM-free embedding extractor and
         decider (topics ADDed, MERGEd into, UPDATE or INVALIDATE existing memories, or NOOP).
         ``infer=False``: every message is stored as it is, one memory each, in one atomic write.
+        ``date``: the conversation's date (unix seconds or a date string,
+        :func:`memkern.template.event_seconds`), written to the records' ``event_time`` (what
+        ``time_range`` / ``recency`` with ``time_field="event"`` use) and, with ``infer=True``,
+        to the turns and ``meta["date"]`` (:meth:`memkern.RMM.end_session`).
 
         Returns ``{"results": [{"id", "memory", "event"}]}`` (``event``: the action applied).
         """
@@ -315,11 +385,15 @@ class MemoryService:
             raise bad_arg("metadata", "a JSON object", type(metadata).__name__, MemkernTypeError)
         if not isinstance(infer, bool):
             raise bad_arg("infer", "a bool", infer, MemkernTypeError)
+        et = event_seconds(date, "date")
+        if et is not None and not supports_event_time(self.store):
+            raise MemkernValueError("date: expected none, got a date, which this store's writes do not take")
         if not infer:
             embs = self._embed([t["content"] for t in turns])
             # One atomic native write, no read before it: no namespace lock needed.
             ids = self.store.add_batch(ns, [t["content"] for t in turns], embs, turns=[[t] for t in turns],
-                                       metas=[dict(metadata or {}) for _ in turns])
+                                       metas=[dict(metadata or {}) for _ in turns],
+                                       **({"event_times": [et] * len(turns)} if et is not None else {}))
             return {"results": [{"id": int(i), "memory": t["content"], "event": "ADD"} for i, t in zip(ids, turns)]}
         if metadata:
             raise bad_arg("metadata", "no metadata with infer=true (pass infer=false to keep it on raw messages)",
@@ -330,40 +404,32 @@ class MemoryService:
             # A throwaway RMM: prospective reflection needs no reranker, so nothing is persisted.
             rmm = RMM(self.store, embedder=self.embedder, chat_model=self._chat, namespace=ns, extractor="embedding",
                       decider="embedding", persist=False)
-            results = rmm.end_session(turns, session_id=run_id)
+            results = rmm.end_session(turns, session_id=run_id, date=date)
         return {"results": [{"id": int(r.id), "memory": r.summary, "event": r.action} for r in results]}
 
     def search(self, query: Any, *, user_id=None, agent_id=None, run_id=None, limit: int = 10,
-               filters: dict | None = None, threshold: float | None = None) -> dict:
+               filters: dict | None = None, threshold: float | None = None, time_range: Any = None,
+               time_field: Any = "event", recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
+               now: Any = None) -> dict:
         """The ``limit`` best memories of every scope that contains the given ids (see
         :mod:`memkern.server.scopes`), best first: ``{"results": [{"id", "memory", "score", ...}]}``.
-        ``filters`` (metadata equality / ``$eq`` / ``$in``) is passed to the store's search."""
+        ``filters`` (metadata equality / ``$eq`` / ``$in``), ``time_range``, ``time_field`` and
+        the recency prior (``recency``, ``recency_weight``, ``now``) are passed to the store's
+        search (:meth:`search_kw`)."""
         scope = S.make_scope(user_id, agent_id, run_id)
         query = _check_text(query, "query", self.limits.max_text_chars)
         limit = _check_limit(limit, "limit", self.limits.max_limit)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not np.isfinite(threshold)):
             raise bad_arg("threshold", "a finite number or null", threshold)
-        kw = {}
-        if filters is not None:
-            if not isinstance(filters, dict):
-                raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
-            if filters:
-                kw["filter"] = filters
+        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
         namespaces = S.matching(self.store.namespaces(), scope)
-        if kw and not namespaces:
-            self._check_filter_support()
         if not namespaces:
             return {"results": []}
         q = self._embed([query], kind="query")
         hits: list[tuple[float, int]] = []
         for ns in namespaces:
-            try:
-                ids, scores = self.store.search(ns, q, k=limit, **kw)
-            except TypeError as e:
-                if kw and "filter" in str(e):
-                    self._check_filter_support()
-                raise
+            ids, scores = self.store.search(ns, q, k=limit, **kw)
             ids, scores = np.asarray(ids)[0], np.asarray(scores)[0]
             keep = ids >= 0
             hits += zip(scores[keep].tolist(), ids[keep].tolist())
@@ -378,13 +444,6 @@ class MemoryService:
                 continue
             out.append(self._record_json(r, score))
         return {"results": out}
-
-    def _check_filter_support(self) -> None:
-        import inspect
-
-        if "filter" not in inspect.signature(self.store.search).parameters:
-            raise MemkernValueError("filters: expected none, got filters, which this store's search does not take "
-                                    "(MemoryStore.search has no filter argument in this build)")
 
     def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100) -> dict:
         """Every active memory of the matching scopes, by id: ``{"results": [...]}`` (at most ``limit``)."""
@@ -464,18 +523,23 @@ class MemoryService:
             return rmm
 
     def respond(self, query: Any, *, user_id=None, agent_id=None, run_id=None,
-                session_turns: Sequence[dict] | None = None) -> dict:
+                session_turns: Sequence[dict] | None = None, filters: dict | None = None, time_range: Any = None,
+                time_field: Any = "event", recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
+                now: Any = None) -> dict:
         """Retrospective reflection in the scope's namespace: retrieve, rerank, answer with
         citations (the citations train the namespace's reranker). Returns the answer, the memories
-        shown and a ``response_id`` for :meth:`feedback`."""
+        shown and a ``response_id`` for :meth:`feedback`. ``filters`` / ``time_range`` /
+        ``time_field`` / ``recency`` / ``recency_weight`` / ``now`` (as in :meth:`search`) limit
+        the first-stage search; the reranker chooses among the memories that pass."""
         scope = S.make_scope(user_id, agent_id, run_id)
         ns = S.encode(scope)
         query = _check_text(query, "query", self.limits.max_text_chars)
         if session_turns is not None:
             session_turns = self.check_messages(session_turns, "session_turns")
+        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
         with self.ns_lock(ns):
             rmm = self._rmm(ns)
-            resp = rmm.respond(query, session_turns=session_turns)
+            resp = rmm.respond(query, session_turns=session_turns, **kw)
             memories = [self._record_json(self.store.get(i)) for i in resp.memory_ids]
         rid = uuid.uuid4().hex
         with self._responses_guard:
