@@ -287,6 +287,8 @@ def test_import_records_refuses_colliding_ids(tmp_path):
         with pytest.raises(MemkernKeyError, match="already in store"):
             import_records(b, "u", far[:1] + recs[:1])  # refused by the store: nothing written either
         assert b.count("u", include_invalidated=True) == 1 and int(far[0]["id"]) not in b
+        hi = dict(recs[0], id=(3 << 48) + 5)  # another shard's range above this one: allowed, next id stays
+        assert import_records(b, "u", [hi]) == 1 and b.get((3 << 48) + 5).summary == "x2"
     with MemoryStore(tmp_path / "b", id_range=(1 << 48, 2 << 48)) as b:  # replayed from the log
         r = b.get(0)
         assert (r.summary, r.version, [h.summary for h in b.history(0)]) == ("x2", 2, ["x", "x2"])
@@ -332,3 +334,31 @@ def test_rebalance_crash_between_copy_and_journal(ray, tmp_path):
         assert sh.shards == 2
         assert all(sh.count(ns) == 3 for ns in names)
         assert sum(s["namespaces"] for s in sh.shard_stats()) == len(names)
+
+
+def test_filtered_search_over_shard_ranges_and_imported_ids(tmp_path):
+    """A filter matching most records (the bitmap path of a filtered graph search: ef=10 keeps the
+    exact-scan path out) on a store whose ids start at 2**48, then also holding imported ids from
+    far away (a span too sparse for a bitmap): every answer matches, recall is high, and no
+    allocation proportional to the id values happens."""
+    from memkern.transfer import export_records, import_records
+
+    n, far = 1800, 700
+    with MemoryStore(tmp_path / "src", dim=D, metric="ip", id_range=(5 << 48, 6 << 48)) as src:
+        src.add_batch("u", [f"far {i}" for i in range(far)], _vecs(far, 2), metas=[{"g": 1}] * far)
+        moved = export_records(src, [int(i) for i in src.ids("u")])
+    with MemoryStore(tmp_path / "b", dim=D, metric="ip", id_range=(1 << 48, 2 << 48)) as b:
+        b.add_batch("u", [f"own {i}" for i in range(n)], _vecs(n, 1), metas=[{"g": int(i % 10 != 0)} for i in range(n)])
+        q = _vecs(4, 3)
+
+        def check():
+            ids, _ = b.search("u", q, k=10, ef=10, filter={"g": 1})
+            ok = np.array([int(i) for i in b.ids("u") if b.get(int(i)).meta["g"] == 1])
+            exact = ok[np.argsort(-(b.embeddings(ok) @ q.T), axis=0)[:10].T]
+            assert all(b.get(int(i)).meta["g"] == 1 for i in ids.ravel())
+            assert np.mean([len(set(a.tolist()) & set(e.tolist())) / 10 for a, e in zip(ids, exact)]) >= 0.7
+            return ids
+
+        assert (check() >= 1 << 48).all()
+        import_records(b, "u", moved)  # ids 5 << 48 + i beside 1 << 48 + j: the hash-set path
+        assert (check() >= 5 << 48).any()
