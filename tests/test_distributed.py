@@ -173,7 +173,22 @@ def test_killed_shard_loses_no_acknowledged_write(ray, tmp_path):
         sh.close()
 
 
+def _state(sh, names):
+    """Every record of ``names`` (topics and turns): the record, its whole history, its vector."""
+    out = {}
+    for ns in names:
+        for level in ("topic", "turn"):
+            for i in sh.ids(ns, include_invalidated=True, level=level):
+                i = int(i)
+                out[i] = (sh.get(i), sh.history(i), sh.embeddings([i])[0].tobytes())
+    return out
+
+
 def test_rebalance_resumes_after_a_crash(ray, tmp_path):
+    """A rebalance crashed after its first move, resumed on reopen: every record keeps its id, its
+    whole version history (texts, ops, vectors, timestamps), created_at / updated_at, event time,
+    status and reason, and its topic <-> turn links; ids route to their new shards, and ids written
+    after the move never collide with moved ones."""
     from memkern.distributed import ShardedStore
     from memkern.distributed.sharded import shard_of
 
@@ -183,9 +198,16 @@ def test_rebalance_resumes_after_a_crash(ray, tmp_path):
     gone = ids["t3"][0]
     sh.invalidate(ids["t1"][2], "old")
     sh.delete(gone)
+    for j, ns in enumerate(names):  # a history, an event time and turn records on every namespace
+        sh.update(ids[ns][1], summary=f"{ns} memory 1 v2", embedding=_vecs(1, 100 + j)[0], meta={"v": 2})
+        sh.add(ns, f"{ns} with turns", _vecs(1, 200 + j)[0], [{"role": "user", "content": "a"},
+                                                              {"role": "assistant", "content": "b"}],
+               turn_embeddings=_vecs(2, 300 + j), event_time=1_700_000_000.5 + j)
     q = _vecs(3, 7)
     before = {ns: [[r.summary for r in sh.get_batch(row[row >= 0])] for row in sh.search(ns, q, k=5)[0]]
               for ns in names}
+    state = _state(sh, names)
+    assert any(r.turn_ids for r, _, _ in state.values()) and any(len(h) == 2 for _, h, _ in state.values())
     moving = [ns for ns in names if shard_of(ns, 2) != shard_of(ns, 3)]
     assert len(moving) >= 2
     sh._crash_after_moves = 1  # test hook: raise after the first namespace is copied and deleted
@@ -200,19 +222,82 @@ def test_rebalance_resumes_after_a_crash(ray, tmp_path):
         # every namespace on exactly one shard: its routed one (no copy left on its old shard)
         assert sum(s["namespaces"] for s in sh.shard_stats()) == len(names)
         for ns in names:
-            assert sh.count(ns) == (5 if ns == "t3" else 6 if ns != "t1" else 5)
-            assert sh.count(ns, include_invalidated=True) == (5 if ns == "t3" else 6)
-            assert {int(i) >> 48 for i in sh.ids(ns, include_invalidated=True)} == {shard_of(ns, 3)}
+            assert sh.count(ns) == (6 if ns == "t3" else 7 if ns != "t1" else 6)
+            assert sh.count(ns, include_invalidated=True) == (6 if ns == "t3" else 7)
             after = [[r.summary for r in sh.get_batch(row[row >= 0])] for row in sh.search(ns, q, k=5)[0]]
             assert after == before[ns]
-        moved = dict(zip(*np.load(tmp_path / "moved-ids-0.npz").values()))
-        assert moved and all(int(o) >> 48 != int(n) >> 48 for o, n in moved.items())
-        for ns in moving:
-            new = moved[ids[ns][1]]
-            assert sh.get(int(new)).summary == f"{ns} memory 1"
-            assert sh.get(int(new)).turns == [{"role": "user", "content": f"{ns} turn 1"}]
+        # ids, histories, timestamps, event times, status, links: all as they were
+        assert _state(sh, names) == state
+        assert gone not in sh
+        moved_ids = [i for ns in moving for i in sh.ids(ns, include_invalidated=True)]
+        assert all(int(sh._route(np.array([i]))[0]) == shard_of(sh.get(int(i)).namespace, 3) for i in moved_ids)
+        assert any(int(i) >> 48 != shard_of(ns, 3) for ns in moving for i in sh.ids(ns))  # off their home shard
+        # new records of a moved namespace get ids of its new shard's own range: no collision
+        ns = moving[0]
+        new = sh.add(ns, "after the move", _vecs(1, 999)[0])
+        assert new >> 48 == shard_of(ns, 3) and new not in state
+        assert sh.get(new).summary == "after the move" and sh.count(ns) == 8 - (ns in ("t1", "t3"))
     finally:
         sh.close()
+    with ShardedStore(tmp_path) as sh:  # the routing table is durable
+        st = _state(sh, names)
+        assert {i: st[i] for i in state} == state and new in st
+
+
+def test_rebalance_back_and_forth_keeps_ids(ray, tmp_path):
+    """2 -> 3 -> 2 shards: namespaces that move back onto a shard they left (its deleted ids not
+    compacted away yet) land with their ids again; the routing table drops records back home."""
+    from memkern.distributed import ShardedStore
+
+    names = [f"b{i}" for i in range(8)]
+    with ShardedStore(tmp_path, dim=D, shards=2) as sh:
+        _fill(sh, names, per=3)
+        state = _state(sh, names)
+        assert sh.rebalance(3)["namespaces"] >= 1
+        assert _state(sh, names) == state
+        out = sh.rebalance(2)
+        assert out["namespaces"] >= 1
+        assert _state(sh, names) == state
+        assert sh._moved_ids.size == 0  # every record is back on its home shard
+
+
+def test_import_records_refuses_colliding_ids(tmp_path):
+    """The id-preserving import is refused (nothing written) for an id the store holds, one it
+    deleted and has not compacted, and one in its own unused range; a valid one is durable."""
+    from memkern.transfer import export_records, import_records
+
+    with MemoryStore(tmp_path / "a", dim=D, metric="cos") as a:
+        ids = a.add_batch("u", ["x", "y"], _vecs(2, 1))
+        a.update(int(ids[0]), summary="x2", embedding=_vecs(1, 2)[0])
+        recs = export_records(a, [int(i) for i in ids])
+    far = [dict(r, id=r["id"] + (5 << 48)) for r in recs]
+    with MemoryStore(tmp_path / "b", dim=D, metric="cos", id_range=(1 << 48, 2 << 48)) as b:
+        own = int(b.add("v", "own", _vecs(1, 3)[0]))
+        assert own == 1 << 48
+        with pytest.raises(MemkernKeyError, match="already in store"):
+            import_records(b, "u", [dict(recs[0], id=own)])
+        with pytest.raises(MemkernValueError, match="own unused id range"):
+            import_records(b, "u", [dict(recs[0], id=own + 1)])
+        assert import_records(b, "u", recs) == 2  # ids 0 and 1: another shard's range
+        b.delete(int(recs[1]["id"]))
+        with pytest.raises(MemkernKeyError, match="compact"):
+            import_records(b, "u", [recs[1]])
+        with pytest.raises(MemkernValueError, match="versions"):
+            import_records(b, "u", far[:1] + [dict(far[1], versions=[])])  # a bad record: nothing written
+        with pytest.raises(MemkernKeyError, match="already in store"):
+            import_records(b, "u", far[:1] + recs[:1])  # refused by the store: nothing written either
+        assert b.count("u", include_invalidated=True) == 1 and int(far[0]["id"]) not in b
+        hi = dict(recs[0], id=(3 << 48) + 5)  # another shard's range above this one: allowed, next id stays
+        assert import_records(b, "u", [hi]) == 1 and b.get((3 << 48) + 5).summary == "x2"
+    with MemoryStore(tmp_path / "b", id_range=(1 << 48, 2 << 48)) as b:  # replayed from the log
+        r = b.get(0)
+        assert (r.summary, r.version, [h.summary for h in b.history(0)]) == ("x2", 2, ["x", "x2"])
+        assert export_records(b, [0])[0] == recs[0]
+        assert int(b.add("v", "next", _vecs(1, 4)[0])) == own + 1
+    with MemoryStore(tmp_path / "b", id_range=(1 << 48, 2 << 48)) as b:  # from a snapshot too
+        b.snapshot()
+    with MemoryStore(tmp_path / "b", id_range=(1 << 48, 2 << 48)) as b:
+        assert export_records(b, [0])[0] == recs[0]
 
 
 def test_readme_ray_example_runs(ray, capsys):
@@ -249,3 +334,31 @@ def test_rebalance_crash_between_copy_and_journal(ray, tmp_path):
         assert sh.shards == 2
         assert all(sh.count(ns) == 3 for ns in names)
         assert sum(s["namespaces"] for s in sh.shard_stats()) == len(names)
+
+
+def test_filtered_search_over_shard_ranges_and_imported_ids(tmp_path):
+    """A filter matching most records (the bitmap path of a filtered graph search: ef=10 keeps the
+    exact-scan path out) on a store whose ids start at 2**48, then also holding imported ids from
+    far away (a span too sparse for a bitmap): every answer matches, recall is high, and no
+    allocation proportional to the id values happens."""
+    from memkern.transfer import export_records, import_records
+
+    n, far = 1800, 700
+    with MemoryStore(tmp_path / "src", dim=D, metric="ip", id_range=(5 << 48, 6 << 48)) as src:
+        src.add_batch("u", [f"far {i}" for i in range(far)], _vecs(far, 2), metas=[{"g": 1}] * far)
+        moved = export_records(src, [int(i) for i in src.ids("u")])
+    with MemoryStore(tmp_path / "b", dim=D, metric="ip", id_range=(1 << 48, 2 << 48)) as b:
+        b.add_batch("u", [f"own {i}" for i in range(n)], _vecs(n, 1), metas=[{"g": int(i % 10 != 0)} for i in range(n)])
+        q = _vecs(4, 3)
+
+        def check():
+            ids, _ = b.search("u", q, k=10, ef=10, filter={"g": 1})
+            ok = np.array([int(i) for i in b.ids("u") if b.get(int(i)).meta["g"] == 1])
+            exact = ok[np.argsort(-(b.embeddings(ok) @ q.T), axis=0)[:10].T]
+            assert all(b.get(int(i)).meta["g"] == 1 for i in ids.ravel())
+            assert np.mean([len(set(a.tolist()) & set(e.tolist())) / 10 for a, e in zip(ids, exact)]) >= 0.7
+            return ids
+
+        assert (check() >= 1 << 48).all()
+        import_records(b, "u", moved)  # ids 5 << 48 + i beside 1 << 48 + j: the hash-set path
+        assert (check() >= 5 << 48).any()

@@ -141,3 +141,68 @@ def test_sources_jsonl_and_locomo(tmp_path):
     bad.write_text(json.dumps({"session_id": "x", "turns": []}) + "\n{not json\n")
     with pytest.raises(DatasetFormatError, match="line 2"):
         load_sessions_any(bad)
+
+
+_WRITER = r"""
+import sys
+import numpy as np
+from memkern.distributed.sharded import _Shard
+
+sh = _Shard(sys.argv[1], 0, 4, "ip", {"fsync": "always", "snapshot_every": 7})
+for i in range(int(sys.argv[2])):
+    item = dict(session_id=f"s{i}", namespace=f"u{i % 3}", summaries=[f"s{i} a", f"s{i} b", f"s{i} c"],
+                embeddings=np.eye(4, dtype=np.float32)[:3] + i, turns=[[], [], []], metas=[{}, {}, {}])
+    sh.add_sessions("ingest_session", [item])
+    print(i, flush=True)
+"""
+
+
+def _items(n):
+    return [dict(session_id=f"s{i}", namespace=f"u{i % 3}", summaries=[f"s{i} a", f"s{i} b", f"s{i} c"],
+                 embeddings=np.eye(4, dtype=np.float32)[:3] + i, turns=[[], [], []], metas=[{}, {}, {}])
+            for i in range(n)]
+
+
+def test_ledger_after_a_crash_loses_and_duplicates_nothing_and_reads_no_record(tmp_path):
+    """A writer killed (SIGKILL) in the middle of writing sessions, then a restart: the shard's
+    ledger holds exactly the sessions whose records are in the store (a session's records and its
+    ledger entry are one atomic write), it is read from the store's meta index without reading a
+    single record, and a rerun of every session writes each missing one once and nothing twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from memkern.distributed.sharded import _Shard
+
+    d = str(tmp_path / "shard")
+    p = subprocess.Popen([sys.executable, "-c", _WRITER, d, "400"], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    for _ in range(12):  # let it write a dozen sessions (snapshots included), then kill it mid-stream
+        p.stdout.readline()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    sh = _Shard(d, 0, 4, "ip", {})
+    try:
+        def no_reads(*a, **k):
+            raise AssertionError("the ledger read a record")
+
+        sh.store.get_batch = no_reads
+        sh.store.get = no_reads
+        ledger = set(sh.ingested_sessions("ingest_session"))
+        del sh.store.get_batch, sh.store.get
+        # the ledger is exactly the sessions that are in the store, each with all 3 of its records
+        held: dict = {}
+        for ns in sh.store.namespaces():
+            for r in sh.store.get_batch(sh.store.ids(ns)):
+                held.setdefault((ns, r.meta["ingest_session"]), []).append(r.summary)
+        assert ledger == set(held) and len(ledger) >= 12
+        assert all(len(v) == 3 for v in held.values())
+        # the rerun writes the missing sessions once, the held ones not again
+        want = {(f"u{i % 3}", f"s{i}") for i in range(30)}
+        written = sh.add_sessions("ingest_session", _items(30))
+        assert {(ns, sid) for sid, ns, _ in written} == want - ledger
+        assert sum(sh.store.count(ns) for ns in sh.store.namespaces()) == 3 * len(want | ledger)
+        assert sh.add_sessions("ingest_session", _items(30)) == []
+    finally:
+        sh.close()

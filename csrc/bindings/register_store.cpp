@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <tuple>
 #include <type_traits>
 
 #include "memkern/errors.h"
@@ -113,7 +115,8 @@ void register_store(py::module_& m) {
   py::class_<Store>(m, "Store", "Native memory store; use memkern.MemoryStore instead.")
       .def(py::init([](const std::string& path, uint32_t dim, const std::string& metric, uint32_t M,
                        uint32_t ef_construction, const std::string& fsync, double fsync_interval_s,
-                       uint64_t snapshot_every, int num_threads, uint64_t flat_limit) {
+                       uint64_t snapshot_every, int num_threads, uint64_t flat_limit, int64_t id_base,
+                       int64_t id_end) {
              memkern::StoreOptions o;
              o.dim = dim;
              o.metric = parse_metric(metric);
@@ -124,12 +127,16 @@ void register_store(py::module_& m) {
              o.snapshot_every = snapshot_every;
              o.num_threads = num_threads;
              o.flat_limit = flat_limit;
+             o.id_base = id_base;
+             o.id_end = id_end;
              py::gil_scoped_release nogil;
              return new Store(path, o);
            }),
            py::arg("path"), py::arg("dim"), py::arg("metric"), py::arg("M"), py::arg("ef_construction"),
            py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"), py::arg("num_threads") = 1,
-           py::arg("flat_limit") = memkern::kDefaultFlatLimit)
+           py::arg("flat_limit") = memkern::kDefaultFlatLimit, py::arg("id_base") = 0,
+           py::arg("id_end") = INT64_MAX)
+      .def_property_readonly("next_id", &Store::next_id)
       .def_property_readonly("dim", &Store::dim)
       .def_property_readonly("metric", [](const Store& s) { return std::string(memkern::metric_name(s.metric())); })
       .def_property_readonly("M", &Store::M)
@@ -184,6 +191,90 @@ void register_store(py::module_& m) {
       .def("invalidate",
            [](Store& s, int64_t id, const std::string& reason) { write_call(s, [&] { s.invalidate(id, reason); }); })
       .def("delete", [](Store& s, int64_t id) { return write_call(s, [&] { return s.remove(id); }); })
+      .def("import_records",
+           // Records with their own ids (memkern.transfer.import_records): per record its id, level,
+           // parent, status, reason, timestamps and event time (NaN: none); `versions` lists each
+           // record's versions oldest first as (op, summary, turns_json, meta_json, updated_at), the
+           // last one current; `embeddings` holds their vectors in that order [sum of versions, dim].
+           [](Store& s, const std::string& ns, const I64& ids, const U8& levels, const I64& parents, const U8& statuses,
+              const std::vector<std::string>& reasons, const F64& created_at, const F64& updated_at,
+              const F64& event_times,
+              const std::vector<std::vector<std::tuple<uint8_t, std::string, std::string, std::string, double>>>& versions,
+              const F32& embeddings) {
+             size_t n = static_cast<size_t>(ids.size());
+             if (static_cast<size_t>(levels.size()) != n || static_cast<size_t>(parents.size()) != n ||
+                 static_cast<size_t>(statuses.size()) != n || reasons.size() != n ||
+                 static_cast<size_t>(created_at.size()) != n || static_cast<size_t>(updated_at.size()) != n ||
+                 static_cast<size_t>(event_times.size()) != n || versions.size() != n)
+               throw memkern::ValueError("import_records: expected " + std::to_string(n) + " entries in every per-record argument");
+             size_t total = 0;
+             for (const auto& v : versions) {
+               if (v.empty()) throw memkern::ValueError("versions: every record needs at least one version");
+               total += v.size();
+             }
+             check_matrix(embeddings, total, s.dim(), "embeddings");
+             std::vector<memkern::ImportItem> items(n);
+             const float* e = embeddings.data();
+             size_t dim = s.dim();
+             for (size_t i = 0; i < n; ++i) {
+               memkern::Record& r = items[i].rec;
+               r.id = ids.data()[i];
+               r.level = levels.data()[i];
+               r.parent = parents.data()[i];
+               if (statuses.data()[i] > 1) throw memkern::ValueError("statuses: expected 0 (active) or 1 (invalidated)");
+               r.status = static_cast<memkern::Status>(statuses.data()[i]);
+               r.reason = reasons[i];
+               r.created_at = created_at.data()[i];
+               r.updated_at = updated_at.data()[i];
+               r.event_time = event_times.data()[i];
+               const auto& vs = versions[i];
+               for (size_t j = 0; j + 1 < vs.size(); ++j, e += dim) {
+                 memkern::Version v;
+                 v.version = static_cast<uint32_t>(j + 1);
+                 v.op = std::get<0>(vs[j]);
+                 v.summary = std::get<1>(vs[j]);
+                 v.turns_json = std::get<2>(vs[j]);
+                 v.meta_json = std::get<3>(vs[j]);
+                 v.updated_at = std::get<4>(vs[j]);
+                 v.embedding.assign(e, e + dim);
+                 r.history.push_back(std::move(v));
+               }
+               const auto& cur = vs.back();
+               r.version = static_cast<uint32_t>(vs.size());
+               r.op = std::get<0>(cur);
+               r.summary = std::get<1>(cur);
+               r.turns_json = std::get<2>(cur);
+               r.meta_json = std::get<3>(cur);
+               items[i].embedding.assign(e, e + dim);
+               e += dim;
+             }
+             write_call(s, [&] { s.import_records(ns, items); });
+           },
+           py::arg("namespace"), py::arg("ids"), py::arg("levels"), py::arg("parents"), py::arg("statuses"),
+           py::arg("reasons"), py::arg("created_at"), py::arg("updated_at"), py::arg("event_times"),
+           py::arg("versions"), py::arg("embeddings"))
+      .def("meta_values",
+           // Decoded: str, float or bool per distinct value (filter.h's canonical form).
+           [](const Store& s, const std::string& ns, const std::string& key, uint8_t level) {
+             std::vector<std::string> vals;
+             {
+               py::gil_scoped_release nogil;
+               vals = s.meta_values(ns, key, level);
+             }
+             py::list out;
+             for (const auto& v : vals) {
+               if (v.empty()) continue;
+               if (v[0] == 's') out.append(utf8(v.substr(1), "meta value"));
+               else if (v[0] == 'b') out.append(py::bool_(v == "b1"));
+               else if (v[0] == 'n' && v.size() == 9) {
+                 double d;
+                 std::memcpy(&d, v.data() + 1, 8);
+                 out.append(py::float_(d));
+               }
+             }
+             return out;
+           },
+           py::arg("namespace"), py::arg("key"), py::arg("level") = 0)
       .def("contains", &Store::contains)
       // Records come back as StoredRecord / StoredVersion objects (register_records.cpp).
       .def("get", &Store::get, py::call_guard<py::gil_scoped_release>())

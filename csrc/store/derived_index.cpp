@@ -32,6 +32,16 @@ void Store::index_derived(const Record& r) {
   meta_scalars_[r.id] = std::move(m);
 }
 
+std::vector<std::string> Store::meta_values(const std::string& ns, const std::string& key, uint8_t level) const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  check_open();
+  if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  if (!g_derived) throw ValueError("meta_values: the derived indexes are off (set_derived_indexes)");
+  const Namespace* n = find_ns(ns);
+  if (!n) return {};
+  return n->meta[level].values(key);
+}
+
 void Store::unindex_derived(const Record& r) {
   Namespace& ns = *ns_[r.ns];
   ns.lex[r.level].remove(r.id);

@@ -13,6 +13,7 @@ const char* log_op_name(LogOp op) {
     case LogOp::Invalidate: return "invalidate";
     case LogOp::Delete: return "delete";
     case LogOp::EventTime: return "event_time";
+    case LogOp::Import: return "import";
   }
   return "?";
 }
@@ -59,6 +60,16 @@ void encode_event_time(Writer& w, int64_t id, double event_time) {
   w.f64(event_time);
 }
 
+void encode_import(Writer& w, const std::string& ns, const Record& r, const float* vec, uint32_t dim) {
+  w.u8(static_cast<uint8_t>(LogOp::Import));
+  w.str(ns);
+  write_record_fields(w, r);
+  w.f64(r.event_time);
+  w.u64(r.history.size());
+  for (const auto& v : r.history) write_version(w, v);
+  w.floats(vec, dim);
+}
+
 std::vector<LogOperation> decode_log_entry(const std::string& payload, uint32_t dim) {
   Reader rd(payload.data(), payload.size(), "log entry");
   uint32_t n_ops = rd.u32();
@@ -100,6 +111,17 @@ std::vector<LogOperation> decode_log_entry(const std::string& payload, uint32_t 
         o.id = rd.i64();
         o.time = rd.f64();
         break;
+      case LogOp::Import: {
+        o.kind = LogOp::Import;
+        o.ns = rd.str();
+        o.record = read_record_fields(rd);
+        o.record.event_time = rd.f64();
+        uint64_t nh = rd.count(40);
+        o.record.history.reserve(nh);
+        for (uint64_t j = 0; j < nh; ++j) o.record.history.push_back(read_version(rd, dim));
+        o.embedding = rd.floats(dim);
+        break;
+      }
       default:
         rd.fail("unknown operation " + std::to_string(code));
     }

@@ -350,11 +350,17 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   };
   PredicateFunctor<decltype(allow)> functor(&allow);
   hnswlib::BaseFilterFunctor* f = (check_inval || !flt.empty()) ? &functor : nullptr;
+  // Bitmap over [bits_lo, bits_hi] (ids of a store need not start at 0 nor be dense: a shard's
+  // range, imported records); a hash set when that span is too sparse for a bitmap.
   std::vector<uint64_t> allowed_bits;
+  int64_t bits_lo = 0, bits_hi = -1;
+  std::unordered_set<int64_t> allowed_set;
   auto allowed_bit = [&](int64_t id) -> bool {
-    return id >= 0 && id < next_id_ && ((allowed_bits[static_cast<size_t>(id) >> 6] >> (id & 63)) & 1);
+    return id >= bits_lo && id <= bits_hi && ((allowed_bits[static_cast<size_t>(id - bits_lo) >> 6] >> ((id - bits_lo) & 63)) & 1);
   };
   PredicateFunctor<decltype(allowed_bit)> bit_functor(&allowed_bit);
+  auto allowed_in_set = [&](int64_t id) -> bool { return allowed_set.count(id) > 0; };
+  PredicateFunctor<decltype(allowed_in_set)> set_functor(&allowed_in_set);
   const bool rescore = spec.half_life > 0;
   const size_t depth = (spec.mode == 2 || rescore) ? std::max(k, spec.candidates) : k;
   const bool dense = spec.mode != 1 && idx != nullptr;
@@ -408,11 +414,22 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
     } else {
       // Many matches: the graph search with a bitmap of the allowed ids as its filter functor
       // (built once per call; the per-visit check is then one bit, not a record lookup).
-      allowed_bits.assign(static_cast<size_t>(next_id_ / 64 + 1), 0);
-      for (int64_t id : scan)
-        if (id >= 0 && id < next_id_ && allow(id)) allowed_bits[static_cast<size_t>(id) >> 6] |= uint64_t(1) << (id & 63);
+      scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return id < 0 || !allow(id); }), scan.end());
+      if (!scan.empty()) {
+        auto mm = std::minmax_element(scan.begin(), scan.end());
+        bits_lo = *mm.first;
+        bits_hi = *mm.second;
+      }
+      uint64_t words = static_cast<uint64_t>(bits_hi - bits_lo) / 64 + 1;
+      if (scan.empty() || words <= 8 * scan.size() + 1024) {
+        allowed_bits.assign(static_cast<size_t>(words), 0);
+        for (int64_t id : scan) allowed_bits[static_cast<size_t>(id - bits_lo) >> 6] |= uint64_t(1) << ((id - bits_lo) & 63);
+        f = &bit_functor;
+      } else {
+        allowed_set.insert(scan.begin(), scan.end());
+        f = &set_functor;
+      }
       scan.clear();
-      f = &bit_functor;
     }
   }
   auto dist = space_->get_dist_func();

@@ -164,7 +164,8 @@ SnapshotContents decode_records_file(const std::string& data, const std::string&
     uint64_t nc = rd.count(8);
     r.children.resize(nc);
     for (uint64_t j = 0; j < nc; ++j) r.children[j] = rd.i64();
-    if (r.id < 0 || r.id >= p.next_id) rd.fail("record id out of range");
+    // Imported records (Store::import_records) keep their ids, which may lie past next_id.
+    if (r.id < 0 || r.id == INT64_MAX) rd.fail("record id out of range");
     int64_t id = r.id;
     if (!s.records.emplace(id, std::move(r)).second) rd.fail("duplicate record id");
   }

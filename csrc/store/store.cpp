@@ -207,6 +207,15 @@ void Store::open_or_create(const StoreOptions& opt) {
   wal_.open_append(wal_file);
   ops_since_snapshot_ = entries.size();
   last_sync_ = now_s();
+  if (opt.id_base < 0 || opt.id_end <= opt.id_base)
+    throw ValueError("id_base/id_end: expected 0 <= id_base < id_end, got " + std::to_string(opt.id_base) + ", " +
+                     std::to_string(opt.id_end));
+  id_base_ = opt.id_base;
+  id_end_ = opt.id_end;
+  next_id_ = std::max(next_id_, id_base_);
+  if (next_id_ > id_end_)
+    throw ValueError("id_end: expected >= the store's next id " + std::to_string(next_id_) + ", got " +
+                     std::to_string(id_end_));
 }
 
 void Store::close() {
@@ -523,10 +532,12 @@ void Store::apply(const std::string& payload) {
   std::vector<PendingPut> pending;  // vectors of new records, inserted together (maybe in parallel)
   for (LogOperation& o : ops) {
     if (o.kind != LogOp::Add) put_vectors(pending);  // later operations may read those vectors
-    if (o.kind == LogOp::Add) {
+    if (o.kind == LogOp::Add || o.kind == LogOp::Import) {
+      const bool imported = o.kind == LogOp::Import;
       const std::string& ns_name = o.ns;
       Record r = std::move(o.record);
-      if (records_.count(r.id) || r.id < 0 || r.id == INT64_MAX) fail("add of a bad or existing id " + std::to_string(r.id));
+      if (records_.count(r.id) || r.id < 0 || r.id == INT64_MAX || (imported && tombstones_.count(r.id)))
+        fail(std::string(imported ? "import" : "add") + " of a bad or existing id " + std::to_string(r.id));
       if (r.level == kTurn) {
         auto p = records_.find(r.parent);
         if (r.parent < 0 || p == records_.end() || p->second.level != kTopic || ns_[p->second.ns]->name != ns_name)
@@ -541,7 +552,7 @@ void Store::apply(const std::string& payload) {
         auto p = records_.find(r.parent);
         if (p == records_.end()) fail("turn of an unknown topic");
         p->second.children.push_back(r.id);
-        if (p->second.status == Status::Invalidated) {
+        if (!imported && p->second.status == Status::Invalidated) {  // an import keeps its own status
           r.status = Status::Invalidated;
           r.reason = p->second.reason;
         }
@@ -550,7 +561,8 @@ void Store::apply(const std::string& payload) {
       pending.push_back({&ns, r.level, r.id, std::move(o.embedding)});
       ns.n[r.level]++;
       if (r.status == Status::Invalidated) ns.invalidated[r.level].insert(r.id);
-      next_id_ = std::max(next_id_, r.id + 1);
+      r.children.clear();
+      if (!imported) next_id_ = std::max(next_id_, r.id + 1);  // an import leaves the next id alone
       int64_t id = r.id;
       const Record& added = records_.emplace(id, std::move(r)).first->second;
       index_derived(added);
@@ -638,6 +650,7 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
   if (items.empty()) return {};
   validate_items(items, 0, true);
+  check_id_room(items.size());
   Writer w;
   encode_op_count(w, new_item_ops(items));
   int64_t first = next_id_;
@@ -668,6 +681,7 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
   for (const auto& c : children)
     if (c.level != kTurn || c.parent != id) throw ValueError("children: expected turn records of the topic");
   validate_items(children, 0, false);
+  check_id_room(children.size());
   double now = now_s();
   std::vector<int64_t> old_children = replace_children ? r.children : std::vector<int64_t>{};
   Writer w;
@@ -689,6 +703,86 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
     for (size_t i = 0; i < children.size(); ++i) child_ids->push_back(first + static_cast<int64_t>(i));
   }
   return version;
+}
+
+void Store::check_id_room(size_t n) const {
+  if (static_cast<uint64_t>(id_end_ - next_id_) < n)
+    throw ValueError("store " + path_ + ": its id range ends at " + std::to_string(id_end_) + " (next id " +
+                     std::to_string(next_id_) + ", " + std::to_string(n) + " requested)");
+}
+
+int64_t Store::next_id() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  return next_id_;
+}
+
+void Store::import_records(const std::string& ns, const std::vector<ImportItem>& items) {
+  std::unique_lock<std::shared_mutex> lk(mu_);
+  check_writable();
+  if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
+  if (items.empty()) return;
+  std::unordered_map<int64_t, uint8_t> batch;  // id -> level of the items before
+  auto check_vec = [&](const std::vector<float>& v, const std::string& what) {
+    if (v.size() != dim_)
+      throw ValueError(what + ": expected " + std::to_string(dim_) + " floats, got " + std::to_string(v.size()));
+    NewItem probe;
+    probe.embedding = v.data();
+    validate_items({probe}, 0, false);
+    if (metric_ == Metric::Cos) {
+      double s = 0;
+      for (float x : v) s += static_cast<double>(x) * x;
+      if (std::fabs(std::sqrt(s) - 1.0) > 1e-3)
+        throw ValueError(what + ": metric \"cos\" stores unit vectors, got norm " + num(std::sqrt(s)));
+    }
+  };
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Record& r = items[i].rec;
+    const std::string at = "records[" + std::to_string(i) + "]";
+    if (r.id < 0 || r.id == INT64_MAX) throw ValueError(at + ".id: expected an id in 0..2**63-2, got " + std::to_string(r.id));
+    if (records_.count(r.id) || batch.count(r.id))
+      throw KeyError(at + ".id: id " + std::to_string(r.id) + " is already in store " + path_ + " (ids must not collide)");
+    if (tombstones_.count(r.id))
+      throw KeyError(at + ".id: id " + std::to_string(r.id) + " was deleted from store " + path_ +
+                     " and is not compacted away yet (compact() it first)");
+    if (r.id >= next_id_ && r.id < id_end_)
+      throw ValueError(at + ".id: id " + std::to_string(r.id) + " lies in store " + path_ + "'s own unused id range [" +
+                       std::to_string(next_id_) + ", " + std::to_string(id_end_) + ") and would collide with an id it hands out");
+    if (r.level >= kNumLevels) throw ValueError(at + ".level: expected topic or turn");
+    if (r.level == kTopic) {
+      if (r.parent != -1) throw ValueError(at + ".parent: topics have no parent");
+    } else {
+      auto b = batch.find(r.parent);
+      bool ok = b != batch.end() && b->second == kTopic;
+      if (!ok) {
+        auto p = records_.find(r.parent);
+        ok = p != records_.end() && p->second.level == kTopic && ns_[p->second.ns]->name == ns;
+      }
+      if (!ok) throw ValueError(at + ".parent: a turn record needs its topic (in the namespace, or earlier in the batch), got " +
+                                std::to_string(r.parent));
+    }
+    if (static_cast<uint8_t>(r.status) > 1) throw ValueError(at + ".status: expected active or invalidated");
+    if (r.op > 2) throw ValueError(at + ".op: expected add, merge or update");
+    if (r.version != r.history.size() + 1)
+      throw ValueError(at + ".version: expected len(history) + 1 = " + std::to_string(r.history.size() + 1) + ", got " +
+                       std::to_string(r.version));
+    for (size_t j = 0; j < r.history.size(); ++j) {
+      if (r.history[j].version != j + 1 || r.history[j].op > 2)
+        throw ValueError(at + ".history[" + std::to_string(j) + "]: expected version " + std::to_string(j + 1) +
+                         " with op add, merge or update");
+      check_vec(r.history[j].embedding, at + ".history[" + std::to_string(j) + "].embedding");
+      if (!std::isfinite(r.history[j].updated_at)) throw ValueError(at + ".history: updated_at must be finite");
+    }
+    check_vec(items[i].embedding, at + ".embedding");
+    if (!std::isfinite(r.created_at) || !std::isfinite(r.updated_at))
+      throw ValueError(at + ": created_at / updated_at must be finite");
+    if (!std::isnan(r.event_time) && !(std::fabs(r.event_time) <= kMaxTime))
+      throw ValueError(at + ".event_time: expected unix seconds with |t| <= 1e12 or none, got " + num(r.event_time));
+    batch.emplace(r.id, r.level);
+  }
+  Writer w;
+  encode_op_count(w, static_cast<uint32_t>(items.size()));
+  for (const auto& it : items) encode_import(w, ns, it.rec, it.embedding.data(), dim_);
+  commit(w.buf, items.size());
 }
 
 void Store::invalidate(int64_t id, const std::string& reason) {

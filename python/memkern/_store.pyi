@@ -103,7 +103,11 @@ class Store:
         snapshot_every: int,
         num_threads: int = 1,
         flat_limit: int = 1024,
+        id_base: int = 0,  # the ids this store hands out: [id_base, id_end) (not stored)
+        id_end: int = 2**63 - 1,
     ) -> None: ...
+    @property
+    def next_id(self) -> int: ...  # the id the next add gets
     @property
     def dim(self) -> int: ...
     @property
@@ -157,6 +161,22 @@ class Store:
         event_time: float | None = None,  # None keeps the record's event time
         child_event_times: npt.NDArray[np.float64] = ...,
     ) -> tuple[int, npt.NDArray[np.int64]]: ...
+    def import_records(  # records with their own ids, histories and timestamps; one atomic log entry
+        self,
+        namespace: str,
+        ids: npt.NDArray[np.int64],
+        levels: npt.NDArray[np.uint8],
+        parents: npt.NDArray[np.int64],  # -1 for a topic; a turn's topic (in the namespace or earlier here)
+        statuses: npt.NDArray[np.uint8],  # 0 active, 1 invalidated
+        reasons: list[str],
+        created_at: npt.NDArray[np.float64],
+        updated_at: npt.NDArray[np.float64],
+        event_times: npt.NDArray[np.float64],  # NaN = none
+        versions: list[list[tuple[int, str, str, str, float]]],  # per record, oldest first: (op, summary, turns_json, meta_json, updated_at)
+        embeddings: npt.NDArray[np.float32],  # [sum of versions, dim], in the order of `versions`
+    ) -> None: ...
+    # distinct values of a top-level meta key among a namespace's records at `level` (the derived meta index)
+    def meta_values(self, namespace: str, key: str, level: int = 0) -> list[str | float | bool]: ...
     def invalidate(self, id: int, reason: str) -> None: ...
     def delete(self, id: int) -> list[int]: ...
     def contains(self, id: int) -> bool: ...

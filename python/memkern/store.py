@@ -672,6 +672,12 @@ class MemoryStore:
         A namespace level holding at most this many records is searched by exact scan; past it,
         by an HNSW graph (0: always a graph). Not stored: a store may be reopened with another
         value (existing indexes change kind on their next add, or on ``compact``).
+    id_range : (int, int), optional
+        ``(first, end)``: the ids this store hands out lie in ``[first, end)`` (default
+        ``(0, 2**63 - 1)``). Not stored: pass the same range on every open. A
+        :class:`~memkern.distributed.ShardedStore` gives each shard its own range, so ids are unique
+        across shards and a record moved between shards (:func:`memkern.transfer.import_records`)
+        keeps its id.
 
     Notes
     -----
@@ -695,6 +701,7 @@ class MemoryStore:
         fsync_interval: float = 1.0,
         num_threads: int = 1,
         flat_limit: int = DEFAULT_FLAT_LIMIT,
+        id_range: tuple[int, int] | None = None,
     ) -> None:
         self._native = None
         if path is not None and not isinstance(path, (str, os.PathLike)):
@@ -717,6 +724,13 @@ class MemoryStore:
             if v is not None and int(v) > hi:
                 raise bad_arg(name, f"an int <= {hi}", int(v))
         check_float("fsync_interval", fsync_interval, 0, finite=True, expected="finite seconds >= 0")
+        id_base, id_end = 0, (1 << 63) - 1
+        if id_range is not None:
+            if (not isinstance(id_range, tuple) or len(id_range) != 2
+                    or any(isinstance(x, bool) or not isinstance(x, int) for x in id_range)
+                    or not 0 <= id_range[0] < id_range[1] <= id_end):
+                raise bad_arg("id_range", "a tuple (first, end) of ints with 0 <= first < end <= 2**63 - 1", id_range)
+            id_base, id_end = id_range
         p.parent.mkdir(parents=True, exist_ok=True)
         exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
         if not exists and dim is None:
@@ -724,7 +738,7 @@ class MemoryStore:
         native_metric = metric if metric is not None else ("" if exists else "ip")
         self._native = _native().Store(
             os.fsencode(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync, float(fsync_interval),
-            int(snapshot_every), int(num_threads), int(flat_limit),
+            int(snapshot_every), int(num_threads), int(flat_limit), int(id_base), int(id_end),
         )
         self._path = p
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH

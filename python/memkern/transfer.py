@@ -78,7 +78,8 @@ from .errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValu
 from .paths import check_namespace, reranker_file
 from .store import MAX_NORM, MAX_TIME, MemoryStore, _check_meta, _check_summary, _check_turns, _check_utf8, _json_text
 
-__all__ = ["export_store", "import_store", "ImportResult", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["export_store", "import_store", "export_records", "import_records", "ImportResult", "FORMAT",
+           "FORMAT_VERSION"]
 
 FORMAT = "memkern-export"
 FORMAT_VERSION = 1
@@ -188,25 +189,7 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
     ids.sort()
     count = 0
     for start in range(0, len(ids), 512):
-        chunk = ids[start:start + 512]
-        for d in n.get_batch(np.asarray(chunk, dtype=np.int64)):
-            versions = []
-            for v in n.history(int(d.id)):
-                ver = {"version": int(v.version), "op": v.op.name, "summary": v.summary,
-                       "turns": json.loads(v.turns_json), "meta": json.loads(v.meta_json),
-                       "updated_at": float(v.updated_at)}
-                if embeddings:
-                    ver["embedding"] = _b64(np.asarray(v.embedding, dtype=np.float32))
-                versions.append(ver)
-            status = d.status.name
-            rec = {"kind": "record", "id": int(d.id), "namespace": d.namespace, "level": d.level.name,
-                   "topic_id": int(d.parent) if d.parent >= 0 else None,
-                   "turn_ids": [int(c) for c in d.children], "status": status,
-                   "reason": d.reason if status == "invalidated" else None,
-                   "created_at": float(d.created_at), "updated_at": float(d.updated_at)}
-            if d.event_time is not None:
-                rec["event_time"] = float(d.event_time)
-            rec["versions"] = versions
+        for rec in export_records(store, ids[start:start + 512], embeddings):
             f.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
             count += 1
     rerankers = []
@@ -226,6 +209,84 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
                     rerankers.append(f"{ns}{suffix}")
     f.write(json.dumps({"kind": "end", "records": count, "rerankers": len(rerankers)}) + "\n")
     return {"records": count, "namespaces": list(namespaces), "rerankers": rerankers}
+
+
+def export_records(store: MemoryStore, ids: Sequence[int], embeddings: bool = True) -> list[dict]:
+    """The records ``ids`` of ``store`` as record lines of the export format (module docstring):
+    ``{"kind": "record", "id", "namespace", "level", "topic_id", "turn_ids", "status", "reason",
+    "created_at", "updated_at", "event_time"?, "versions": [...]}`` with the whole version history,
+    each version's vector as base64 of its float32 bits. :func:`import_records` writes them back
+    with their ids (the rebalance of a :class:`~memkern.distributed.ShardedStore` moves records so)."""
+    n = _native(store)
+    out = []
+    for d in n.get_batch(np.asarray(list(ids), dtype=np.int64)):
+        versions = []
+        for v in n.history(int(d.id)):
+            ver = {"version": int(v.version), "op": v.op.name, "summary": v.summary,
+                   "turns": json.loads(v.turns_json), "meta": json.loads(v.meta_json),
+                   "updated_at": float(v.updated_at)}
+            if embeddings:
+                ver["embedding"] = _b64(np.asarray(v.embedding, dtype=np.float32))
+            versions.append(ver)
+        status = d.status.name
+        rec = {"kind": "record", "id": int(d.id), "namespace": d.namespace, "level": d.level.name,
+               "topic_id": int(d.parent) if d.parent >= 0 else None,
+               "turn_ids": [int(c) for c in d.children], "status": status,
+               "reason": d.reason if status == "invalidated" else None,
+               "created_at": float(d.created_at), "updated_at": float(d.updated_at)}
+        if d.event_time is not None:
+            rec["event_time"] = float(d.event_time)
+        rec["versions"] = versions
+        out.append(rec)
+    return out
+
+
+def import_records(store: MemoryStore, namespace: str, records: Sequence[dict]) -> int:
+    """Write ``records`` (record lines of the export format, with embeddings, e.g. from
+    :func:`export_records`) into the open ``store``'s ``namespace`` keeping each record's id, its
+    whole version history (ops, texts, vectors as their exact bits, ``updated_at`` of every
+    version), ``created_at`` / ``updated_at``, ``event_time``, status and reason, and the topic <->
+    turn links: one atomic, logged write (the native ``import_records``; crash-safe like ``add``).
+
+    Every record is checked first (as a file's lines are); the store refuses an id it holds, one it
+    deleted and has not compacted away yet, and one in its own unused id range (which it would hand
+    out later): :class:`~memkern.MemkernKeyError` / :class:`~memkern.MemkernValueError`, nothing
+    written. A turn's topic is in ``records`` or already in the namespace. Returns the records written.
+    """
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, Sequence):
+        raise bad_arg("records", "a list of record dicts (export format)", type(records).__name__, MemkernTypeError)
+    parsed = _Parsed(store.dim, store.metric, True, [namespace])
+    recs: list[_Record] = []
+    for i, d in enumerate(records):
+        L = _Line("records", i)
+        L.where = f"records[{i}]"
+        if not isinstance(d, dict):
+            raise L.fail("record", "a dict", type(d).__name__, MemkernTypeError)
+        recs.append(_check_record(L, d, parsed))
+    if not recs:
+        return 0
+    # topics first, then each topic's turns in its turn_ids order (the order its children keep)
+    by_id = {r.id: r for r in recs}
+    order = [r for r in recs if r.level == "topic"]
+    placed = {r.id for r in order}
+    for t in list(order):
+        for c in t.turn_ids:
+            if c in by_id and c not in placed and by_id[c].level == "turn":
+                order.append(by_id[c])
+                placed.add(c)
+    order += [r for r in recs if r.id not in placed]
+    vecs = np.stack([v.embedding for r in order for v in r.versions]).astype(np.float32)
+    levels = _native_enums().Level
+    _native(store).import_records(
+        namespace, np.array([r.id for r in order], np.int64),
+        np.array([int(getattr(levels, r.level)) for r in order], np.uint8),
+        np.array([-1 if r.topic_id is None else r.topic_id for r in order], np.int64),
+        np.array([r.status == "invalidated" for r in order], np.uint8), [r.reason or "" for r in order],
+        np.array([r.created_at for r in order], np.float64), np.array([r.updated_at for r in order], np.float64),
+        np.array([math.nan if r.event_time is None else r.event_time for r in order], np.float64),
+        [[(_OPS[v.op], v.summary, _json_text(v.turns, "turns"), _json_text(v.meta, "meta"), v.updated_at)
+          for v in r.versions] for r in order], vecs)
+    return len(order)
 
 
 # ----------------------------------------------------------------------------------- reading + checks

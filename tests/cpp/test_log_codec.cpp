@@ -157,3 +157,56 @@ TEST(log_codec, empty_entry_and_multi_add_batches) {
     CHECK_EQ(ops[i].embedding[0], float(i));
   }
 }
+
+TEST(log_codec, import_round_trips_id_history_and_times) {
+  // LogOp::Import (6): the record's own id, status, reason, version, op, timestamps, event time and
+  // every older version with its vector travel in one op; a truncation anywhere is refused.
+  Record r = topic(int64_t(3) << 48 | 7);
+  r.status = Status::Invalidated;
+  r.reason = "stale";
+  r.version = 3;
+  r.op = static_cast<uint8_t>(VersionOp::Update);
+  r.updated_at = 250.75;
+  r.event_time = 1.7e9;
+  for (uint32_t j = 1; j <= 2; ++j) {
+    Version v;
+    v.version = j;
+    v.summary = "old " + std::to_string(j);
+    v.turns_json = "[]";
+    v.meta_json = "{}";
+    v.embedding = {float(j), 0.0f, -1.0f};
+    v.updated_at = 100.0 + j;
+    v.op = j == 1 ? 0 : 1;
+    r.history.push_back(v);
+  }
+  Writer w;
+  encode_op_count(w, 1);
+  float cur[kDim] = {0.0f, 1.0f, 0.0f};
+  encode_import(w, "bob", r, cur, kDim);
+  CHECK_EQ(static_cast<int>(static_cast<unsigned char>(w.buf[4])), 6);
+  CHECK_EQ(std::string(log_op_name(LogOp::Import)), std::string("import"));
+  std::vector<LogOperation> ops = decode_log_entry(w.buf, kDim);
+  CHECK_EQ(ops.size(), size_t(1));
+  if (ops.size() != 1) return;
+  const LogOperation& o = ops[0];
+  CHECK(o.kind == LogOp::Import);
+  CHECK_EQ(o.ns, std::string("bob"));
+  CHECK_EQ(o.record.id, (int64_t(3) << 48) | 7);
+  CHECK(o.record.status == Status::Invalidated);
+  CHECK_EQ(o.record.reason, std::string("stale"));
+  CHECK_EQ(o.record.version, uint32_t(3));
+  CHECK_EQ(static_cast<int>(o.record.op), static_cast<int>(VersionOp::Update));
+  CHECK_EQ(o.record.created_at, r.created_at);
+  CHECK_EQ(o.record.updated_at, 250.75);
+  CHECK_EQ(o.record.event_time, 1.7e9);
+  CHECK_EQ(o.record.history.size(), size_t(2));
+  if (o.record.history.size() == 2) {
+    CHECK_EQ(o.record.history[1].summary, std::string("old 2"));
+    CHECK_EQ(o.record.history[1].updated_at, 102.0);
+    CHECK_EQ(static_cast<int>(o.record.history[1].op), 1);
+    CHECK((o.record.history[0].embedding == std::vector<float>{1.0f, 0.0f, -1.0f}));
+  }
+  CHECK((o.embedding == std::vector<float>{0.0f, 1.0f, 0.0f}));
+  for (size_t n = 0; n < w.buf.size(); ++n)
+    CHECK_THROWS(decode_log_entry(w.buf.substr(0, n), kDim), CorruptedError, "log entry: ");
+}

@@ -119,10 +119,15 @@ TEST(snapshot, inconsistent_contents_are_refused_under_a_valid_checksum) {
   recs[3].ns = 2;  // only namespaces 0 and 1 exist
   CHECK_THROWS(decode_records_file(encode_records_file(params(), {"a", "b"}, recs, {}, {}), "f"), CorruptedError,
                "record namespace out of range");
+  recs = records();
+  recs[3].id = -1;  // ids are >= 0
+  CHECK_THROWS(decode_records_file(encode_records_file(params(), {"a", "b"}, recs, {}, {}), "f"), CorruptedError,
+               "record id out of range");
+  // A record id past next_id is a record imported with its own id (Store::import_records): kept.
   SnapshotParams p = params();
   p.next_id = 4;  // record 5 is beyond it
-  CHECK_THROWS(decode_records_file(encode_records_file(p, {"a", "b"}, records(), {}, {}), "f"), CorruptedError,
-               "record id out of range");
+  CHECK_EQ(decode_records_file(encode_records_file(p, {"a", "b"}, records(), {}, {}), "f").records.size(),
+           records().size());
   p = params();
   p.dim = 0;
   CHECK_THROWS(decode_records_file(encode_records_file(p, {}, {}, {}, {}), "f"), CorruptedError, "bad dim/metric");

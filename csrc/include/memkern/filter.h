@@ -282,6 +282,16 @@ class MetaIndex {
     auto it = ids_.find(slot(key, value));
     return it == ids_.end() ? nullptr : &it->second;
   }
+  // The distinct canonical values of `key` held by any id (one pass over the index's slots, no
+  // record is read): e.g. the ingest ledger, the session ids of a namespace's records.
+  std::vector<std::string> values(const std::string& key) const {
+    std::string prefix = slot(key, "");
+    std::vector<std::string> out;
+    for (const auto& kv : ids_)
+      if (!kv.second.empty() && kv.first.compare(0, prefix.size(), prefix) == 0) out.push_back(kv.first.substr(prefix.size()));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   size_t count(const FilterClause& c) const {
     size_t n = 0;
     for (const auto& v : c.values)

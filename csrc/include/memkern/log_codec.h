@@ -23,6 +23,11 @@
 //     EventTime (5):  i64 id, f64 event_time (the conversation's own time of a record; follows the
 //                     Add / Version of that record in the same entry; logs without it are older
 //                     stores' or records without an event time)
+//     Import (6):     str namespace, record fields (its own id, status, reason, version, op,
+//                     created_at, updated_at: kept as they were), f64 event_time (NaN: none),
+//                     u64 n older versions + each (record.h: write_version), f32 vector (current).
+//                     An id-preserving insert (Store::import_records, the rebalance of a sharded
+//                     store): unlike Add it never moves the store's next id.
 //   str = u64 length + bytes (UTF-8 text); f32 vector = u64 n + n float32.
 // Reading tells a torn tail from damage:
 //   * torn (cut off on open, it was never acknowledged): fewer than 12 bytes left, or an intact
@@ -45,7 +50,7 @@
 namespace memkern {
 
 // Op code of one logged operation (the byte that starts it; values are on disk: never renumber).
-enum class LogOp : uint8_t { Add = 1, Version = 2, Invalidate = 3, Delete = 4, EventTime = 5 };
+enum class LogOp : uint8_t { Add = 1, Version = 2, Invalidate = 3, Delete = 4, EventTime = 5, Import = 6 };
 
 // Which fields a Version operation carries (bit set).
 enum VersionField : uint8_t { kHasSummary = 1, kHasEmbedding = 2, kHasTurns = 4, kHasMeta = 8 };
@@ -56,9 +61,10 @@ const char* log_op_name(LogOp op);
 struct LogOperation {
   LogOp kind = LogOp::Add;
   int64_t id = -1;                // Version, Invalidate, Delete: the target record
-  std::string ns;                 // Add: namespace name
-  Record record;                  // Add: the new record's fields (ns index, history, children unset)
-  std::vector<float> embedding;   // Add; Version with kHasEmbedding: [dim]
+  std::string ns;                 // Add, Import: namespace name
+  Record record;                  // Add: the new record's fields (ns index, history, children unset);
+                                  // Import: also its history and event time
+  std::vector<float> embedding;   // Add, Import; Version with kHasEmbedding: [dim]
   uint8_t version_op = 0;         // Version: VersionOp byte as stored (1 merge, 2 update)
   uint8_t fields = 0;             // Version: VersionField bits
   std::string summary, turns_json, meta_json;  // Version: the fields present
@@ -75,6 +81,8 @@ void encode_version(Writer& w, int64_t id, VersionOp version_op, const std::stri
 void encode_invalidate(Writer& w, int64_t id, const std::string& reason, double time);
 void encode_delete(Writer& w, int64_t id);
 void encode_event_time(Writer& w, int64_t id, double event_time);
+// `r` with its history and event time; `vec` is its current vector (stored as given).
+void encode_import(Writer& w, const std::string& ns, const Record& r, const float* vec, uint32_t dim);
 
 // Decodes a whole payload (every vector must have `dim` floats). Throws CorruptedError naming
 // "log entry" when it is truncated, holds an unknown op code, or has bytes after its last op.

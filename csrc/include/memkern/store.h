@@ -52,6 +52,12 @@ struct StoreOptions {
   // A (namespace, level) is answered by exact scan (FlatIndex) while it holds at most this many
   // vectors and by an HNSW graph beyond (promoted on the add that crosses it; compact() demotes).
   uint64_t flat_limit = kDefaultFlatLimit;
+  // The ids this store hands out: [id_base, id_end). A store opened with id_base > its next id
+  // continues from id_base (a sharded store gives each shard its own range, so ids are unique
+  // across shards and a record moved by import_records keeps its id). Not stored: pass the same
+  // range on every open.
+  int64_t id_base = 0;
+  int64_t id_end = INT64_MAX;
 };
 
 // One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
@@ -62,6 +68,15 @@ struct NewItem {
   std::string summary, turns_json, meta_json;
   const float* embedding = nullptr;
   double event_time = kNoEventTime;  // the conversation's own time (unix seconds); NaN: none
+};
+
+// One record written with its own id by import_records: `rec` holds its id, level, parent (-1 for a
+// topic; a turn's topic: a record of the namespace or an earlier item), status, reason, version,
+// op, created_at, updated_at, event_time, texts and history (versions 1..version-1 with their
+// vectors); `embedding` is its current vector [dim], stored as given (metric "cos": a unit vector).
+struct ImportItem {
+  Record rec;
+  std::vector<float> embedding;
 };
 
 // What search_ex does besides (or instead of) the plain vector search.
@@ -111,6 +126,12 @@ class Store {
                        const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
                        bool replace_children = false, const double* event_time = nullptr);
   void invalidate(int64_t id, const std::string& reason);
+  // Writes `items` into namespace `ns` with their own ids, histories and timestamps, in one
+  // atomic log entry (LogOp::Import), like add. Refuses (KeyError / ValueError, nothing written)
+  // an id the store holds, one it deleted and has not compacted away yet, and one in its own
+  // unused range [next id, id_end) (which it would hand out later). The next id does not move.
+  void import_records(const std::string& ns, const std::vector<ImportItem>& items);
+  int64_t next_id() const;
   std::vector<int64_t> remove(int64_t id);  // the id and its turn records; returns them
 
   RecordView get(int64_t id) const;
@@ -131,6 +152,10 @@ class Store {
   SearchResult search_ex(const std::string& ns, const float* q, const std::vector<std::string>& texts, size_t B,
                          size_t k, size_t ef, bool include_invalidated, uint8_t level, const SearchSpec& spec) const;
   std::vector<std::string> namespaces() const;
+  // Distinct canonical values (filter.h) of the top-level meta key `key` among the namespace's
+  // records at `level` (active and invalidated), from the derived meta index: no record is read.
+  // Raises ValueError while the derived indexes are off (a benchmark hook).
+  std::vector<std::string> meta_values(const std::string& ns, const std::string& key, uint8_t level) const;
   size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
   bool contains(int64_t id) const;
   // Ids of a namespace's records at `level`, ascending.
@@ -220,6 +245,7 @@ class Store {
   void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
   void validate_items(const std::vector<NewItem>& items, size_t batch_base, bool allow_batch_parents) const;
+  void check_id_room(size_t n) const;  // n new ids fit below id_end
   void encode_new_items(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
                   double now) const;
 
@@ -237,6 +263,7 @@ class Store {
   uint64_t ops_since_snapshot_ = 0;
   uint64_t generation_ = 0;
   int64_t next_id_ = 0;
+  int64_t id_base_ = 0, id_end_ = INT64_MAX;
   int lock_fd_ = -1;
   bool closed_ = false;
   uint64_t replayed_ = 0;

@@ -13,10 +13,12 @@ Pipeline::
 
 Idempotency: every topic record written carries ``meta["ingest_session"] = session id``, and a
 session's topics land in one atomic ``add_batch``. Before writing, the shard checks its ledger --
-the set of ``(namespace, session id)`` found in its own records' meta, rebuilt from the store when
-the actor (re)starts -- and skips a session it already holds. So a rerun after a failure (or a
-killed shard) writes every session exactly once: the store itself is the ledger, and there is no
-second file to fall out of step with it.
+the set of ``(namespace, session id)`` its records carry -- and skips a session it already holds.
+So a rerun after a failure (or a killed shard) writes every session exactly once: the store itself
+is the ledger, and there is no second file to fall out of step with it. A (re)started shard reads
+the ledger from the store's meta index (``Store.meta_values``: the distinct values of that key per
+namespace, kept by the store on every write, log replay and snapshot load) without reading a
+single record; the ledger survives a rebalance with the records that carry it.
 """
 from __future__ import annotations
 

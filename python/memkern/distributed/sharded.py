@@ -2,21 +2,27 @@
 
 Layout on disk (``path``)::
 
-    manifest.json        {"format": 1, "dim", "metric", "shards": N, "id_shift": 48}
+    manifest.json        {"format": 2, "dim", "metric", "shards": N, "id_shift": 48}
     shard-000/ ...       one MemoryStore directory per shard (its own WAL + snapshots)
     rebalance.json       only while a rebalance runs: its journal (see :meth:`ShardedStore.rebalance`)
-    moved-ids-<k>.npz    old -> new ids of the records the k-th rebalance moved
+    moved.parts/         only while a rebalance runs: the ids each finished move took along
+    locations.npz        records living off their home shard (moved by a rebalance): sorted ids + shard
 
 Routing: a namespace lives on exactly one shard, ``shard_of(namespace, N)`` =
 ``blake2b(namespace as UTF-8, 8-byte digest) as a little-endian uint64, mod N``: stable across
 processes, machines and Python versions (never Python's salted ``hash()``).
 
-Ids: the store of shard ``s`` allocates its own ids ``0, 1, 2, ...`` (never reused); the sharded
-store hands out ``global = s << 48 | local``. Every id is therefore unique across shards and
-routes itself: ``get``/``update``/``delete``/``embeddings(ids)`` go to shard ``id >> 48``.
-A shard may hold up to 2**48 ids and there may be up to 2**15 shards (ids stay below 2**63).
-Shard directories are never deleted (also not by a rebalance to fewer shards), so a shard's local
-ids are never handed out twice.
+Ids: the store of shard ``s`` hands out the ids of its own range ``[s << 48, (s + 1) << 48)``
+(``MemoryStore(id_range=...)``; never reused), and those ids are the ones every call sees: no
+translation. Every id is therefore unique across shards, and its *home* shard is ``id >> 48``.
+A rebalance moves records with their ids (:meth:`ShardedStore.rebalance`): a moved record lives
+off its home shard, and ``locations.npz`` (sorted ids + their shard, loaded by the caller, 10 bytes
+per moved record) routes it; every other id routes itself to ``id >> 48``. The destination store
+refuses an incoming id that would collide (one it holds, or one of its own unused range), so a
+moved id can never be handed out again. A shard may hold up to 2**48 ids and there may be up to
+2**15 shards (ids stay below 2**63). Shard directories are never deleted (also not by a rebalance
+to fewer shards), so a shard's range is never handed out twice. Stores of format 1 (ids local to
+each shard, before moves kept them) are refused with a clear error.
 
 Durability: each actor opens its store with the given options (``fsync="always"`` by default).
 An actor that dies is restarted by Ray (``max_restarts``) and reopens its directory, replaying the
@@ -50,12 +56,11 @@ log = logging.getLogger("memkern")
 
 __all__ = ["ShardedStore", "ShardUnavailableError", "shard_of", "ID_SHIFT", "MAX_SHARDS"]
 
-#: Bits of a global id that hold the shard-local id; the shard index sits above them.
+#: Bits of an id below its home shard's index: shard ``s`` hands out ``[s << ID_SHIFT, (s + 1) << ID_SHIFT)``.
 ID_SHIFT = 48
-_LOCAL_MASK = (1 << ID_SHIFT) - 1
-#: Most shards a store may have (global ids stay below 2**63).
+#: Most shards a store may have (ids stay below 2**63).
 MAX_SHARDS = 1 << (63 - ID_SHIFT)
-_FORMAT = 1
+_FORMAT = 2
 
 
 class ShardUnavailableError(MemkernError, RuntimeError):
@@ -68,27 +73,20 @@ def shard_of(namespace: str, shards: int) -> int:
     return int.from_bytes(h, "little") % shards
 
 
-def _to_global(shard: int, local: int) -> int:
-    if local > _LOCAL_MASK:
-        raise MemkernError(f"shard {shard}: local id {local} exceeds 2**{ID_SHIFT} - 1 (shard full)")
-    return (shard << ID_SHIFT) | local
-
-
-def _split_id(gid: int) -> tuple[int, int]:
-    return gid >> ID_SHIFT, gid & _LOCAL_MASK
-
-
-def _ids_to_global(shard: int, ids: np.ndarray) -> np.ndarray:
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.size and int(ids.max()) > _LOCAL_MASK:
-        raise MemkernError(f"shard {shard}: local id {int(ids.max())} exceeds 2**{ID_SHIFT} - 1 (shard full)")
-    return np.where(ids >= 0, ids | np.int64(shard << ID_SHIFT), ids)
+def id_range(shard: int) -> tuple[int, int]:
+    """``(first, end)``: the ids the store of ``shard`` hands out (its home range)."""
+    return shard << ID_SHIFT, (shard + 1) << ID_SHIFT
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
+    _write_atomic(path, lambda f: f.write(json.dumps(obj).encode("utf-8")))
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """``write(binary file)`` into ``path`` through a fsynced temporary file renamed into place."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f)
+    with open(tmp, "wb") as f:
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -104,11 +102,11 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
 class _Shard:
     """Body of a shard actor: one :class:`memkern.MemoryStore` on one directory."""
 
-    def __init__(self, directory: str, dim: int, metric: str, options: dict) -> None:
+    def __init__(self, directory: str, shard: int, dim: int, metric: str, options: dict) -> None:
         from ..store import MemoryStore
 
         self.directory = directory
-        self.store = MemoryStore(directory, dim=dim, metric=metric, **options)
+        self.store = MemoryStore(directory, dim=dim, metric=metric, id_range=id_range(shard), **options)
 
     def ping(self) -> int:
         return os.getpid()
@@ -134,18 +132,15 @@ class _Shard:
         return [self.store.search(ns, q, **kw) for ns, q, kw in requests]
 
     def ingested_sessions(self, key: str) -> list[tuple[str, str]]:
-        """``(namespace, session id)`` of the topic records whose ``meta[key]`` names a session
-        (the ingest ledger: the store itself, read once per actor life)."""
+        """``(namespace, session id)`` of the topic records whose ``meta[key]`` is a session id
+        (the ingest ledger), read once per actor life from the store's meta index: the distinct
+        values of ``key`` per namespace (``meta_values``; no record is read). The index is derived
+        from the very records a session's atomic ``add_batch`` writes (also on log replay and
+        snapshot load), so it cannot fall out of step with them."""
         if getattr(self, "_ledger", None) is None:
-            out: set[tuple[str, str]] = set()
-            for ns in self.store.namespaces():
-                ids = self.store.ids(ns, include_invalidated=True)
-                if len(ids):
-                    for r in self.store.get_batch(ids):
-                        v = r.meta.get(key) if isinstance(r.meta, dict) else None
-                        if v is not None:
-                            out.add((ns, str(v)))
-            self._ledger = out
+            n = self.store._n()
+            self._ledger = {(ns, v) for ns in self.store.namespaces() for v in n.meta_values(ns, key, 0)
+                            if isinstance(v, str)}
         return sorted(self._ledger)
 
     def add_sessions(self, key: str, items: list[dict]) -> list[tuple[str, str, list[int]]]:
@@ -172,54 +167,43 @@ class _Shard:
         return out
 
     # ---- rebalance helpers
-    def export_namespace(self, ns: str) -> list[dict]:
-        """Every topic record of ``ns`` (active and invalidated) with what re-creating it needs."""
-        st = self.store
-        ids = st.ids(ns, include_invalidated=True)
-        out = []
-        if not len(ids):
-            return out
-        recs = st.get_batch(ids)
-        embs = st.embeddings(ids)
-        for r, e in zip(recs, embs):
-            te, turn_ids = None, []
-            if r.turn_ids and len(r.turn_ids) == len(r.turns):
-                kids = st.get_batch(list(r.turn_ids))
-                pos = [k.meta.get("turn_position") if isinstance(k.meta, dict) else None for k in kids]
-                if sorted(p for p in pos if isinstance(p, int)) == list(range(len(r.turns))):
-                    vec = st.embeddings(list(r.turn_ids))
-                    te = np.empty_like(vec)
-                    te[pos] = vec
-                    turn_ids = [0] * len(pos)
-                    for kid, p in zip(kids, pos):
-                        turn_ids[p] = int(kid.id)
-            out.append(dict(id=int(r.id), summary=r.summary, embedding=e, turns=list(r.turns), meta=dict(r.meta),
-                            status=r.status, reason=r.invalidated_reason, turn_embeddings=te, turn_ids=turn_ids,
-                            event_time=getattr(r, "event_time", None)))
-        return out
+    def _ns_ids(self, ns: str) -> np.ndarray:
+        return np.concatenate([np.asarray(self.store.ids(ns, include_invalidated=True, level=lv), np.int64)
+                               for lv in ("topic", "turn")])
 
-    def import_namespace(self, ns: str, items: list[dict]) -> list[tuple[int, list[int]]]:
-        """Replace ``ns`` on this shard by ``items`` (from :meth:`export_namespace`): a partial
-        earlier copy is deleted first, the records are added in one atomic ``add_batch``. Returns
-        ``(new topic id, new turn ids in turn order)`` per item."""
-        self.drop_namespace(ns)
-        if not items:
-            return []
-        st = self.store
-        tes = [it["turn_embeddings"] for it in items]
-        kw: dict[str, Any] = {}
-        if any(t is not None for t in tes):
-            kw["turn_embeddings"] = tes
-        if any(it.get("event_time") is not None for it in items):
-            kw["event_times"] = [it.get("event_time") for it in items]
-        ids = st.add_batch(ns, [it["summary"] for it in items], np.stack([it["embedding"] for it in items]),
-                           [it["turns"] for it in items], [it["meta"] for it in items], **kw)
-        out = []
-        for rid, it in zip(ids, items):
-            if it["status"] == "invalidated":
-                st.invalidate(int(rid), it["reason"] or "")
-            out.append((int(rid), [int(t) for t in st.get(int(rid)).turn_ids]))
-        return out
+    def export_namespace(self, ns: str) -> list[dict]:
+        """Every record of ``ns`` (topics and turns, active and invalidated) as export-format record
+        dicts with their whole history (:func:`memkern.transfer.export_records`)."""
+        from ..transfer import export_records
+
+        ids = np.sort(self._ns_ids(ns))
+        return export_records(self.store, ids) if len(ids) else []
+
+    def import_namespace(self, ns: str, records: list[dict]) -> int:
+        """Write ``records`` (from :meth:`export_namespace`) into ``ns`` here with their ids and
+        histories: one atomic, logged write (:func:`memkern.transfer.import_records`). Idempotent:
+        when this shard already holds all of them (an interrupted run's write landed) it writes
+        nothing; an id deleted here and not compacted away yet (the namespace left this shard
+        before) makes it compact once and retry. Returns the records written."""
+        from ..errors import MemkernKeyError as _KeyError
+        from ..transfer import import_records
+
+        if not records:
+            return 0
+        want = np.array([r["id"] for r in records], np.int64)
+        held = np.isin(want, self._ns_ids(ns))
+        if held.all():  # the atomic import of an interrupted run landed: nothing twice
+            return 0
+        if held.any():
+            raise MemkernError(f"shard {self.directory}: namespace {ns!r} holds {int(held.sum())} of the "
+                               f"{len(want)} records being moved in (an import is atomic: expected all or none)")
+        try:
+            return import_records(self.store, ns, records)
+        except _KeyError as e:
+            if "compact" not in str(e):
+                raise
+            self.store.compact()  # drops the tombstones of ids that left this shard earlier
+            return import_records(self.store, ns, records)
 
     def drop_namespace(self, ns: str) -> int:
         """Delete every topic record of ``ns`` (their turn records go with them); returns how many."""
@@ -283,6 +267,11 @@ class ShardedStore:
         man = self._path / "manifest.json"
         if man.exists():
             m = json.loads(man.read_text())
+            if m.get("format") == 1:
+                raise MemkernValueError(
+                    f"{man}: expected format {_FORMAT}, got format 1 (a sharded store whose shards numbered ids "
+                    "locally, written before rebalancing kept ids): export each shard's namespaces "
+                    "(memkern.transfer.export_store) and add them to a new ShardedStore")
             if m.get("format") != _FORMAT or m.get("id_shift") != ID_SHIFT:
                 raise MemkernValueError(f"{man}: expected format {_FORMAT} with id_shift {ID_SHIFT}, got {m}")
             if dim is not None and int(dim) != m["dim"]:
@@ -313,6 +302,7 @@ class ShardedStore:
         opts.update(actor_options or {})
         self._actor_cls = self._ray.remote(**opts)(_Shard)
         self._actors: list[Any] = []
+        self._load_locations()
         self._closed = False
         self._start_actors(self._n)
         if (self._path / "rebalance.json").exists():
@@ -326,7 +316,7 @@ class ShardedStore:
         while len(self._actors) < n:
             i = len(self._actors)
             d = str(self._path / f"shard-{i:03d}")
-            self._actors.append(self._actor_cls.remote(d, self._dim, self._metric, self._store_options))
+            self._actors.append(self._actor_cls.remote(d, i, self._dim, self._metric, self._store_options))
         self._ray.get([a.ping.remote() for a in self._actors])
 
     def _check_open(self) -> None:
@@ -370,20 +360,35 @@ class ShardedStore:
         """One ``read``/``write`` dispatch per shard, all in flight at once; results by shard."""
         return self._fan_method(kind, {s: (n, a, k) for s, (n, a, k) in per_shard.items()}, write=kind == "write")
 
+    def _load_locations(self) -> None:
+        """The routing table of moved records (``locations.npz``; empty when nothing moved)."""
+        f = self._path / "locations.npz"
+        if f.exists():
+            with np.load(f) as z:
+                self._moved_ids, self._moved_to = z["ids"].astype(np.int64), z["shards"].astype(np.int64)
+        else:
+            self._moved_ids, self._moved_to = np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def _route(self, ids: np.ndarray) -> np.ndarray:
+        """Shard of each id (int64 ``[n]``): its entry in the moved-records table, else its home ``id >> 48``."""
+        shards = ids >> ID_SHIFT
+        if self._moved_ids.size:
+            pos = np.minimum(np.searchsorted(self._moved_ids, ids), self._moved_ids.size - 1)
+            hit = self._moved_ids[pos] == ids
+            shards = np.where(hit, self._moved_to[pos], shards)
+        return shards
+
     def _shard_of_id(self, id: Any, name: str = "id") -> tuple[int, int]:
         from ..store import _check_id
 
         gid = _check_id(id, name)
-        s, local = _split_id(gid)
+        s = int(self._route(np.array([gid], np.int64))[0])
         if s >= len(self._actors) or s >= self._n and not (self._path / "rebalance.json").exists():
             raise MemkernKeyError(f"{name}: unknown id {gid} (shard {s} of a {self._n}-shard store)")
-        return s, local
+        return s, gid
 
     def _record(self, shard: int, rec: Any) -> Any:
-        return dataclasses.replace(
-            rec, id=_to_global(shard, rec.id),
-            topic_id=_to_global(shard, rec.topic_id) if rec.topic_id is not None else None,
-            turn_ids=tuple(_to_global(shard, t) for t in rec.turn_ids), _store=weakref.ref(self))
+        return dataclasses.replace(rec, _store=weakref.ref(self))
 
     def shard_of(self, namespace: str) -> int:
         """The shard index that holds ``namespace`` now."""
@@ -429,16 +434,15 @@ class ShardedStore:
             meta: dict | None = None, **kwargs: Any) -> int:
         """:meth:`memkern.MemoryStore.add` on the namespace's shard; returns the global id."""
         s = self.shard_of(namespace)
-        return _to_global(s, int(self._call(s, "write", "add", namespace, summary, _np(embedding), turns, meta,
-                                            **kwargs)))
+        return int(self._call(s, "write", "add", namespace, summary, _np(embedding), turns, meta, **kwargs))
 
     def add_batch(self, namespace: str, summaries: Sequence[str], embeddings: Any,
                   turns: Sequence[list[dict] | None] | None = None, metas: Sequence[dict | None] | None = None,
                   **kwargs: Any) -> np.ndarray:
         """:meth:`memkern.MemoryStore.add_batch` (atomic) on the namespace's shard; global ids int64 ``[n]``."""
         s = self.shard_of(namespace)
-        ids = self._call(s, "write", "add_batch", namespace, summaries, _np(embeddings), turns, metas, **kwargs)
-        return _ids_to_global(s, ids)
+        return np.asarray(self._call(s, "write", "add_batch", namespace, summaries, _np(embeddings), turns, metas,
+                                     **kwargs), np.int64)
 
     def merge(self, id: int, summary: str, embedding: Any, turns: list[dict] | None = None, **kwargs: Any) -> int:
         s, local = self._shard_of_id(id)
@@ -467,7 +471,7 @@ class ShardedStore:
         return [self._record(s, r) for r in self._call(s, "read", "history", local)]
 
     def _group(self, ids: np.ndarray, name: str) -> dict[int, np.ndarray]:
-        shards = ids >> ID_SHIFT
+        shards = self._route(ids)
         for s in np.unique(shards):
             if int(s) >= self._n:
                 bad = int(ids[shards == s][0])
@@ -478,7 +482,7 @@ class ShardedStore:
         """Records of global ``ids`` (int64 ``[n]``), in order: one call per shard involved, in parallel."""
         arr = _check_ids(list(ids) if not hasattr(ids, "__array__") and not _is_torch(ids) else ids)
         groups = self._group(arr, "ids")
-        res = self._fan("read", {s: ("get_batch", (arr[pos] & _LOCAL_MASK,), {}) for s, pos in groups.items()})
+        res = self._fan("read", {s: ("get_batch", (arr[pos],), {}) for s, pos in groups.items()})
         out: list[Any] = [None] * len(arr)
         for s, pos in groups.items():
             for p, r in zip(pos, res[s]):
@@ -489,7 +493,7 @@ class ShardedStore:
         """Stored vectors of global ``ids`` as float32 ``[n, d]`` (one call per shard, in parallel)."""
         arr = _check_ids(ids)
         groups = self._group(arr, "ids")
-        res = self._fan("read", {s: ("embeddings", (arr[pos] & _LOCAL_MASK,), {}) for s, pos in groups.items()})
+        res = self._fan("read", {s: ("embeddings", (arr[pos],), {}) for s, pos in groups.items()})
         out = np.empty((len(arr), self._dim), dtype=np.float32)
         for s, pos in groups.items():
             out[pos] = res[s]
@@ -505,7 +509,7 @@ class ShardedStore:
         untouched); ids are global, ``-1`` padding kept."""
         s = self.shard_of(namespace)
         ids, scores = self._call(s, "read", "search", namespace, _np(queries), k, ef, include_invalidated, **kwargs)
-        return _ids_to_global(s, ids), scores
+        return np.asarray(ids, np.int64), scores
 
     def search_many(self, requests: Sequence[tuple[str, Any]], **kwargs: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Search several namespaces at once: ``requests`` is a list of ``(namespace, queries)``;
@@ -534,7 +538,7 @@ class ShardedStore:
                     retry[s] = pending[s]
                     continue
                 for i, (ids, sc) in zip(pending[s], res):
-                    out[i] = (_ids_to_global(s, ids), sc)
+                    out[i] = (np.asarray(ids, np.int64), sc)
             pending = retry
             if pending:
                 if time.monotonic() > deadline:
@@ -549,7 +553,7 @@ class ShardedStore:
 
     def ids(self, namespace: str, include_invalidated: bool = False, **kwargs: Any) -> np.ndarray:
         s = self.shard_of(namespace)
-        return _ids_to_global(s, self._call(s, "read", "ids", namespace, include_invalidated, **kwargs))
+        return np.asarray(self._call(s, "read", "ids", namespace, include_invalidated, **kwargs), np.int64)
 
     def count(self, namespace: str, include_invalidated: bool = False, **kwargs: Any) -> int:
         s = self.shard_of(namespace)
@@ -580,7 +584,7 @@ class ShardedStore:
         for it in items:
             by.setdefault(self.shard_of(it["namespace"]), []).append(it)
         got = self._fan_method("add_sessions", {s: (key, v) for s, v in by.items()}, write=True)
-        return {s: [(sid, ns, [_to_global(s, i) for i in ids]) for sid, ns, ids in v] for s, v in got.items()}
+        return {s: [(sid, ns, [int(i) for i in ids]) for sid, ns, ids in v] for s, v in got.items()}
 
     def _fan_method(self, method: str, per_shard: dict[int, tuple], write: bool = False) -> dict[int, Any]:
         """One call of the actor method ``method`` per shard, all in flight at once (reads retried)."""
@@ -636,21 +640,29 @@ class ShardedStore:
             self._closed = True
 
     # ------------------------------------------------------------------ rebalance
-    def rebalance(self, new_shards: int) -> dict[int, int]:
+    def rebalance(self, new_shards: int) -> dict[str, int]:
         """Move whole namespaces so that each lives on ``shard_of(namespace, new_shards)``.
 
         Explicit and resumable: the plan is written to ``rebalance.json`` (a journal) before
         anything moves, and each namespace advances ``pending -> copied -> done`` with the
-        journal rewritten atomically after each step. A copy is one atomic ``add_batch`` on the
-        destination (after deleting any partial copy an interrupted run left); the source copy is
-        deleted only once the journal says ``copied``. Calling ``rebalance`` again (or reopening
-        the store) after a crash resumes from the journal; routing switches to ``new_shards``
-        when every move is done.
+        journal rewritten atomically after each step. A copy is one atomic, logged write on the
+        destination (:func:`memkern.transfer.import_records`: every record with its id, whole
+        version history, ``created_at`` / ``updated_at``, ``event_time``, status and reason, and
+        the topic <-> turn links); the ids it took along are saved (``moved.parts/``, fsynced)
+        before the journal says ``copied``, and the source copy is deleted only then. Calling
+        ``rebalance`` again (or reopening the store) after a crash resumes from the journal: a
+        copy that landed before the crash is found on the destination and not written twice.
+        Routing switches to ``new_shards`` when every move is done: ``locations.npz`` (the moved
+        ids' shards) is written first, then the manifest.
 
-        Moved records get new ids on their new shard (the id names its shard); the returned dict
-        maps old global ids to new ones (topics and turn records) and is also saved as
-        ``moved-ids-<k>.npz``. A moved record keeps its summary, embedding, turns (with turn
-        records), meta, status and event time; it starts a new version history (version 1).
+        Ids do not change: a moved record keeps its id, which routes to its new shard through
+        ``locations.npz``. Do not write to the store while a rebalance runs (a namespace being
+        moved is copied as it was when its move started).
+
+        Returns
+        -------
+        dict
+            ``{"namespaces": moved namespaces, "records": moved records (topics and turns)}``.
         """
         self._check_open()
         if isinstance(new_shards, bool) or not isinstance(new_shards, int) or not 1 <= new_shards <= MAX_SHARDS:
@@ -663,37 +675,29 @@ class ShardedStore:
                               f"must finish first)", new_shards)
         else:
             if new_shards == self._n:
-                return {}
+                return {"namespaces": 0, "records": 0}
             moves = []
             for s in range(self._n):
                 for ns in self._call(s, "read", "namespaces"):
                     d = shard_of(ns, new_shards)
                     if d != s:
                         moves.append(dict(ns=ns, src=s, dst=d, state="pending"))
-            k = len(list(self._path.glob("moved-ids-*.npz")))
-            journal = {"from": self._n, "to": new_shards, "seq": k, "moves": moves}
+            for f in (self._path / "moved.parts").glob("*"):  # leftovers of a run cut short after its end
+                f.unlink()
+            journal = {"from": self._n, "to": new_shards, "moves": moves}
             _write_json_atomic(jpath, journal)
         self._start_actors(max(journal["from"], journal["to"]))
-        idmap_path = self._path / f"moved-ids-{journal['seq']}.npz"
-        old_ids: list[int] = []
-        new_ids: list[int] = []
-        parts = self._path / f"moved-ids-{journal['seq']}.parts"
+        parts = self._path / "moved.parts"
         parts.mkdir(exist_ok=True)
         for mi, mv in enumerate(journal["moves"]):
             ns, src, dst = mv["ns"], mv["src"], mv["dst"]
             if mv["state"] == "pending":
-                items = self._get(self._actors[src].export_namespace.remote(ns), src, True)
-                created = self._get(self._actors[dst].import_namespace.remote(ns, items), dst, True)
+                records = self._get(self._actors[src].export_namespace.remote(ns), src, True)
+                self._get(self._actors[dst].import_namespace.remote(ns, records), dst, True)
                 if getattr(self, "_crash_after_copy", False):
                     raise RuntimeError("rebalance: simulated crash after a copy (test hook _crash_after_copy)")
-                o, n = [], []
-                for it, (tid, kids) in zip(items, created):
-                    o.append(_to_global(src, it["id"]))
-                    n.append(_to_global(dst, tid))
-                    for a, b in zip(it["turn_ids"], kids):
-                        o.append(_to_global(src, a))
-                        n.append(_to_global(dst, b))
-                np.save(parts / f"{mi:08d}.npy", np.array([o, n], dtype=np.int64).reshape(2, -1))
+                ids = np.array([r["id"] for r in records], np.int64)
+                _write_atomic(parts / f"{mi:08d}.npy", lambda f: np.save(f, ids))
                 mv["state"] = "copied"
                 _write_json_atomic(jpath, journal)
             if mv["state"] == "copied":
@@ -703,25 +707,35 @@ class ShardedStore:
                 crash = getattr(self, "_crash_after_moves", None)
                 if crash is not None and sum(m["state"] == "done" for m in journal["moves"]) >= crash:
                     raise RuntimeError("rebalance: simulated crash (test hook _crash_after_moves)")
-        for f in sorted(parts.glob("*.npy")):
-            a = np.load(f)
-            old_ids.extend(int(x) for x in a[0])
-            new_ids.extend(int(x) for x in a[1])
+        # the routing table: the earlier one updated with this run's moves (latest wins; a record
+        # back on its home shard needs no entry). Rewriting it on a resumed run gives the same table.
+        table = dict(zip(self._moved_ids.tolist(), self._moved_to.tolist()))
+        moved = 0
+        for mi, mv in enumerate(journal["moves"]):
+            f = parts / f"{mi:08d}.npy"
+            if f.exists():
+                for i in np.load(f).tolist():
+                    table[i] = mv["dst"]
+                    moved += 1
+        table = {i: s for i, s in table.items() if s != i >> ID_SHIFT}
+        order = np.array(sorted(table), np.int64)
+        dests = np.array([table[i] for i in order.tolist()], np.int64)
         self._fan("write", {s: ("flush", (), {}) for s in range(len(self._actors))})
-        np.savez(idmap_path, old=np.array(old_ids, dtype=np.int64), new=np.array(new_ids, dtype=np.int64))
+        _write_atomic(self._path / "locations.npz", lambda f: np.savez(f, ids=order, shards=dests))
         self._manifest["shards"] = journal["to"]
         _write_json_atomic(self._path / "manifest.json", self._manifest)
+        self._moved_ids, self._moved_to = order, dests
         self._n = journal["to"]
         jpath.unlink()
-        for f in parts.glob("*.npy"):
+        for f in parts.glob("*"):
             f.unlink()
         parts.rmdir()
-        # shards beyond the new count stay on disk (their local ids are never handed out again)
+        # shards beyond the new count stay on disk (their id ranges are never handed out again)
         for a in self._actors[self._n:]:
             self._ray.get(a.close.remote())
             self._ray.kill(a, no_restart=True)
         self._actors = self._actors[: self._n]
-        return dict(zip(old_ids, new_ids))
+        return {"namespaces": len(journal["moves"]), "records": moved}
 
 
 class _Retry(Exception):
@@ -735,9 +749,9 @@ def _check_store_options(options: dict) -> None:
 
     from ..store import MemoryStore
 
-    for k in ("path", "dim", "metric"):
+    for k in ("path", "dim", "metric", "id_range"):
         if k in options:
-            raise bad_arg("store_options", "MemoryStore options other than path/dim/metric", k)
+            raise bad_arg("store_options", "MemoryStore options other than path/dim/metric/id_range (each shard has its own)", k)
     with tempfile.TemporaryDirectory(prefix="memkern-sharded-check-") as d:
         try:
             MemoryStore(d, dim=1, **options).close()
