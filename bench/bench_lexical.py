@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from harness import Side, compare, machine_info, to_jsonable  # noqa: E402
+from harness import Side, compare, interleaved_add_vs_hnswlib, machine_info, to_jsonable  # noqa: E402
 
 D = 384
 K = 10
@@ -214,23 +214,12 @@ def bench_vs_hnswlib(n: int, rounds: int) -> dict:
     store = MemoryStore(root / "s", dim=D, metric="ip", M=M, ef_construction=EFC)
     index = hnswlib.Index(space="ip", dim=D)
     index.init_index(max_elements=n, M=M, ef_construction=EFC, random_seed=100)
-    records: dict[int, dict] = {}
-    t_store = t_base = 0.0
-    for s0 in range(0, n, 2500):
-        e, tx = x[s0:s0 + 2500], texts[s0:s0 + 2500]
-        t0 = time.perf_counter()
-        store.add_batch("bench", tx, e)
-        t1 = time.perf_counter()
-        labels = np.arange(s0, s0 + len(e))
-        index.add_items(e, labels, num_threads=1)
-        for j, lab in enumerate(labels.tolist()):
-            records[lab] = {"namespace": "bench", "summary": tx[j], "turns": [], "meta": {}}
-        t2 = time.perf_counter()
-        t_store += t1 - t0
-        t_base += t2 - t1
+    add = interleaved_add_vs_hnswlib(store, index, x, texts, 2500)
+    t_store, t_base = add["t_store"], add["t_base"]
     store.close()
     index.set_ef(EF)
-    out = dict(n=n, add_ratio=t_store / t_base, add_store_per_s=n / t_store, add_hnswlib_per_s=n / t_base)
+    out = dict(n=n, add_ratio=t_store / t_base, add_ratio_median=add["ratio_median"], add_chunks=len(add["store_s"]),
+               add_store_per_s=n / t_store, add_hnswlib_per_s=n / t_base)
     for threads in (1, 2):
         st = MemoryStore(root / "s", num_threads=threads)
 
