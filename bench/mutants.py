@@ -785,7 +785,7 @@ CATALOGUE: list[Mutant] = [
     Mutant("simd-avx512-tail-dropped", "overhead", "csrc/store/space.cpp",
            "    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);\n",
            "    (void)m;\n",
-           "the AVX-512 inner product ignores the last d % 16 floats (dims that are not multiples of 16)",
+           "the AVX-512 inner product drops its 16-float masked steps (the last d % 32 floats: dims not multiples of 32)",
            ("tests/test_store_search.py",)),
     Mutant("simd-avx512-l2-second-accumulator-lost", "overhead", "csrc/store/space.cpp",
            "    s1 = _mm512_fmadd_ps(e1, e1, s1);\n",
