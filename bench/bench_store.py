@@ -33,6 +33,8 @@ import pytest
 
 hnswlib = pytest.importorskip("hnswlib")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import interleaved_add_vs_hnswlib  # noqa: E402
 from memkern._store import Level  # noqa: E402
 from memkern.store import DEFAULT_EF_SEARCH, MemoryStore  # noqa: E402
 from memkern.data.vectors import clustered_vectors as clustered  # noqa: E402
@@ -90,21 +92,8 @@ def _build(w):
     index = hnswlib.Index(space="ip", dim=D)
     index.init_index(max_elements=N, M=M, ef_construction=EFC, random_seed=100)
     index.set_num_threads(1)
-    records: dict[int, dict] = {}
-    t_store = t_base = 0.0
-    for s in range(0, N, CHUNK):
-        e = x[s:s + CHUNK]
-        tx = texts[s:s + CHUNK]
-        t0 = time.perf_counter()
-        store.add_batch("bench", tx, e)
-        t1 = time.perf_counter()
-        labels = np.arange(s, s + len(e))
-        index.add_items(e, labels, num_threads=1)
-        for j, lab in enumerate(labels.tolist()):
-            records[lab] = {"namespace": "bench", "summary": tx[j], "turns": [], "meta": {}}
-        t2 = time.perf_counter()
-        t_store += t1 - t0
-        t_base += t2 - t1
+    r = interleaved_add_vs_hnswlib(store, index, x, texts, CHUNK)
+    records, t_store, t_base = r["records"], r["t_store"], r["t_base"]
     w.update(store=store, index=index, records=records, t_store_add=t_store, t_base_add=t_base)
 
 

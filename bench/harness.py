@@ -287,6 +287,46 @@ def latencies(*sides: Side, calls: Sequence[Callable[[Side, int], Any]] | None =
     return out
 
 
+def interleaved_add_vs_hnswlib(store, index, x, texts: Sequence[str], chunk: int, namespace: str = "bench") -> dict:
+    """Fill ``store`` (a :class:`memkern.MemoryStore`) and ``index`` (an initialised
+    ``hnswlib.Index`` with room for ``len(x)``) with the same records, chunk by chunk, alternating
+    the sides per chunk (``store.add_batch`` of ``x[s:s+chunk]`` with their ``texts``, then
+    ``index.add_items`` with labels ``s..`` on one thread + a dict of the same records, what a
+    raw-hnswlib user keeps beside the index) so machine noise hits both sides alike.
+
+    Parameters
+    ----------
+    x : float32 ``[n, d]``; texts : ``n`` str; chunk : records per call.
+
+    Returns
+    -------
+    dict: ``store_s`` / ``hnswlib_s`` (float lists, seconds per chunk), ``t_store`` / ``t_base``
+    (their sums), ``ratio`` (``t_store / t_base``), ``ratio_median`` (median of the per-chunk
+    ratios, a paired statistic) and ``records`` (the dict).
+    """
+    import numpy as np
+
+    n = len(x)
+    records: dict[int, dict] = {}
+    ts: list[float] = []
+    tb: list[float] = []
+    for s0 in range(0, n, chunk):
+        e, tx = x[s0:s0 + chunk], texts[s0:s0 + chunk]
+        t0 = time.perf_counter()
+        store.add_batch(namespace, tx, e)
+        t1 = time.perf_counter()
+        labels = np.arange(s0, s0 + len(e))
+        index.add_items(e, labels, num_threads=1)
+        for j, lab in enumerate(labels.tolist()):
+            records[lab] = {"namespace": namespace, "summary": tx[j], "turns": [], "meta": {}}
+        t2 = time.perf_counter()
+        ts.append(t1 - t0)
+        tb.append(t2 - t1)
+    t_store, t_base = sum(ts), sum(tb)
+    return {"store_s": ts, "hnswlib_s": tb, "t_store": t_store, "t_base": t_base, "ratio": t_store / t_base,
+            "ratio_median": statistics.median(a / b for a, b in zip(ts, tb)), "records": records}
+
+
 # ------------------------------------------------------------------------------------- threads
 def thread_settings() -> dict:
     """The process's thread settings: torch intra-op threads and the OMP/MKL/OpenBLAS environment."""

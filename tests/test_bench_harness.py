@@ -114,3 +114,30 @@ def test_machine_info_states_versions():
     m = harness.machine_info()
     assert m["cores"] >= 1 and "memkern" in m["versions"] and "UTC" in m["date"]
     assert "cores" in harness.fmt_machine(m)
+
+
+def test_interleaved_add_vs_hnswlib(tmp_path):
+    """The shared add loop of bench_store / bench_lexical: both sides get every record, chunk by
+    chunk, and its statistics are the per-chunk times it measured."""
+    hnswlib = pytest.importorskip("hnswlib")
+    import numpy as np
+
+    from memkern.store import MemoryStore
+
+    x = np.random.default_rng(0).standard_normal((250, 8)).astype(np.float32)
+    texts = [f"t{i}" for i in range(250)]
+    index = hnswlib.Index(space="ip", dim=8)
+    index.init_index(max_elements=250, M=8, ef_construction=50, random_seed=100)
+    with MemoryStore(tmp_path / "s", dim=8, metric="ip", fsync="never") as store:
+        r = harness.interleaved_add_vs_hnswlib(store, index, x, texts, chunk=100, namespace="ns")
+        assert store.count("ns") == 250
+        ids, _ = store.search("ns", x[:5], k=1)
+    assert index.get_current_count() == 250
+    assert sorted(r["records"]) == list(range(250)) and r["records"][120]["summary"] == "t120"
+    assert len(r["store_s"]) == len(r["hnswlib_s"]) == 3  # chunks of 100, 100, 50
+    assert r["t_store"] == pytest.approx(sum(r["store_s"])) and r["t_base"] == pytest.approx(sum(r["hnswlib_s"]))
+    assert r["ratio"] == pytest.approx(r["t_store"] / r["t_base"])
+    per_chunk = sorted(a / b for a, b in zip(r["store_s"], r["hnswlib_s"]))
+    assert r["ratio_median"] == pytest.approx(per_chunk[1])
+    labels, _ = index.knn_query(x[:5], k=1)
+    assert labels.ravel().tolist() == ids.ravel().tolist()  # same records on both sides, same order

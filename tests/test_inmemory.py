@@ -230,3 +230,17 @@ def test_rmm_respond_loop_on_in_memory_store():
     assert resp.answer == "Pepper"
     assert resp.memory_ids and store.get(resp.memory_ids[0]).summary == "The user has a beagle named Pepper."
     assert store.path is None
+
+
+def test_twin_query_check_is_the_stores():
+    """The Python twin's search checks its query matrix with store._as_queries (one definition):
+    a wrong width names ``queries`` with the expected shape, NaN is refused, a 1-D query is one row."""
+    s = InMemoryStore(dim=4)
+    ids = s.add_batch("u", ["a", "b"], np.eye(4, dtype=np.float32)[:2])
+    n = s.native
+    with pytest.raises(MemkernValueError, match=r"queries: expected shape \[B, 4\] or \[4\], got 'shape \[2, 3\]'"):
+        n.search("u", np.ones((2, 3), np.float32), 1, 10, False, _store.Level.topic)
+    with pytest.raises(MemkernValueError, match="queries: expected finite values"):
+        n.search("u", np.full((1, 4), np.nan, np.float32), 1, 10, False, _store.Level.topic)
+    got, _ = n.search("u", np.eye(4, dtype=np.float32)[1], 1, 10, False, _store.Level.topic)
+    assert got.tolist() == [[int(ids[1])]]

@@ -90,6 +90,14 @@ void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
   }
 }
 
+const float* Store::query_row(const float* q, size_t b, std::vector<float>& buf) const {
+  const float* row = q + b * dim_;
+  if (metric_ != Metric::Cos) return row;
+  buf.resize(dim_);
+  prepare_vector(row, buf.data());
+  return buf.data();
+}
+
 namespace {
 
 // A score that can be neither NaN nor inf (a guard for vectors stored before the norm bound).
@@ -156,12 +164,7 @@ SearchResult Store::search(const std::string& ns_name, const float* q, size_t B,
   hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;
   parallel_rows(B, threads_, query_cost(idx, k, ef), [&](size_t b) {
     std::vector<float> qv;
-    const float* qq = q + b * dim_;
-    if (metric_ == Metric::Cos) {
-      qv.resize(dim_);
-      prepare_vector(qq, qv.data());
-      qq = qv.data();
-    }
+    const float* qq = query_row(q, b, qv);
     auto hits = idx.knn(qq, k, ef, f);
     for (size_t j = 0; j < hits.size(); ++j) {
       res.ids[b * k + j] = hits[j].second;
@@ -195,12 +198,8 @@ SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q
   size_t C = std::max(candidates, k);
   size_t cost = query_cost(turns, C, ef) + query_cost(topics, C, ef);
   parallel_rows(B, threads_, cost, [&](size_t b) {
-    std::vector<float> qv(dim_), tv(dim_);
-    const float* qq = q + b * dim_;
-    if (metric_ == Metric::Cos) {
-      prepare_vector(qq, qv.data());
-      qq = qv.data();
-    }
+    std::vector<float> qv, tv(dim_);
+    const float* qq = query_row(q, b, qv);
     std::unordered_map<int64_t, float> topic_sim;  // topic id -> sim(q, topic)
     for (auto& h : topics.knn(qq, C, ef, f_topic)) topic_sim[h.second] = space_->score(h.first);
     std::unordered_map<int64_t, float> turn_sim;  // turn id -> sim(q, turn)
@@ -441,12 +440,7 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
     std::vector<Scored> dl;  // dense list, best first
     if (dense) {
       std::vector<float> qv;
-      const float* qq = q + b * dim_;
-      if (metric_ == Metric::Cos) {
-        qv.resize(dim_);
-        prepare_vector(qq, qv.data());
-        qq = qv.data();
-      }
+      const float* qq = query_row(q, b, qv);
       if (use_scan) {
         std::vector<float> v(dim_);
         dl.reserve(scan.size());

@@ -80,7 +80,8 @@ class StoredVersion:
     def embedding(self) -> npt.NDArray[np.float32]: ...  # [dim]
 
 class Store:
-    simd_kernel: str  # distance kernel picked at load time: "avx2+fma" or "scalar"
+    # An open MemoryStore's instance is its public ``MemoryStore.native`` property.
+    simd_kernel: str  # distance kernel picked at load time: "avx512", "avx2+fma" or "scalar" (env MEMKERN_SIMD=avx2 / scalar caps it)
     pad_score: float  # score beside -1 padding ids (lowest finite float32)
     # Limits checked (overflow-safe) before anything is allocated; MemoryStore checks the same.
     max_k: int  # 2**20

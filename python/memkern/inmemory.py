@@ -54,6 +54,7 @@ from .store import (
     MAX_RESULTS,
     PAD_SCORE,
     MemoryStore,
+    _as_queries,
     _check_int,
 )
 
@@ -363,9 +364,10 @@ class _PyStore:
             i = int(np.argmax(s == 0))
             raise MemkernValueError(f'embeddings: metric "cos" needs nonzero vectors, row {i} is zero')
 
-    def _check_queries(self, q: np.ndarray, k: int, ef: int) -> None:
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise MemkernValueError(f"queries: expected shape [B, {self.dim}]")
+    def _check_queries(self, q: Any, k: int, ef: int) -> np.ndarray:
+        """The native ``check_query``; returns ``q`` as float32 ``[B, dim]`` (shape and dtype checked
+        by :func:`memkern.store._as_queries`, the one query-matrix check)."""
+        q = _as_queries(q, self.dim)
         if k > MAX_K:
             raise MemkernValueError(f"k: expected 1..{MAX_K}, got {k}")
         if ef > MAX_K:
@@ -380,6 +382,7 @@ class _PyStore:
             b = int(np.argmax(norms))
             raise MemkernValueError("queries: expected an L2 norm <= 1e18 (scores must stay finite in float32), "
                                     f"got {norms[b]:.3g} in row {b}")
+        return q
 
     def _scores(self, q: np.ndarray, mat: np.ndarray) -> np.ndarray:
         """float64 scores ``[B, n]`` (higher is better) of prepared queries against stored rows."""
@@ -612,8 +615,7 @@ class _PyStore:
             self._check_open()
             if int(level) not in (_TOPIC, _TURN):
                 raise MemkernValueError("level: expected topic or turn")
-            q = np.asarray(q, dtype=np.float32)
-            self._check_queries(q, int(k), int(ef))
+            q = self._check_queries(q, int(k), int(ef))
             ids, mat = self._live(ns, int(level), bool(include_invalidated))
         B = q.shape[0]
         out_ids = np.full((B, k), -1, dtype=np.int64)
@@ -633,8 +635,7 @@ class _PyStore:
         ``sim(q, turn) + alpha * sim(q, its topic)``."""
         with self._lock:
             self._check_open()
-            q = np.asarray(q, dtype=np.float32)
-            self._check_queries(q, int(k), int(ef))
+            q = self._check_queries(q, int(k), int(ef))
             if candidates > MAX_CANDIDATES:
                 raise MemkernValueError(f"candidates: expected 1..{MAX_CANDIDATES}, got {candidates}")
             if not math.isfinite(alpha) or abs(alpha) > MAX_ALPHA:
@@ -679,8 +680,7 @@ class _PyStore:
             level, mode, k = int(level), int(mode), int(k)
             if level not in (_TOPIC, _TURN):
                 raise MemkernValueError("level: expected topic or turn")
-            q = np.asarray(q, dtype=np.float32)
-            self._check_queries(q, k, int(ef))
+            q = self._check_queries(q, k, int(ef))
             B = q.shape[0]
             if mode != 0 and len(texts) != B:
                 raise MemkernValueError(f"texts: expected {B} texts (one per query), got {len(texts)}")

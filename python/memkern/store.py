@@ -803,6 +803,21 @@ class MemoryStore:
             raise MemkernValueError(f"store {self._path}: expected an open store, got a closed one")
         return self._native
 
+    @property
+    def native(self):
+        """The open store's native layer, for tools that need operations the public API does not
+        offer (:mod:`memkern.transfer` reads each version's op and writes versions with a given
+        op): a ``memkern._store.Store`` (methods and limits typed in ``memkern/_store.pyi``), or,
+        for an :class:`~memkern.InMemoryStore`, its Python twin with the same methods. Its calls
+        take already-validated arguments (the checks of this class's methods are skipped).
+
+        Raises
+        ------
+        MemkernValueError
+            The store is closed.
+        """
+        return self._n()
+
     # ------------------------------------------------------------------ writes
     @traced("memkern.store.add", args=("namespace",))
     def add(

@@ -102,10 +102,10 @@ def _b64(vec: np.ndarray) -> str:
 
 
 def _native(store: MemoryStore):
-    # The store's native layer (``memkern._store.Store``, typed in ``_store.pyi``; InMemoryStore has a
-    # Python twin of it): the export needs each version's op, the import needs to add turn records
-    # under an existing topic and to write a version with a given op, which the public API does not.
-    return store._n()
+    # The store's native layer (MemoryStore.native): the export needs each version's op, the import
+    # needs to add turn records under an existing topic and to write a version with a given op,
+    # which the public API does not.
+    return store.native
 
 
 # ----------------------------------------------------------------------------------- export
@@ -787,7 +787,7 @@ def _import_into_existing(path: Path, tmp: Path, parsed: _Parsed, store_kwargs: 
         if clash:
             raise bad_arg("namespaces", "namespaces the store does not hold yet (an import adds namespaces, it "
                           "never merges into one)", clash)
-        if getattr(live._n(), "replayed_entries", 0):
+        if getattr(live.native, "replayed_entries", 0):
             # The copy must be one snapshot, and closing `live` after the swap must write nothing
             # (it would write into the new store's folder): a snapshot now leaves it nothing to do.
             live.snapshot()
@@ -839,7 +839,7 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
     from .inmemory import InMemoryStore, _PyStore
 
     if isinstance(target, InMemoryStore):
-        n = target._n()
+        n = target.native
         if n._next != 0:
             raise bad_arg("target", "an InMemoryStore that was never written to (import builds a new store)",
                           f"one holding ids up to {n._next - 1}")

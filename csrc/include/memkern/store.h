@@ -244,6 +244,9 @@ class Store {
   void maybe_sync();
   void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
+  // Row b of the query matrix q as the indexes compare it: for metric cos an L2-normalised copy
+  // in `buf` (prepare_vector, as the stored vectors were), else q's own row (no copy).
+  const float* query_row(const float* q, size_t b, std::vector<float>& buf) const;
   void validate_items(const std::vector<NewItem>& items, size_t batch_base, bool allow_batch_parents) const;
   void check_id_room(size_t n) const;  // n new ids fit below id_end
   void encode_new_items(Writer& w, const std::string& ns, const std::vector<NewItem>& items, int64_t first_id,
