@@ -334,10 +334,10 @@ class LexicalIndex {
       auto it = term_ids_.find(t);
       const std::vector<Posting>* pl = it == term_ids_.end() ? nullptr : &postings_[it->second];
       double df = pl ? static_cast<double>(pl->size()) : 0.0;
-      double idf = std::log(1.0 + (N - df + 0.5) / (df + 0.5));
-      total += idf;
+      double term_idf = std::log(1.0 + (N - df + 0.5) / (df + 0.5));  // BM25's idf
+      total += term_idf;
       if (pl)
-        for (const auto& p : *pl) acc[p.id] += idf;
+        for (const auto& p : *pl) acc[p.id] += term_idf;
     }
     if (!(total > 0.0)) return out;
     out.reserve(acc.size());
