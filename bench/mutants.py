@@ -791,10 +791,10 @@ CATALOGUE: list[Mutant] = [
            "      if (pl) total += term_idf;\n      if (pl)",
            "query terms no record holds drop out of the coverage denominator", T_LEXICAL),
     Mutant("hybrid-coverage-lexical-renormalised", "lexical", "csrc/include/memkern/fusion.h",
+           "      for (const auto& e : lexical) fused[e.second] += w * (e.first / best);",
            "      for (const auto& e : lexical) fused[e.second] += w * e.first;",
-           "      add_minmax(fused, lexical, w);",
-           "coverage fusion min-max normalises the coverage list (the record holding only the name "
-           "gets 0 when it is the list's worst)", T_LEXICAL),
+           "coverage fusion adds the raw coverage, not divided by the list's best (names weigh "
+           "little beside unknown query words)", T_LEXICAL),
     Mutant("hybrid-coverage-uses-bm25-list", "lexical", "csrc/store/query.cpp",
            "      ll = lex.coverage(qterms[b], depth, allow);",
            "      ll = lex.search(qterms[b], depth, allow);",
@@ -810,7 +810,7 @@ CATALOGUE: list[Mutant] = [
            "InMemoryStore's coverage fusion ranks the lexical list by BM25", ("tests/test_inmemory_lexical.py",
                                                                                "tests/test_store_lexical.py")),
     Mutant("ref-coverage-fusion-renormalised", "lexical", "python/memkern/lexical.py",
-           "            fused[rid] = fused.get(rid, 0.0) + w * float(s)\n",
-           "            fused[rid] = fused.get(rid, 0.0) + w * float(s) / 2\n",
-           "the reference coverage fusion halves the lexical weight", T_LEXICAL),
+           "        fused[rid] = fused.get(rid, 0.0) + w * (s / best)\n",
+           "        fused[rid] = fused.get(rid, 0.0) + w * s\n",
+           "the reference coverage fusion does not divide the coverage by the list's best", T_LEXICAL),
 ]

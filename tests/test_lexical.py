@@ -154,8 +154,8 @@ def test_coverage_scores_by_hand():
 
 
 def test_coverage_fusion_by_hand():
-    ids, sc = lx.coverage_fusion(([5, 6, 7, -1], [0.9, 0.5, 0.1, 0.0]), ([7, 8], [0.5, 0.25]), 0.4)
-    want = {5: 0.6 * 1.0, 6: 0.6 * 0.5, 7: 0.6 * 0.0 + 0.4 * 0.5, 8: 0.4 * 0.25}
+    ids, sc = lx.coverage_fusion(([5, 6, 7, -1], [0.9, 0.5, 0.1, 0.0]), ([7, 8, -1], [0.5, 0.25, 0.0]), 0.4)
+    want = {5: 0.6 * 1.0, 6: 0.6 * 0.5, 7: 0.6 * 0.0 + 0.4 * 1.0, 8: 0.4 * 0.5}  # coverage / its best (0.5)
     assert ids.tolist() == sorted(want, key=lambda i: (-want[i], i))
     np.testing.assert_allclose(sc, sorted(want.values(), reverse=True), rtol=1e-15)
     ids, sc = lx.coverage_fusion(([3, 4], [0.2, 0.2]), ([], []), 0.5)  # equal dense scores normalise to 1

@@ -56,7 +56,8 @@ name equally and adds the other matched words on top.
 
 Fusion: :func:`rrf` (reciprocal rank, ``k0 = 60``, ranks from 1), :func:`weighted_fusion`
 (min-max normalised scores per list; a list whose scores are all equal normalises to 1) and
-:func:`coverage_fusion` (the dense list min-max normalised plus the coverage list as is). They
+:func:`coverage_fusion` (the dense list min-max normalised plus the coverage list divided by its
+best score). They
 weigh the lists (``weights`` / ``weight``), treat id ``-1`` as padding, and order by fused score
 descending, then id ascending.
 
@@ -428,7 +429,7 @@ def coverage_scores(query: str | Sequence[str], docs: Sequence[str | Sequence[st
 
 def coverage_fusion(dense: tuple[Sequence[int], Sequence[float]], lexical: tuple[Sequence[int], Sequence[float]],
                     weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """``score(d) = (1 - weight) * minmax(dense)(d) + weight * coverage(d)``.
+    """``score(d) = (1 - weight) * minmax(dense)(d) + weight * coverage(d) / max(coverage)``.
 
     Parameters
     ----------
@@ -436,7 +437,9 @@ def coverage_fusion(dense: tuple[Sequence[int], Sequence[float]], lexical: tuple
         The dense list (higher is better), min-max normalised over its own kept entries like
         :func:`weighted_fusion` (all equal -> 1); ``-1`` ids are padding.
     lexical : (ids, scores)
-        The lexical list scored by :func:`coverage_scores` (already in [0, 1]: added as is).
+        The lexical list scored by :func:`coverage_scores` (hits only: scores > 0), divided by its
+        best score (not min-max normalised: a record that holds only the query's name keeps its
+        share when it is the list's worst).
     weight : float
         Weight of the lexical list.
 
@@ -452,8 +455,8 @@ def coverage_fusion(dense: tuple[Sequence[int], Sequence[float]], lexical: tuple
         hi = max(s for _, s in kept)
         for rid, s in kept:
             fused[rid] = fused.get(rid, 0.0) + (1.0 - w) * (1.0 if hi == lo else (s - lo) / (hi - lo))
-    for rid, s in zip(*lexical):
-        rid = int(rid)
-        if rid >= 0:
-            fused[rid] = fused.get(rid, 0.0) + w * float(s)
+    lex = [(int(i), float(s)) for i, s in zip(*lexical) if int(i) >= 0]
+    best = max((s for _, s in lex), default=0.0)
+    for rid, s in lex:
+        fused[rid] = fused.get(rid, 0.0) + w * (s / best)
     return _order(fused)

@@ -1090,10 +1090,10 @@ class MemoryStore:
             One query text per query (``B``), each at most :data:`MAX_QUERY_TEXT` characters;
             required for ``"lexical"`` / ``"hybrid"``. ``queries`` may be ``None`` for ``"lexical"``.
         fusion : {"coverage", "rrf", "weighted"}
-            ``"coverage"`` (default): ``(1 - w) * dense + w * coverage``, the dense scores min-max
-            normalised to [0, 1] over the dense list, and the lexical list ranked and scored by
-            idf-weighted query-term coverage (:func:`memkern.lexical.coverage_scores`, in [0, 1];
-            not BM25). ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)``
+            ``"coverage"`` (default): ``(1 - w) * dense + w * coverage / max(coverage)``, the
+            dense scores min-max normalised to [0, 1] over the dense list, and the lexical list
+            ranked and scored by idf-weighted query-term coverage
+            (:func:`memkern.lexical.coverage_scores`, not BM25), divided by the list's best. ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)``
             (ranks from 1, a list that misses a record adds 0). ``"weighted"``: ``(1 - w) * dense
             + w * lexical`` with each list's scores (BM25 for the lexical one) min-max normalised
             to [0, 1] over its own results. Same definitions as

@@ -7,8 +7,9 @@
 //   kFusionRrf (0):      (1 - w) / (60 + rank_dense) + w / (60 + rank_lexical), ranks from 1;
 //   kFusionWeighted (1): (1 - w) * minmax(dense) + w * minmax(lexical), each list min-max
 //                        normalised over its own results (all equal -> 1);
-//   kFusionCoverage (2): (1 - w) * minmax(dense) + w * coverage, the lexical list scored by
-//                        LexicalIndex::coverage (already in [0, 1], so not re-normalised).
+//   kFusionCoverage (2): (1 - w) * minmax(dense) + w * coverage / max(coverage), the lexical
+//                        list scored by LexicalIndex::coverage and divided by its best score
+//                        (not min-max: a record holding only the query's name keeps its share).
 // A record missing from a list gets 0 from it. The result is unordered (the caller ranks it).
 #pragma once
 #include <algorithm>
@@ -46,8 +47,10 @@ inline std::vector<Scored> fuse(const std::vector<Scored>& dense, const std::vec
     add_minmax(fused, dense, 1.0 - w);
     if (method == kFusionWeighted) {
       add_minmax(fused, lexical, w);
-    } else {
-      for (const auto& e : lexical) fused[e.second] += w * e.first;
+    } else {  // coverage over the list's best (> 0: every hit holds a query term)
+      double best = 0.0;
+      for (const auto& e : lexical) best = std::max(best, e.first);
+      for (const auto& e : lexical) fused[e.second] += w * (e.first / best);
     }
   }
   std::vector<Scored> out;

@@ -11,7 +11,7 @@ recall within a budget of 5 / 10 / 20 turns (:func:`memkern.eval.metrics.recall_
   as units;
 - ``turn+{a}*window{W}`` / ``turn+{a}*texttiling``: templated turns scored
   ``cos(q, turn) + a * cos(q, parent)`` with the window / TextTiling topic as parent;
-- ``hybrid (content vectors)`` / ``hybrid (template vectors)``: the store's hybrid search
+- ``hybrid (content)`` / ``hybrid (template)``: the store's hybrid search
   (``mode="hybrid"`` with its default fusion and lexical weight, :meth:`memkern.MemoryStore.search`)
   over turn records whose text is the templated turn (names and dates, matched lexically) and whose
   vectors embed the content only / the templated turn; run on :class:`memkern.InMemoryStore`, the
@@ -199,7 +199,7 @@ def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Seq
 
 def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, vectors: dict[str, np.ndarray],
                  tpl: Any, budgets: Sequence[int], rows: dict) -> None:
-    """``hybrid (content vectors)`` / ``hybrid (template vectors)``: the store's default hybrid
+    """``hybrid (content)`` / ``hybrid (template)``: the store's default hybrid
     search, record texts = the templated turns, one store namespace per vector kind."""
     from ..inmemory import InMemoryStore
 
@@ -214,7 +214,7 @@ def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, ve
             ranked = [[tid[pos[int(i)]]] for i in got[qi] if i >= 0]
             r = {f"recall@{b}turns": recall_at_budget(ranked, q.evidence_turn_ids, b) for b in budgets}
             r["question_type"] = q.question_type
-            rows.setdefault(f"hybrid ({kind} vectors)", []).append(r)
+            rows.setdefault(f"hybrid ({kind})", []).append(r)
 
 
 def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[Any], questions, emb: Any,
