@@ -64,7 +64,9 @@ descending, then id ascending.
 Why the store's hybrid default is ``fusion="coverage"``, ``lexical_weight=0.35``: chosen on tuning
 dialogues (:func:`memkern.data.generate_dialogues`, seeds 100-104, disjoint from the evaluation
 seeds 0-4) in ``bench/bench_lexical.py`` (tuning part); numbers in ``bench/RESULTS.md`` (lexical
-section). BM25 with RRF or min-max fusion lost to dense retrieval there at every weight.
+section). With vectors of the turn text (name included) BM25 with RRF or min-max fusion lost to
+dense retrieval at every weight; the best setting overall embeds the turn content in the vectors
+and leaves the names to the lexical side (texts ``"{speaker}: {content}"``).
 """
 from __future__ import annotations
 

@@ -1099,8 +1099,8 @@ class MemoryStore:
             to [0, 1] over its own results. Same definitions as
             :func:`memkern.lexical.coverage_fusion` / :func:`memkern.lexical.rrf` /
             :func:`memkern.lexical.weighted_fusion`. The default (``"coverage"``, ``w = 0.35``) is
-            the best measured on tuning dialogues (``bench/bench_lexical.py``; BM25 with RRF or
-            min-max fusion lost to dense retrieval there): it helps most when the records' vectors
+            the best measured on tuning dialogues (``bench/bench_lexical.py``; it beat RRF and
+            min-max fusion at every weight tried): it helps most when the records' vectors
             embed the content and their texts also carry the names (e.g. vectors of the turn
             content, texts ``"{speaker}: {content}"``), so that names are matched lexically.
         lexical_weight : float
