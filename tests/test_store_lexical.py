@@ -275,6 +275,13 @@ def test_hybrid_coverage_fusion_matches_reference(make_store):
                     for j in range(n):  # ids equal where the fused scores are not tied
                         if np.isclose(rsc, rsc[j], rtol=1e-6, atol=1e-9).sum() == 1:
                             assert hids[b, j] == rid[j], (w, b, j)
+        # invalidated records leave the coverage list too (the dense list never had them)
+        lex_only = s.add("u", "zebra zebra crossing", -emb(2003))
+        hit, _ = s.search("u", q[3:4], k=5, mode="hybrid", texts=["zebra crossing"], lexical_weight=1.0)
+        assert hit[0, 0] == lex_only
+        s.invalidate(lex_only, "test")
+        hit, _ = s.search("u", q[3:4], k=50, mode="hybrid", texts=["zebra crossing"], lexical_weight=1.0)
+        assert lex_only not in hit[0]
 
 
 def _unit_with_sim(sim: float, j: int, d: int) -> np.ndarray:
