@@ -299,7 +299,8 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
     r = retrieval.run_retrieval(ds, emb=bow, alphas=(1.0, 2.0))
     m = r.metrics
     assert set(m) == {"turn (content)", "turn (template)", "window4", "texttiling", "turn+1*window4",
-                      "turn+2*window4", "turn+1*texttiling", "turn+2*texttiling", "rmm-default"}
+                      "turn+2*window4", "turn+1*texttiling", "turn+2*texttiling", "rmm-default",
+                      "hybrid (content)", "hybrid (template)"}
     for name, v in m.items():
         assert v["recall@5turns"] <= v["recall@10turns"] <= v["recall@20turns"] and v["questions"] == m["window4"]["questions"]
         assert v["delta_recall@5turns"] == pytest.approx(v["recall@5turns"] - m["turn (content)"]["recall@5turns"])

@@ -51,7 +51,16 @@ def test_lexical_equals_reference(filled):
             assert (got[0, len(ref):] == -1).all() and (sc[0, len(ref):] == PAD_SCORE).all()
 
 
-@pytest.mark.parametrize("fusion", ["rrf", "weighted"])
+def reference_coverage(s, ids, query):
+    """memkern.lexical.coverage_scores over every record of the level (invalidated included: N and
+    df count them), then the active hits, best first (ties: id)."""
+    docs = [s.get(int(i)).summary for i in ids]
+    sc = lx.coverage_scores(query, docs)
+    keep = [(float(x), int(i)) for x, i in zip(sc, ids) if x > 0 and s.get(int(i)).status == "active"]
+    return sorted(keep, key=lambda t: (-t[0], t[1]))
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "weighted", "coverage"])
 @pytest.mark.parametrize("w", [0.0, 0.3, 1.0])
 def test_hybrid_equals_reference_fusion(filled, fusion, w):
     s, ids, e = filled
@@ -62,6 +71,10 @@ def test_hybrid_equals_reference_fusion(filled, fusion, w):
     lex = reference_bm25(s, ids, texts[0])[:c]
     if fusion == "rrf":
         ref_ids, ref_sc = lx.rrf([dense[0], [i for _, i in lex]], [1 - w, w])
+    elif fusion == "coverage":
+        cov = reference_coverage(s, ids, texts[0])[:c]
+        ref_ids, ref_sc = lx.coverage_fusion((dense[0], dsc[0].astype(np.float64)),
+                                             ([i for _, i in cov], [x for x, _ in cov]), w)
     else:
         ref_ids, ref_sc = lx.weighted_fusion([(dense[0], dsc[0].astype(np.float64)),
                                               ([i for _, i in lex], [x for x, _ in lex])], [1 - w, w])
@@ -133,6 +146,7 @@ def test_native_and_in_memory_agree(tmp_path):
             st.invalidate(int(ids[7]), "spam")
         t3 = ["Caroline Pepper", "beagle lake", "Melanie hiking Lisbon"]
         for kw in (dict(mode="lexical", texts=t3), dict(mode="hybrid", texts=t3),
+                   dict(mode="hybrid", texts=t3, fusion="rrf"),
                    dict(mode="hybrid", texts=t3, fusion="weighted", lexical_weight=0.7),
                    dict(filter={"user": "alice"}), dict(filter={"tag": {"$in": ["pet", "art"]}}, mode="hybrid",
                                                           texts=t3),

@@ -132,3 +132,43 @@ def test_weighted_fusion():
     assert ids.tolist() == [3, 4, 1, 2]
     ids, sc = lx.weighted_fusion([([-1, -1], [0.0, 0.0])])
     assert ids.size == 0
+
+
+
+# ---------------------------------------------------------------------------- coverage
+
+
+def test_coverage_scores_by_hand():
+    docs = ["nadia booked what", "kwame moving flat", "nadia moving lisbon", "weather"]
+    sc = lx.coverage_scores("Nadia moving moving city", docs)
+    N = 4
+    idf = {t: math.log(1 + (N - df + 0.5) / (df + 0.5)) for t, df in (("nadia", 2), ("moving", 2), ("city", 0))}
+    total = idf["nadia"] + idf["moving"] + idf["city"]  # "moving" once; "city" (df 0) only here
+    np.testing.assert_allclose(sc, [idf["nadia"] / total, idf["moving"] / total,
+                                    (idf["nadia"] + idf["moving"]) / total, 0.0], rtol=1e-15)
+    # no length normalisation, no term frequency: a longer text holding the same terms scores the same
+    sc2 = lx.coverage_scores("nadia", ["nadia nadia", "nadia talks about a very long list of other things"])
+    assert sc2[0] == sc2[1] == 1.0
+    assert lx.coverage_scores("", docs).tolist() == [0.0] * 4
+    assert lx.coverage_scores("x", []).shape == (0,)
+
+
+def test_coverage_fusion_by_hand():
+    ids, sc = lx.coverage_fusion(([5, 6, 7, -1], [0.9, 0.5, 0.1, 0.0]), ([7, 8, -1], [0.5, 0.25, 0.0]), 0.4)
+    want = {5: 0.6 * 1.0, 6: 0.6 * 0.5, 7: 0.6 * 0.0 + 0.4 * 1.0, 8: 0.4 * 0.5}  # coverage / its best (0.5)
+    assert ids.tolist() == sorted(want, key=lambda i: (-want[i], i))
+    np.testing.assert_allclose(sc, sorted(want.values(), reverse=True), rtol=1e-15)
+    ids, sc = lx.coverage_fusion(([3, 4], [0.2, 0.2]), ([], []), 0.5)  # equal dense scores normalise to 1
+    assert ids.tolist() == [3, 4] and sc.tolist() == [0.5, 0.5]
+
+
+def test_hybrid_defaults_are_the_measured_ones():
+    """The store's hybrid defaults are the setting bench/bench_lexical.py chose on tuning seeds."""
+    import inspect
+
+    from memkern.store import MemoryStore
+
+    p = inspect.signature(MemoryStore.search).parameters
+    assert p["fusion"].default == lx.DEFAULT_FUSION == "coverage"
+    assert p["lexical_weight"].default == lx.DEFAULT_LEXICAL_WEIGHT == 0.35
+    assert lx.FUSIONS == {"rrf": 0, "weighted": 1, "coverage": 2}

@@ -228,7 +228,8 @@ def test_hybrid_fusion_matches_reference(make_store):
         dids, dsc = s.search("u", q, k=C)
         lids, lsc = s.search("u", q, k=C, mode="lexical", texts=qt)
         for w in (0.0, 0.3, 1.0):
-            hids, hsc = s.search("u", q, k=10, mode="hybrid", texts=qt, lexical_weight=w, candidates=C)
+            hids, hsc = s.search("u", q, k=10, mode="hybrid", texts=qt, lexical_weight=w, candidates=C,
+                                 fusion="rrf")
             wids, wsc = s.search("u", q, k=10, mode="hybrid", texts=qt, lexical_weight=w, candidates=C,
                                  fusion="weighted")
             for b in range(4):
@@ -244,10 +245,84 @@ def test_hybrid_fusion_matches_reference(make_store):
                         assert got[i] == pytest.approx(sc, rel=1e-5, abs=1e-6), (w, b, i)
         # hybrid finds a record only the lexical list ranks
         target = s.add("u", "zebra crossing", -emb(1003))
-        hids, _ = s.search("u", q[3:4], k=5, mode="hybrid", texts=["zebra"])
+        hids, _ = s.search("u", q[3:4], k=5, mode="hybrid", texts=["zebra"], fusion="rrf", lexical_weight=0.5)
         dids, _ = s.search("u", q[3:4], k=5)
         assert target in hids[0] and target not in dids[0]
 
+
+
+def test_hybrid_coverage_fusion_matches_reference(make_store):
+    """fusion="coverage": the lexical list is the idf-weighted query-term coverage (float64
+    reference lx.coverage_scores over every record's text) and the fused score is
+    lx.coverage_fusion of the dense list and that list; the store's default fusion."""
+    texts = _texts(200, 4)
+    with make_store(D, "cos") as s:
+        s.add_batch("u", texts, np.stack([emb(i) for i in range(len(texts))]))
+        q = np.stack([emb(2000 + b) for b in range(4)])
+        qt = ["caroline dog", "berlin lake lake", "painting 2023 may unknownword", "zebra"]
+        C = 30
+        dids, dsc = s.search("u", q, k=C)
+        toks = [lx.tokenize(t) for t in texts]
+        for w in (0.0, 0.35, 1.0):
+            for kw in (dict(fusion="coverage", lexical_weight=w), dict(lexical_weight=w)):  # coverage is the default
+                hids, hsc = s.search("u", q, k=10, mode="hybrid", texts=qt, candidates=C, **kw)
+                for b in range(4):
+                    cov = lx.coverage_scores(qt[b], toks)
+                    lids, lsc = _ranked(cov, C)
+                    rid, rsc = lx.coverage_fusion((dids[b], dsc[b].astype(np.float64)), (lids, lsc), w)
+                    n = min(10, len(rid))
+                    np.testing.assert_allclose(hsc[b, :n], rsc[:n], rtol=1e-5, atol=1e-6)
+                    for j in range(n):  # ids equal where the fused scores are not tied
+                        if np.isclose(rsc, rsc[j], rtol=1e-6, atol=1e-9).sum() == 1:
+                            assert hids[b, j] == rid[j], (w, b, j)
+        # invalidated records leave the coverage list too (the dense list never had them)
+        lex_only = s.add("u", "zebra zebra crossing", -emb(2003))
+        hit, _ = s.search("u", q[3:4], k=5, mode="hybrid", texts=["zebra crossing"], lexical_weight=1.0)
+        assert hit[0, 0] == lex_only
+        s.invalidate(lex_only, "test")
+        hit, _ = s.search("u", q[3:4], k=50, mode="hybrid", texts=["zebra crossing"], lexical_weight=1.0)
+        assert lex_only not in hit[0]
+
+
+def _unit_with_sim(sim: float, j: int, d: int) -> np.ndarray:
+    v = np.zeros(d, np.float32)
+    v[0], v[j] = sim, np.sqrt(1.0 - sim * sim)
+    return v
+
+
+def test_hybrid_default_finds_name_centred_evidence_that_dense_misses(make_store):
+    """The dialogue failure bench/bench_lexical.py measured, in miniature: vectors embed each
+    turn's content, texts carry the speaker's name. For "Which city is Nadia relocating to?" the
+    dense list puts other speakers' moving talk first; the default hybrid (coverage fusion,
+    w = 0.35) ranks Nadia's own teaser first. BM25 fusions do not: BM25's length
+    normalisation ranks Nadia's shortest turns ("Booked what?") first for the name alone, so the
+    former default (rrf, w = 0.5) and weighted fusion return those instead."""
+    turns = [("Kwame: We are moving the sofa to the new flat this weekend.", 1.0),
+             ("Aisha: My cousin is moving to Denver next spring.", 0.97),
+             ("Kwame: Moving house is exhausting, boxes everywhere.", 0.94),
+             ("Nadia: Okay, guess where I'm moving at the end of the month?", 0.9),
+             ("Nadia: Booked what?", 0.2),
+             ("Nadia: No idea, where?", 0.3),
+             ("Nadia: Find anything interesting?", 0.1),
+             ("Kwame: The neighbours are renovating, drilling from 7 am.", 0.05),
+             ("Aisha: That sounds like torture.", 0.0),
+             ("Kwame: Reading anything good lately?", 0.02),
+             ("Aisha: Traffic was insane this morning.", 0.01),
+             ("Kwame: My phone screen cracked again.", 0.03)]
+    d = len(turns) + 1
+    with make_store(d, "cos") as s:
+        ids = s.add_batch("u", [t for t, _ in turns], np.stack([_unit_with_sim(x, j + 1, d) for j, (_, x) in
+                                                               enumerate(turns)]))
+        evidence = int(ids[3])
+        q = _unit_with_sim(1.0, 0, d)
+        text = ["Which city is Nadia relocating to?"]
+        dense, _ = s.search("u", q, k=2)
+        hybrid, _ = s.search("u", q, k=2, mode="hybrid", texts=text)
+        assert evidence not in dense[0]
+        assert hybrid[0, 0] == evidence
+        for kw in (dict(fusion="rrf", lexical_weight=0.5), dict(fusion="weighted", lexical_weight=0.5)):
+            got, _ = s.search("u", q, k=2, mode="hybrid", texts=text, **kw)
+            assert evidence not in got[0], kw
 
 def test_search_mode_arguments_are_checked(make_store):
     with make_store(D) as s:
@@ -262,6 +337,9 @@ def test_search_mode_arguments_are_checked(make_store):
             (dict(mode="hybrid", texts=["x" * 70000]), "texts"),
             (dict(mode="hybrid", texts=["\ud800"]), "texts"),
             (dict(mode="hybrid", texts=["a"], fusion="max"), "fusion"),
+            (dict(mode="hybrid", texts=["a"], fusion=2), "fusion"),
+            (dict(mode="hybrid", texts=["a"], fusion="coverage", lexical_weight=-0.1), "lexical_weight"),
+            (dict(mode="hybrid", texts=["a"], fusion="coverage", lexical_weight="0.3"), "lexical_weight"),
             (dict(mode="hybrid", texts=["a"], lexical_weight=1.5), "lexical_weight"),
             (dict(mode="hybrid", texts=["a"], lexical_weight=float("nan")), "lexical_weight"),
             (dict(mode="hybrid", texts=["a"], level="turn+topic"), "mode"),

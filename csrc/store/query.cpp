@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "memkern/errors.h"
+#include "memkern/fusion.h"
 #include "memkern/store.h"
 #include "memkern/util.h"
 
@@ -299,7 +300,7 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
   if (spec.mode > 2) throw ValueError("mode: expected dense, lexical or hybrid");
-  if (spec.fusion > 1) throw ValueError("fusion: expected rrf or weighted");
+  if (spec.fusion > 2) throw ValueError("fusion: expected rrf, weighted or coverage");
   check_query(q, B, k, ef);
   if (spec.candidates > kMaxCandidates)
     throw ValueError("candidates: expected 1.." + std::to_string(kMaxCandidates) + ", got " +
@@ -457,28 +458,17 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
       }
     }
     std::vector<Scored> ll;  // lexical list, best first
-    if (spec.mode != 0) ll = lex.search(qterms[b], depth, allow);
+    if (spec.mode == 2 && spec.fusion == fusion::kFusionCoverage)
+      ll = lex.coverage(qterms[b], depth, allow);
+    else if (spec.mode != 0)
+      ll = lex.search(qterms[b], depth, allow);
     std::vector<Scored> out;
     if (spec.mode == 0) {
       out = std::move(dl);
     } else if (spec.mode == 1) {
       out = std::move(ll);
     } else {
-      std::unordered_map<int64_t, double> fused;
-      auto add_list = [&](const std::vector<Scored>& L, double weight) {
-        if (L.empty()) return;
-        if (spec.fusion == 0) {
-          for (size_t r = 0; r < L.size(); ++r) fused[L[r].second] += weight / (60.0 + static_cast<double>(r + 1));
-        } else {
-          double lo = L[0].first, hi = L[0].first;
-          for (const auto& e : L) lo = std::min(lo, e.first), hi = std::max(hi, e.first);
-          for (const auto& e : L) fused[e.second] += weight * (hi == lo ? 1.0 : (e.first - lo) / (hi - lo));
-        }
-      };
-      add_list(dl, 1.0 - w);
-      add_list(ll, w);
-      out.reserve(fused.size());
-      for (const auto& kv : fused) out.emplace_back(kv.second, kv.first);
+      out = fusion::fuse(dl, ll, spec.fusion, w);  // memkern/fusion.h
     }
     if (rescore) {
       for (auto& e : out) {

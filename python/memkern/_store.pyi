@@ -195,7 +195,7 @@ class Store:
         level: Level,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
     # Lexical / hybrid search, filters, time range, recency prior (MemoryStore.search validates).
-    # mode 0 dense, 1 lexical, 2 hybrid; fusion 0 rrf, 1 weighted; clauses: [(key, sorted canonical
+    # mode 0 dense, 1 lexical, 2 hybrid; fusion 0 rrf, 1 weighted, 2 coverage (memkern/fusion.h); clauses: [(key, sorted canonical
     # values as bytes)] (memkern/filter.h); time_field 0 event, 1 created, 2 updated; half_life 0 = no prior.
     def search_ex(
         self,

@@ -188,6 +188,27 @@ class _Lexical:
         return hits[:depth]
 
 
+    def coverage(self, terms: list[str], depth: int, allow) -> list[tuple[float, int]]:
+        """Top ``depth`` (idf-weighted query-term coverage, id) of the allowed records holding a
+        query term (float64; :func:`memkern.lexical.coverage_scores`)."""
+        N = len(self.lens)
+        if N == 0 or depth == 0:
+            return []
+        acc: dict[int, float] = {}
+        total = 0.0
+        for t in dict.fromkeys(terms):
+            p = self.post.get(t)
+            df = len(p) if p else 0
+            idf = math.log(1.0 + (N - df + 0.5) / (df + 0.5))
+            total += idf
+            for rid in (p or ()):
+                acc[rid] = acc.get(rid, 0.0) + idf
+        if not total > 0.0:
+            return []
+        hits = [(sc / total, rid) for rid, sc in acc.items() if allow(rid)]
+        hits.sort(key=lambda e: (-e[0], e[1]))
+        return hits[:depth]
+
 class _Vectors:
     """The vectors of one (namespace, level): rows in a growing float32 matrix, an id per row,
     removal by moving the last row into the hole (row order is irrelevant: ties go by id)."""
@@ -295,6 +316,23 @@ def _top(scores32: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.
     order = np.lexsort((ids, -scores32.astype(np.float64)))[:k]
     return ids[order], scores32[order]
 
+
+
+def _fuse(dl: list[tuple[float, int]], ll: list[tuple[float, int]], fusion: int, w: float) -> list[tuple[float, int]]:
+    """The hybrid fusion of a dense and a lexical list ((score, id), best first) by the reference
+    (:mod:`memkern.lexical`): 0 rrf, 1 weighted, 2 coverage; the lists get weights ``1 - w`` and ``w``."""
+    from .lexical import coverage_fusion, rrf, weighted_fusion
+
+    def pair(L):
+        return [rid for _, rid in L], [sc for sc, _ in L]
+
+    if fusion == 0:
+        ids, sc = rrf([pair(dl)[0], pair(ll)[0]], [1.0 - w, w])
+    elif fusion == 1:
+        ids, sc = weighted_fusion([pair(dl), pair(ll)], [1.0 - w, w])
+    else:
+        ids, sc = coverage_fusion(pair(dl), pair(ll), w)
+    return [(float(x), int(i)) for x, i in zip(sc, ids)]
 
 # ----------------------------------------------------------------------------------- the twin
 
@@ -674,7 +712,7 @@ class _PyStore:
                   has_time, t_lo, t_hi, time_field, half_life, recency_weight, now, candidates):
         """The native ``search_ex`` (lexical / hybrid search, meta filter, time range, recency
         prior; arguments validated by :meth:`MemoryStore.search`): exact dense list, BM25 list,
-        fusion and prior exactly as ``csrc/store/hybrid_search.cpp`` defines them."""
+        fusion (``csrc/include/memkern/fusion.h``) and prior exactly as the native store computes them."""
         with self._lock:
             self._check_open()
             level, mode, k = int(level), int(mode), int(k)
@@ -734,24 +772,16 @@ class _PyStore:
                 if dense_sc is not None:
                     di, ds = _top(dense_sc[b], ids, depth)
                     dl = [(float(x), int(i)) for x, i in zip(ds, di)]
-                ll = lex.search(qterms[b], depth, allowed.__contains__) if mode != 0 and lex is not None else []
+                ll: list[tuple[float, int]] = []
+                if mode != 0 and lex is not None:
+                    score_lex = lex.coverage if (mode == 2 and int(fusion) == 2) else lex.search
+                    ll = score_lex(qterms[b], depth, allowed.__contains__)
                 if mode == 0:
                     res = dl
                 elif mode == 1:
                     res = ll
                 else:
-                    fused: dict[int, float] = {}
-                    for L, wgt in ((dl, 1.0 - lexical_weight), (ll, lexical_weight)):
-                        if not L:
-                            continue
-                        if int(fusion) == 0:
-                            for r_, (_, rid) in enumerate(L):
-                                fused[rid] = fused.get(rid, 0.0) + wgt / (60.0 + (r_ + 1))
-                        else:
-                            lo, hi = min(e[0] for e in L), max(e[0] for e in L)
-                            for sc, rid in L:
-                                fused[rid] = fused.get(rid, 0.0) + wgt * (1.0 if hi == lo else (sc - lo) / (hi - lo))
-                    res = [(sc, rid) for rid, sc in fused.items()]
+                    res = _fuse(dl, ll, int(fusion), float(lexical_weight))
                 if rescore:
                     res = [(sc + recency_weight * 2.0 ** (-max(0.0, now - times[rid]) / half_life), rid)
                            for sc, rid in res]

@@ -43,10 +43,30 @@ BM25 (:func:`bm25_scores`): for a query with distinct terms ``t`` and a document
 with ``k1 = 1.2``, ``b = 0.75``; a query term repeated counts once; a document that contains no
 query term scores 0 and is not a lexical hit.
 
-Fusion: :func:`rrf` (reciprocal rank, ``k0 = 60``, ranks from 1) and :func:`weighted_fusion`
-(min-max normalised scores per list; a list whose scores are all equal normalises to 1). Both weigh
-the lists (``weights``), treat id ``-1`` as padding, and order by fused score descending, then id
-ascending.
+Coverage (:func:`coverage_scores`): the idf-weighted fraction of the query's distinct terms that a
+document holds,
+
+    coverage(d) = sum_{t in q, t in d} idf(t) / sum_{t in q} idf(t),
+
+with the BM25 ``idf`` (a term no document holds has ``df = 0`` and counts in the denominator only).
+It lies in [0, 1] and has no term frequency and no length normalisation: in a conversation where
+every turn carries its speaker's name, BM25's length normalisation ranks the speaker's shortest
+turns ("Booked what?") first for any question naming them; coverage ranks every turn holding the
+name equally and adds the other matched words on top.
+
+Fusion: :func:`rrf` (reciprocal rank, ``k0 = 60``, ranks from 1), :func:`weighted_fusion`
+(min-max normalised scores per list; a list whose scores are all equal normalises to 1) and
+:func:`coverage_fusion` (the dense list min-max normalised plus the coverage list divided by its
+best score). They
+weigh the lists (``weights`` / ``weight``), treat id ``-1`` as padding, and order by fused score
+descending, then id ascending.
+
+Why the store's hybrid default is ``fusion="coverage"``, ``lexical_weight=0.35``: chosen on tuning
+dialogues (:func:`memkern.data.generate_dialogues`, seeds 100-104, disjoint from the evaluation
+seeds 0-4) in ``bench/bench_lexical.py`` (tuning part); numbers in ``bench/RESULTS.md`` (lexical
+section). With vectors of the turn text (name included) BM25 with RRF or min-max fusion lost to
+dense retrieval at every weight; the best setting overall embeds the turn content in the vectors
+and leaves the names to the lexical side (texts ``"{speaker}: {content}"``).
 """
 from __future__ import annotations
 
@@ -60,12 +80,18 @@ from .errors import MemkernTypeError, bad_arg
 
 __all__ = [
     "STOP_WORDS", "CHAR_CLASSES", "WORD", "IDEO", "K1", "B", "RRF_K0",
-    "lower_code_point", "char_class", "tokenize", "bm25_scores", "rrf", "weighted_fusion",
+    "lower_code_point", "char_class", "tokenize", "bm25_scores", "coverage_scores", "rrf", "weighted_fusion",
+    "coverage_fusion", "FUSIONS", "DEFAULT_FUSION", "DEFAULT_LEXICAL_WEIGHT",
 ]
 
 #: BM25 constants used by the store.
 K1 = 1.2
 B = 0.75
+#: The hybrid search's fusions (store ``search(fusion=...)``), their native codes, and the defaults
+#: measured best (module docstring).
+FUSIONS = {"rrf": 0, "weighted": 1, "coverage": 2}
+DEFAULT_FUSION = "coverage"
+DEFAULT_LEXICAL_WEIGHT = 0.35
 #: Reciprocal-rank-fusion constant: a document at rank r (from 1) gets ``weight / (RRF_K0 + r)``.
 RRF_K0 = 60
 
@@ -366,4 +392,73 @@ def weighted_fusion(lists: Sequence[tuple[Sequence[int], Sequence[float]]],
         for rid, s in kept:
             norm = 1.0 if hi == lo else (s - lo) / (hi - lo)
             fused[rid] = fused.get(rid, 0.0) + wi * norm
+    return _order(fused)
+
+
+
+def coverage_scores(query: str | Sequence[str], docs: Sequence[str | Sequence[str]]) -> np.ndarray:
+    """Idf-weighted query-term coverage of every document, in float64 (module docstring).
+
+    Parameters
+    ----------
+    query : str or sequence of str
+        Query text (tokenised with :func:`tokenize`) or its tokens; repeated terms count once.
+    docs : sequence of (str or sequence of str)
+        The ``N`` documents of the collection (texts or token lists); they define ``N`` and ``df``.
+
+    Returns
+    -------
+    numpy.ndarray, float64, shape ``[N]``, in [0, 1]; 0 for documents without any query term.
+    """
+    q = tokenize(query) if isinstance(query, str) else list(query)
+    sets = [set(tokenize(d) if isinstance(d, str) else d) for d in docs]
+    n = len(sets)
+    acc = np.zeros(n, dtype=np.float64)
+    if n == 0:
+        return acc
+    total = 0.0
+    for term in dict.fromkeys(q):
+        holders = [i for i, s in enumerate(sets) if term in s]
+        df = len(holders)
+        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        total += idf
+        for i in holders:
+            acc[i] += idf
+    if not total > 0.0:
+        return np.zeros(n, dtype=np.float64)
+    return acc / total
+
+
+def coverage_fusion(dense: tuple[Sequence[int], Sequence[float]], lexical: tuple[Sequence[int], Sequence[float]],
+                    weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """``score(d) = (1 - weight) * minmax(dense)(d) + weight * coverage(d) / max(coverage)``.
+
+    Parameters
+    ----------
+    dense : (ids, scores)
+        The dense list (higher is better), min-max normalised over its own kept entries like
+        :func:`weighted_fusion` (all equal -> 1); ``-1`` ids are padding.
+    lexical : (ids, scores)
+        The lexical list scored by :func:`coverage_scores` (hits only: scores > 0), divided by its
+        best score (not min-max normalised: a record that holds only the query's name keeps its
+        share when it is the list's worst).
+    weight : float
+        Weight of the lexical list.
+
+    Returns
+    -------
+    (ids int64 [M], scores float64 [M]) over the union of the lists, best first (ties: id ascending).
+    """
+    w = float(weight)
+    fused: dict[int, float] = {}
+    kept = [(int(i), float(s)) for i, s in zip(*dense) if int(i) >= 0]
+    if kept:
+        lo = min(s for _, s in kept)
+        hi = max(s for _, s in kept)
+        for rid, s in kept:
+            fused[rid] = fused.get(rid, 0.0) + (1.0 - w) * (1.0 if hi == lo else (s - lo) / (hi - lo))
+    lex = [(int(i), float(s)) for i, s in zip(*lexical) if int(i) >= 0]
+    best = max((s for _, s in lex), default=0.0)
+    for rid, s in lex:
+        fused[rid] = fused.get(rid, 0.0) + w * (s / best)
     return _order(fused)

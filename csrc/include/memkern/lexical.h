@@ -313,6 +313,45 @@ class LexicalIndex {
     return out;
   }
 
+  // Top `k` documents by idf-weighted query-term coverage among those `allow(id)` accepts:
+  //   coverage(d) = sum of idf(t) over the distinct query terms t that d holds
+  //                 / sum of idf(t) over all the distinct query terms,
+  // idf as in BM25 (a term no document holds has df = 0: it counts in the denominator only).
+  // In [0, 1]; no term frequency and no length normalisation, so a short document that only
+  // shares a name with the query does not outrank a long one that shares the name and more.
+  // (score, id), score descending then id ascending; only documents holding a query term.
+  template <class Allow>
+  std::vector<std::pair<double, int64_t>> coverage(const std::vector<std::string>& terms, size_t k,
+                                                   Allow&& allow) const {
+    std::vector<std::pair<double, int64_t>> out;
+    if (docs_.empty() || k == 0) return out;
+    double N = static_cast<double>(docs_.size());
+    std::unordered_map<int64_t, double> acc;
+    std::unordered_set<std::string> seen;
+    double total = 0.0;
+    for (const auto& t : terms) {
+      if (!seen.insert(t).second) continue;
+      auto it = term_ids_.find(t);
+      const std::vector<Posting>* pl = it == term_ids_.end() ? nullptr : &postings_[it->second];
+      double df = pl ? static_cast<double>(pl->size()) : 0.0;
+      double term_idf = std::log(1.0 + (N - df + 0.5) / (df + 0.5));  // BM25's idf
+      total += term_idf;
+      if (pl)
+        for (const auto& p : *pl) acc[p.id] += term_idf;
+    }
+    if (!(total > 0.0)) return out;
+    out.reserve(acc.size());
+    for (const auto& kv : acc)
+      if (allow(kv.first)) out.emplace_back(kv.second / total, kv.first);
+    size_t m = std::min(k, out.size());
+    auto better = [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    std::partial_sort(out.begin(), out.begin() + m, out.end(), better);
+    out.resize(m);
+    return out;
+  }
+
   size_t memory_bytes() const {
     size_t b = docs_.size() * (sizeof(int64_t) + sizeof(Doc) + 32);
     for (const auto& kv : docs_) b += kv.second.terms.capacity() * sizeof(uint32_t);

@@ -82,8 +82,8 @@ struct ImportItem {
 // What search_ex does besides (or instead of) the plain vector search.
 struct SearchSpec {
   uint8_t mode = 0;             // 0 dense, 1 lexical (BM25 of `texts`), 2 hybrid (both, fused)
-  uint8_t fusion = 0;           // 0 reciprocal rank (k0 = 60), 1 weighted min-max normalised scores
-  double lexical_weight = 0.5;  // weight of the lexical list (the dense list gets 1 - w)
+  uint8_t fusion = 2;           // 0 reciprocal rank (k0 = 60), 1 weighted min-max, 2 dense min-max + idf coverage (memkern/fusion.h)
+  double lexical_weight = 0.35; // weight of the lexical list (the dense list gets 1 - w)
   SearchFilter filter;          // meta clauses and time range, applied inside the index search
   double half_life = 0;         // recency prior: score += recency_weight * 2^(-max(now - t, 0) / half_life); 0 = off
   double recency_weight = 0.1;

@@ -11,11 +11,16 @@ recall within a budget of 5 / 10 / 20 turns (:func:`memkern.eval.metrics.recall_
   as units;
 - ``turn+{a}*window{W}`` / ``turn+{a}*texttiling``: templated turns scored
   ``cos(q, turn) + a * cos(q, parent)`` with the window / TextTiling topic as parent;
+- ``hybrid (content)`` / ``hybrid (template)``: the store's hybrid search
+  (``mode="hybrid"`` with its default fusion and lexical weight, :meth:`memkern.MemoryStore.search`)
+  over turn records whose text is the templated turn (names and dates, matched lexically) and whose
+  vectors embed the content only / the templated turn; run on :class:`memkern.InMemoryStore`, the
+  exact pure-Python twin of the native store's search (the same results, without a graph index);
 - ``rmm-default``: what :meth:`memkern.RMM.retrieve` returns for a fresh default
   :class:`memkern.RMM` (embedding extractor and decider, a real :class:`memkern.MemoryStore`)
   fed every session through :meth:`memkern.RMM.end_session` with its date, speakers and turn ids.
 
-All rows but ``rmm-default`` use exact cosine (numpy) over the conversation's units; windows,
+All rows but ``rmm-default`` and the hybrid rows use exact cosine (numpy) over the conversation's units; windows,
 topics and the RMM store embed through the same template. Unit rows also report the mean tokens
 per retrieved unit (the top 5), so windows and topics are compared at equal size.
 """
@@ -155,6 +160,7 @@ class RetrievalExperiment(Experiment):
             s_plain, s_tpl = qe @ e_plain.T, qe @ e_tpl.T  # [Q, T]
             _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
             _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
+            _hybrid_rows(flat, tid, questions, qe, {"content": e_plain, "template": e_tpl}, tpl, budgets, rows)
             for name, ex in ((wname, win), ("texttiling", tiler)):
                 ids, texts = _segments(sessions, ex)
                 pe = emb.encode(texts)
@@ -266,6 +272,26 @@ def retrieval_experiment(*, alphas: Sequence[float] = (0.5, 1.0, 2.0), budgets: 
                                window=window, texttiling=dict(texttiling) if texttiling else None, rmm=bool(rmm),
                                rmm_kwargs=dict(rmm_kwargs) if rmm_kwargs else None, max_questions=max_questions,
                                seed=seed)
+
+
+def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, vectors: dict[str, np.ndarray],
+                 tpl: Any, budgets: Sequence[int], rows: dict) -> None:
+    """``hybrid (content)`` / ``hybrid (template)``: the store's default hybrid
+    search, record texts = the templated turns, one store namespace per vector kind."""
+    from ..inmemory import InMemoryStore
+
+    texts = [tpl.render_turn(t) for t in flat]
+    st = InMemoryStore(int(qe.shape[1]), "cos")
+    k = max(budgets)
+    for kind, vecs in vectors.items():
+        ids = st.add_batch(kind, texts, vecs)
+        pos = {int(i): j for j, i in enumerate(ids)}
+        got, _ = st.search(kind, qe, k=k, mode="hybrid", texts=[q.question for q in questions])
+        for qi, q in enumerate(questions):
+            ranked = [[tid[pos[int(i)]]] for i in got[qi] if i >= 0]
+            r = {f"recall@{b}turns": recall_at_budget(ranked, q.evidence_turn_ids, b) for b in budgets}
+            r["question_type"] = q.question_type
+            rows.setdefault(f"hybrid ({kind})", []).append(r)
 
 
 def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[Any], questions, emb: Any,
