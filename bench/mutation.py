@@ -19,6 +19,18 @@ uncommitted changes; every file is restored afterwards)::
     .venv/bin/python bench/mutation.py --only wal-no-sync,rr-clip-unused
     .venv/bin/python bench/mutation.py --write-section     # refresh bench/sections/mutation.md
 
+A campaign can be run in pieces: every outcome is cached in ``bench/results/mutation-cache.json``
+(not kept in git) under a key made of the mutant's definition, the committed source tree
+(``python/``, ``csrc/``, ``kernels/``, the build files) and the contents of the mutant's test files
+plus the shared test helpers (``tests/`` files not named ``test_*``). ``--budget SECONDS`` stops
+starting new mutants after that long (exit status 3, "incomplete"); rerunning the same command
+skips every mutant whose key is cached and runs the rest, so ``--write-section`` can be repeated
+until the whole catalogue is covered. A changed source file invalidates every mutant, a changed test
+file only the mutants that run it. ``--no-cache`` reruns everything.
+
+A test run that exceeds ``--timeout`` is its own outcome, *timeout*: it is neither killed nor
+survived, it counts against the score and the report lists it.
+
 Not part of CI (it takes tens of minutes on 2 cores); its score and date go in bench/RESULTS.md.
 """
 from __future__ import annotations
@@ -26,6 +38,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import glob
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -43,9 +57,67 @@ from mutants import CATALOGUE, Mutant  # noqa: E402
 @dataclass
 class Outcome:
     mutant: Mutant
-    status: str          # "killed" | "survived" | "error" | "equivalent"
+    status: str          # "killed" | "survived" | "timeout" | "error" | "equivalent"
     seconds: float
     detail: str = ""
+    cached: bool = False
+
+
+CACHE = ROOT / "bench" / "results" / "mutation-cache.json"
+# what the mutants and the tests are built from: a change here invalidates every cached outcome
+SOURCE_PATHS = ("python", "csrc", "kernels", "CMakeLists.txt", "pyproject.toml")
+
+
+def _source_key() -> str:
+    """Git hash of the committed source tree (``SOURCE_PATHS`` at HEAD). Raise ``SystemExit``
+    if any of those paths has uncommitted changes: the cache would then mislabel its outcomes."""
+    dirty = _git_clean(list(SOURCE_PATHS))
+    if dirty:
+        raise SystemExit(f"mutation: cache: these source files have uncommitted changes, commit them "
+                         f"or run with --no-cache: {dirty}")
+    out = subprocess.run(["git", "ls-tree", "HEAD", "--", *SOURCE_PATHS], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return hashlib.sha256(out.encode()).hexdigest()
+
+
+def _tests_key(m: Mutant) -> str:
+    """Hash of the files the mutant's tests run: its test files (``path::node`` ids count by their
+    file) and the shared helpers of ``tests/`` (every file there not named ``test_*``, with
+    ``tests/data`` and ``tests/cpp``)."""
+    own = {t.split("::")[0] for t in m.tests}
+    files = sorted(p for p in (ROOT / "tests").rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts
+                   and (not p.name.startswith("test_") or p.relative_to(ROOT).as_posix() in own
+                        or p.parent != ROOT / "tests"))
+    missing = sorted(own - {p.relative_to(ROOT).as_posix() for p in files})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for f in missing:
+        h.update(b"missing:" + f.encode())
+    return h.hexdigest()
+
+
+def _mutant_key(m: Mutant, source_key: str) -> str:
+    h = hashlib.sha256(repr(m).encode())
+    h.update(source_key.encode())
+    h.update(_tests_key(m).encode())
+    return h.hexdigest()
+
+
+def _load_cache() -> dict:
+    try:
+        data = json.loads(CACHE.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_cache(cache: dict) -> None:
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    os.replace(tmp, CACHE)
 
 
 def _apply(m: Mutant, text: str) -> str:
@@ -93,12 +165,16 @@ def _run_tests(m: Mutant, timeout: float) -> tuple[bool, str]:
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return True, "timeout (counted as killed: the tests did not pass)"
+        return "timeout", f"timeout: the tests ran past {timeout:.0f} s (neither killed nor survived)"
     tail = (p.stdout.strip().splitlines() or [""])[-1]
-    return p.returncode != 0, tail
+    return ("killed" if p.returncode != 0 else "survived"), tail
 
 
-def run(mutants: list[Mutant], timeout: float, check_only: bool) -> list[Outcome]:
+def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool = False,
+        budget: float = 0.0) -> list[Outcome]:
+    """Apply and test each mutant; return one outcome per mutant that was run or found in the
+    cache (with ``budget`` > 0, no mutant is started after ``budget`` seconds, once one has run:
+    those are left out)."""
     files = sorted({m.file for m in mutants})
     dirty = _git_clean(files)
     if dirty and not check_only:
@@ -107,8 +183,21 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool) -> list[Outcome
     outcomes: list[Outcome] = []
     native_touched = False
     target = None if check_only else _installed_module()
+    source_key = _source_key() if use_cache and not check_only else ""
+    cache = _load_cache() if source_key else {}
+    start = time.perf_counter()
+    ran = 0
     try:
         for i, m in enumerate(mutants, 1):
+            key = _mutant_key(m, source_key) if source_key else ""
+            hit = cache.get(m.id)
+            if key and hit and hit.get("key") == key:
+                outcomes.append(Outcome(m, hit["status"], hit["seconds"], hit["detail"], cached=True))
+                print(f"[{i}/{len(mutants)}] {m.id}: {hit['status']} (cached, {hit['commit']})", flush=True)
+                continue
+            if budget and ran and time.perf_counter() - start > budget and not check_only:
+                print(f"[{i}/{len(mutants)}] {m.id}: not run (--budget {budget:.0f} s spent)", flush=True)
+                continue
             t0 = time.perf_counter()
             try:
                 mutated = _apply(m, originals[m.file])
@@ -120,16 +209,29 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool) -> list[Outcome
                 outcomes.append(Outcome(m, "applies", 0.0))
                 continue
             (ROOT / m.file).write_text(mutated)
+            ran += 1
             try:
                 if m.native:
                     native_touched = True
                     _build_native(target)
-                killed, tail = _run_tests(m, timeout)
+                status, tail = _run_tests(m, timeout)
             finally:
                 (ROOT / m.file).write_text(originals[m.file])
-            status = "killed" if killed else ("equivalent" if m.equivalent else "survived")
-            outcomes.append(Outcome(m, status, time.perf_counter() - t0, tail))
-            print(f"[{i}/{len(mutants)}] {m.id}: {status} ({time.perf_counter() - t0:.0f} s) {tail}", flush=True)
+            if status == "survived" and m.equivalent:
+                status = "equivalent"
+            secs = time.perf_counter() - t0
+            outcomes.append(Outcome(m, status, secs, tail))
+            print(f"[{i}/{len(mutants)}] {m.id}: {status} ({secs:.0f} s) {tail}", flush=True)
+            if key:
+                # a test file edited while the tests ran: the outcome belongs to no one version
+                if _mutant_key(m, source_key) != key:
+                    print(f"mutation: {m.id}: its test files changed during the run; not cached", flush=True)
+                    continue
+                cache = _load_cache()
+                cache[m.id] = {"key": key, "status": status, "seconds": round(secs, 1),
+                               "detail": tail, "commit": _head(short=True),
+                               "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+                _save_cache(cache)
     finally:
         for f, text in originals.items():
             (ROOT / f).write_text(text)
@@ -139,8 +241,15 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool) -> list[Outcome
     return outcomes
 
 
+def _head(short: bool = False) -> str:
+    args = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def report(outcomes: list[Outcome]) -> str:
     killed = sum(o.status == "killed" for o in outcomes)
+    survived = sum(o.status == "survived" for o in outcomes)
+    timeouts = sum(o.status == "timeout" for o in outcomes)
     equiv = sum(o.status == "equivalent" for o in outcomes)
     errors = [o for o in outcomes if o.status == "error"]
     scored = len(outcomes) - len(errors) - equiv
@@ -148,9 +257,10 @@ def report(outcomes: list[Outcome]) -> str:
     lines = [
         f"# Mutation check ({_dt.date.today().isoformat()}, {os.cpu_count()} cores)",
         "",
-        f"Mutants: {len(outcomes)}; killed {killed}; "
-        f"survived {scored - killed}; equivalent (explained) {equiv}; not applicable {len(errors)}.",
-        f"**Score: {killed}/{scored} = {100 * score:.1f}% killed** (equivalent mutants excluded).",
+        f"Mutants: {len(outcomes)}; killed {killed}; survived {survived}; timed out {timeouts}; "
+        f"equivalent (explained) {equiv}; not applicable {len(errors)}.",
+        f"**Score: {killed}/{scored} = {100 * score:.1f}% killed** (equivalent mutants excluded; "
+        f"a timeout counts as not killed).",
         "",
         "| mutant | area | file | outcome | what it breaks | tests |",
         "|---|---|---|---|---|---|",
@@ -159,11 +269,13 @@ def report(outcomes: list[Outcome]) -> str:
         m = o.mutant
         lines.append(f"| `{m.id}` | {m.area} | `{m.file}` | {o.status} | {m.what} | "
                      f"{', '.join('`' + t.split('/')[-1] + '`' for t in m.tests)} |")
-    surv = [o for o in outcomes if o.status in ("survived", "equivalent")]
+    surv = [o for o in outcomes if o.status in ("survived", "equivalent", "timeout", "error")]
     if surv:
-        lines += ["", "Survivors:"]
+        lines += ["", "Survivors, timeouts and errors:"]
         for o in surv:
-            lines.append(f"- `{o.mutant.id}`: {o.status}. {o.mutant.equivalent or 'no test catches it yet.'}")
+            why = {"timeout": o.detail, "error": o.detail}.get(
+                o.status, o.mutant.equivalent or "no test catches it yet.")
+            lines.append(f"- `{o.mutant.id}`: {o.status}. {why}")
     return "\n".join(lines) + "\n"
 
 
@@ -173,7 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--area", default="", help="only mutants of this area")
     ap.add_argument("--check", action="store_true", help="only check that every mutant applies")
     ap.add_argument("--list", action="store_true", help="list the catalogue")
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds per mutant's test run; past it the outcome is 'timeout' (not killed)")
+    ap.add_argument("--budget", type=float, default=0.0,
+                    help="stop starting new mutants after this many seconds (0: no limit); the "
+                         "outcomes so far are cached, rerun the command to continue")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="neither read nor write bench/results/mutation-cache.json")
     ap.add_argument("--report", default="", help="write the markdown report here too")
     ap.add_argument("--write-section", action="store_true",
                     help="write the report as bench/sections/mutation.md (then: memkern bench --assemble)")
@@ -187,19 +305,37 @@ def main(argv: list[str] | None = None) -> int:
         for m in mutants:
             print(f"{m.id:28s} {m.area:12s} {m.file}: {m.what}")
         return 0
-    outcomes = run(mutants, a.timeout, a.check)
+    if a.budget < 0 or a.timeout <= 0:
+        ap.error(f"--budget/--timeout: expected >= 0 / > 0 seconds, got {a.budget} / {a.timeout}")
+    if a.write_section and (ids or a.area):
+        ap.error("--write-section: only for a run of the whole catalogue (no --only / --area)")
+    t0 = time.perf_counter()
+    outcomes = run(mutants, a.timeout, a.check, use_cache=not a.no_cache, budget=a.budget)
     if a.check:
         bad = [o for o in outcomes if o.status == "error"]
         print(f"mutation --check: {len(outcomes) - len(bad)}/{len(outcomes)} mutants apply")
         return 1 if bad else 0
     text = report(outcomes)
     print(text)
+    if len(outcomes) < len(mutants):
+        print(f"mutation: incomplete, {len(mutants) - len(outcomes)} of {len(mutants)} mutants not run "
+              f"within --budget; rerun the same command to continue (cached outcomes are reused)")
+        return 3
     if a.write_section:
-        if ids or a.area:
-            ap.error("--write-section: only for a run of the whole catalogue (no --only / --area)")
         import report as _report
 
-        body = text.split("\n", 2)[2]          # the report without its own heading
+        ran = [o for o in outcomes if not o.cached]
+        total = sum(o.seconds for o in outcomes)
+        commits = sorted({c for c in (_load_cache().get(o.mutant.id, {}).get("commit") for o in outcomes if o.cached) if c})
+        intro = (f"Each mutant is one deliberate bug in a critical module (`bench/mutants.py`), run against "
+                 f"the tests named for it; a mutant is killed when those tests fail, a test run past "
+                 f"`--timeout` ({a.timeout:.0f} s) is a timeout and counts as not killed. Outcomes are for "
+                 f"commit {_head(short=True)}'s source tree: {len(ran)} mutants run by this command, "
+                 f"{len(outcomes) - len(ran)} taken from the cache (`bench/results/mutation-cache.json`, "
+                 f"keyed by the mutant, the committed source tree and its test files"
+                 + (f"; run on commits {', '.join(commits)}" if commits else "")
+                 + f"). Test time summed over the mutants: {total / 60:.0f} minutes on 2 shared cores.")
+        body = intro + "\n\n" + text.split("\n", 2)[2]   # the report without its own heading
         p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body,
                                   ".venv/bin/python bench/mutation.py --write-section")
         print(f"mutation: wrote {p}; reassemble with `memkern bench --assemble`")
