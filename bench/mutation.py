@@ -68,10 +68,11 @@ CACHE = ROOT / "bench" / "results" / "mutation-cache.json"
 SOURCE_PATHS = ("python", "csrc", "kernels", "CMakeLists.txt", "pyproject.toml")
 
 
-def _source_key() -> str:
+def _source_key(require_clean: bool = True) -> str:
     """Git hash of the committed source tree (``SOURCE_PATHS`` at HEAD). Raise ``SystemExit``
-    if any of those paths has uncommitted changes: the cache would then mislabel its outcomes."""
-    dirty = _git_clean(list(SOURCE_PATHS))
+    if any of those paths has uncommitted changes (unless ``require_clean`` is false: a run that
+    only reads the cache): the cache would then mislabel its outcomes."""
+    dirty = _git_clean(list(SOURCE_PATHS)) if require_clean else []
     if dirty:
         raise SystemExit(f"mutation: cache: these source files have uncommitted changes, commit them "
                          f"or run with --no-cache: {dirty}")
@@ -171,19 +172,19 @@ def _run_tests(m: Mutant, timeout: float) -> tuple[bool, str]:
 
 
 def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool = False,
-        budget: float = 0.0) -> list[Outcome]:
+        budget: float = 0.0, cached_only: bool = False) -> list[Outcome]:
     """Apply and test each mutant; return one outcome per mutant that was run or found in the
     cache (with ``budget`` > 0, no mutant is started after ``budget`` seconds, once one has run:
     those are left out)."""
     files = sorted({m.file for m in mutants})
     dirty = _git_clean(files)
-    if dirty and not check_only:
+    if dirty and not check_only and not cached_only:
         raise SystemExit(f"mutation: these files have uncommitted changes, commit or stash them first: {dirty}")
     originals = {f: (ROOT / f).read_text() for f in files}
     outcomes: list[Outcome] = []
     native_touched = False
     target = None if check_only else _installed_module()
-    source_key = _source_key() if use_cache and not check_only else ""
+    source_key = _source_key(require_clean=not cached_only) if use_cache and not check_only else ""
     cache = _load_cache() if source_key else {}
     start = time.perf_counter()
     ran = 0
@@ -194,6 +195,8 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
             if key and hit and hit.get("key") == key:
                 outcomes.append(Outcome(m, hit["status"], hit["seconds"], hit["detail"], cached=True))
                 print(f"[{i}/{len(mutants)}] {m.id}: {hit['status']} (cached, {hit['commit']})", flush=True)
+                continue
+            if cached_only and not check_only:
                 continue
             if budget and ran and time.perf_counter() - start > budget and not check_only:
                 print(f"[{i}/{len(mutants)}] {m.id}: not run (--budget {budget:.0f} s spent)", flush=True)
@@ -252,13 +255,16 @@ def report(outcomes: list[Outcome]) -> str:
     timeouts = sum(o.status == "timeout" for o in outcomes)
     equiv = sum(o.status == "equivalent" for o in outcomes)
     errors = [o for o in outcomes if o.status == "error"]
-    scored = len(outcomes) - len(errors) - equiv
+    not_run = sum(o.status == "not run" for o in outcomes)
+    scored = len(outcomes) - len(errors) - equiv - not_run
     score = killed / scored if scored else float("nan")
     lines = [
         f"# Mutation check ({_dt.date.today().isoformat()}, {os.cpu_count()} cores)",
         "",
         f"Mutants: {len(outcomes)}; killed {killed}; survived {survived}; timed out {timeouts}; "
-        f"equivalent (explained) {equiv}; not applicable {len(errors)}.",
+        f"equivalent (explained) {equiv}; not applicable {len(errors)}"
+        + (f"; **not run {not_run}** (a partial campaign: the score covers the {len(outcomes) - not_run} run)"
+           if not_run else "") + ".",
         f"**Score: {killed}/{scored} = {100 * score:.1f}% killed** (equivalent mutants excluded; "
         f"a timeout counts as not killed).",
         "",
@@ -290,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=0.0,
                     help="stop starting new mutants after this many seconds (0: no limit); the "
                          "outcomes so far are cached, rerun the command to continue")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="run nothing: report the cached outcomes and list the other mutants as 'not run' "
+                         "(with --write-section: a partial campaign, stated as such)")
     ap.add_argument("--no-cache", action="store_true",
                     help="neither read nor write bench/results/mutation-cache.json")
     ap.add_argument("--report", default="", help="write the markdown report here too")
@@ -310,14 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_section and (ids or a.area):
         ap.error("--write-section: only for a run of the whole catalogue (no --only / --area)")
     t0 = time.perf_counter()
-    outcomes = run(mutants, a.timeout, a.check, use_cache=not a.no_cache, budget=a.budget)
+    if a.cached_only and a.no_cache:
+        ap.error("--cached-only: needs the cache (drop --no-cache)")
+    outcomes = run(mutants, a.timeout, a.check, use_cache=not a.no_cache, budget=a.budget,
+                   cached_only=a.cached_only)
+    if a.cached_only and not a.check:
+        got = {o.mutant.id for o in outcomes}
+        outcomes += [Outcome(m, "not run", 0.0, cached=True) for m in mutants if m.id not in got]
+        outcomes.sort(key=lambda o: mutants.index(o.mutant))
     if a.check:
         bad = [o for o in outcomes if o.status == "error"]
         print(f"mutation --check: {len(outcomes) - len(bad)}/{len(outcomes)} mutants apply")
         return 1 if bad else 0
     text = report(outcomes)
     print(text)
-    if len(outcomes) < len(mutants):
+    if len(outcomes) < len(mutants):  # --budget spent (--cached-only lists the rest as "not run")
         print(f"mutation: incomplete, {len(mutants) - len(outcomes)} of {len(mutants)} mutants not run "
               f"within --budget; rerun the same command to continue (cached outcomes are reused)")
         return 3
@@ -325,19 +341,20 @@ def main(argv: list[str] | None = None) -> int:
         import report as _report
 
         ran = [o for o in outcomes if not o.cached]
+        n_cached = sum(o.cached and o.status != "not run" for o in outcomes)
         total = sum(o.seconds for o in outcomes)
         commits = sorted({c for c in (_load_cache().get(o.mutant.id, {}).get("commit") for o in outcomes if o.cached) if c})
         intro = (f"Each mutant is one deliberate bug in a critical module (`bench/mutants.py`), run against "
                  f"the tests named for it; a mutant is killed when those tests fail, a test run past "
-                 f"`--timeout` ({a.timeout:.0f} s) is a timeout and counts as not killed. Outcomes are for "
+                 f"`--timeout` is a timeout and counts as not killed. Outcomes are for "
                  f"commit {_head(short=True)}'s source tree: {len(ran)} mutants run by this command, "
-                 f"{len(outcomes) - len(ran)} taken from the cache (`bench/results/mutation-cache.json`, "
+                 f"{n_cached} taken from the cache (`bench/results/mutation-cache.json`, "
                  f"keyed by the mutant, the committed source tree and its test files"
                  + (f"; run on commits {', '.join(commits)}" if commits else "")
                  + f"). Test time summed over the mutants: {total / 60:.0f} minutes on 2 shared cores.")
         body = intro + "\n\n" + text.split("\n", 2)[2]   # the report without its own heading
-        p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body,
-                                  ".venv/bin/python bench/mutation.py --write-section")
+        cmd = " ".join([".venv/bin/python bench/mutation.py", *(sys.argv[1:] if argv is None else argv)])
+        p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body, cmd)
         print(f"mutation: wrote {p}; reassemble with `memkern bench --assemble`")
     if a.report:
         Path(a.report).parent.mkdir(parents=True, exist_ok=True)

@@ -52,13 +52,24 @@ def _repo(root: Path) -> None:
         subprocess.run(["git", *cmd], cwd=root, check=True, capture_output=True)
 
 
+def _fake_pytest(mutation, root, monkeypatch):
+    """Stand-in for the pytest run (saves a subprocess per mutant): killed when the mutated file
+    is on disk while its test file still checks ``X == 1``."""
+    def run_tests(m, timeout):
+        mutated = (root / m.file).read_text() != "X = 1\n"
+        checks = "X == 1" in (root / m.tests[0]).read_text()
+        return ("killed" if mutated and checks else "survived"), "fake"
+    monkeypatch.setattr(mutation, "ROOT", root)
+    monkeypatch.setattr(mutation, "CACHE", root / "cache.json")
+    monkeypatch.setattr(mutation, "_installed_module", lambda: None)
+    monkeypatch.setattr(mutation, "_run_tests", run_tests)
+
+
 def test_cache_reuses_outcomes_and_invalidates_on_changed_tests_or_source(mutation, tmp_path, monkeypatch):
     root = tmp_path / "repo"
     root.mkdir()
     _repo(root)
-    monkeypatch.setattr(mutation, "ROOT", root)
-    monkeypatch.setattr(mutation, "CACHE", root / "cache.json")
-    monkeypatch.setattr(mutation, "_installed_module", lambda: None)
+    _fake_pytest(mutation, root, monkeypatch)
     m = _mutant(mutation, ["tests/test_x.py"])
 
     first = mutation.run([m], timeout=120, check_only=False, use_cache=True)
@@ -88,9 +99,7 @@ def test_budget_leaves_mutants_for_the_next_run(mutation, tmp_path, monkeypatch)
     root = tmp_path / "repo"
     root.mkdir()
     _repo(root)
-    monkeypatch.setattr(mutation, "ROOT", root)
-    monkeypatch.setattr(mutation, "CACHE", root / "cache.json")
-    monkeypatch.setattr(mutation, "_installed_module", lambda: None)
+    _fake_pytest(mutation, root, monkeypatch)
     a = _mutant(mutation, ["tests/test_x.py"])
     b = mutation.Mutant("m2", "area", "python/pkg/x.py", "X = 1", "X = 3", "what", ("tests/test_x.py",))
     first = mutation.run([a, b], timeout=120, check_only=False, use_cache=True, budget=1e-9)
