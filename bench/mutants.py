@@ -781,4 +781,13 @@ CATALOGUE: list[Mutant] = [
            "functools.partial(self.end_session, turns, session_id, date, timestamp=timestamp)",
            "functools.partial(self.end_session, turns, session_id, timestamp)",
            "aend_session passes its timestamp where end_session takes the date", ("tests/test_rmm_async.py",)),
+    # ---------------------------------------------------------------- the mutation check itself
+    Mutant("mutation-timeout-counted-killed", "mutation", "bench/mutation.py",
+           '        return "timeout", f"timeout: the tests ran past',
+           '        return "killed", f"timeout: the tests ran past',
+           "a mutant whose tests time out is counted as killed", ("tests/test_mutation.py",)),
+    Mutant("mutation-cache-ignores-tests", "mutation", "bench/mutation.py",
+           "    h.update(_tests_key(m).encode())\n",
+           "",
+           "a cached outcome is reused after the mutant's test files changed", ("tests/test_mutation.py",)),
 ]
