@@ -160,9 +160,15 @@ def _build_native(target: Path) -> None:
     os.replace(tmp, target)
 
 
-def _run_tests(m: Mutant, timeout: float) -> tuple[bool, str]:
+def _run_tests(m: Mutant, timeout: float, fork: bool = False) -> tuple[str, str]:
+    """Run the mutant's tests; return ``(status, last line of pytest's output)`` with status
+    "killed" (the tests failed), "survived" or "timeout". ``fork``: run pytest in a forked child
+    of this process (see :func:`_preload`) instead of a new interpreter."""
+    args = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *m.tests]
+    if fork:
+        return _run_tests_forked(args, timeout)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *m.tests]
+    cmd = [sys.executable, "-m", "pytest", *args]
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -171,8 +177,80 @@ def _run_tests(m: Mutant, timeout: float) -> tuple[bool, str]:
     return ("killed" if p.returncode != 0 else "survived"), tail
 
 
+# Third-party modules the tests import, loaded once by --fork (never memkern, tests or bench: the
+# mutated code must be imported fresh by every child). About 20 of a test run's 25-40 s on 2 shared
+# cores go to importing these in a new interpreter.
+_PRELOAD = ("numpy", "torch", "pytest", "pytest_benchmark.plugin", "anyio.pytest_plugin",
+            "langsmith.pytest_plugin", "triton", "hnswlib")
+
+
+def _preload() -> None:
+    """Prepare this process to fork test runs: the environment of a plain run (the root
+    ``conftest.py``'s settings, which it sets with ``setdefault`` too), then ``_PRELOAD``."""
+    import importlib
+
+    os.environ.update(OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    sys.dont_write_bytecode = True
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton, as the root conftest does
+    for name in _PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    assert not any(k == "memkern" or k.startswith("memkern.") for k in sys.modules), "memkern preloaded"
+
+
+def _run_tests_forked(args: list[str], timeout: float) -> tuple[str, str]:
+    log = ROOT / "bench" / "results" / f"mutation-fork-{os.getpid()}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh process group (a timeout kills it whole), pytest as `python -m pytest`
+        rc = 3
+        try:
+            os.setpgrp()
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            os.chdir(ROOT)
+            bench = {str(ROOT / "bench"), str(Path(__file__).resolve().parent)}
+            sys.path[:] = [str(ROOT)] + [p for p in sys.path if p not in bench]
+            for k in [k for k in sys.modules if k in ("mutants", "report", "harness")]:
+                del sys.modules[k]
+            import pytest
+
+            rc = int(pytest.main(args))
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(rc)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, 9)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return "timeout", f"timeout: the tests ran past {timeout:.0f} s (neither killed nor survived)"
+        time.sleep(0.2)
+    rc = os.waitstatus_to_exitcode(status)
+    tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
+    log.unlink()
+    return ("killed" if rc != 0 else "survived"), tail
+
+
 def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool = False,
-        budget: float = 0.0, cached_only: bool = False) -> list[Outcome]:
+        budget: float = 0.0, cached_only: bool = False, fork: bool = False) -> list[Outcome]:
     """Apply and test each mutant; return one outcome per mutant that was run or found in the
     cache (with ``budget`` > 0, no mutant is started after ``budget`` seconds, once one has run:
     those are left out)."""
@@ -217,7 +295,7 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
                 if m.native:
                     native_touched = True
                     _build_native(target)
-                status, tail = _run_tests(m, timeout)
+                status, tail = _run_tests(m, timeout, fork)
             finally:
                 (ROOT / m.file).write_text(originals[m.file])
             if status == "survived" and m.equivalent:
@@ -232,6 +310,7 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
                     continue
                 cache = _load_cache()
                 cache[m.id] = {"key": key, "status": status, "seconds": round(secs, 1),
+                               "runner": "fork" if fork else "subprocess",
                                "detail": tail, "commit": _head(short=True),
                                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
                 _save_cache(cache)
@@ -299,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cached-only", action="store_true",
                     help="run nothing: report the cached outcomes and list the other mutants as 'not run' "
                          "(with --write-section: a partial campaign, stated as such)")
+    ap.add_argument("--fork", action="store_true",
+                    help="import the test run's third-party modules (torch, pytest, ...) once and fork "
+                         "each test run from this process (never memkern: the child imports it fresh)")
     ap.add_argument("--no-cache", action="store_true",
                     help="neither read nor write bench/results/mutation-cache.json")
     ap.add_argument("--report", default="", help="write the markdown report here too")
@@ -321,8 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if a.cached_only and a.no_cache:
         ap.error("--cached-only: needs the cache (drop --no-cache)")
+    if a.fork and not (a.check or a.cached_only):
+        _preload()
     outcomes = run(mutants, a.timeout, a.check, use_cache=not a.no_cache, budget=a.budget,
-                   cached_only=a.cached_only)
+                   cached_only=a.cached_only, fork=a.fork)
     if a.cached_only and not a.check:
         got = {o.mutant.id for o in outcomes}
         outcomes += [Outcome(m, "not run", 0.0, cached=True) for m in mutants if m.id not in got]
