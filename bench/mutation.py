@@ -203,6 +203,21 @@ def _preload() -> None:
     assert not any(k == "memkern" or k.startswith("memkern.") for k in sys.modules), "memkern preloaded"
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _run_tests_forked(args: list[str], timeout: float) -> tuple[str, str]:
     log = ROOT / "bench" / "results" / f"mutation-fork-{os.getpid()}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -231,18 +246,18 @@ def _run_tests_forked(args: list[str], timeout: float) -> tuple[str, str]:
             finally:
                 os._exit(rc)
     deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            try:
-                os.killpg(pid, 9)
-            except ProcessLookupError:
-                pass
-            os.waitpid(pid, 0)
-            return "timeout", f"timeout: the tests ran past {timeout:.0f} s (neither killed nor survived)"
-        time.sleep(0.2)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                _kill_group(pid)
+                return "timeout", f"timeout: the tests ran past {timeout:.0f} s (neither killed nor survived)"
+            time.sleep(0.2)
+    except BaseException:
+        _kill_group(pid)
+        raise
     rc = os.waitstatus_to_exitcode(status)
     tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
     log.unlink()
@@ -266,6 +281,8 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
     cache = _load_cache() if source_key else {}
     start = time.perf_counter()
     ran = 0
+    so_mutated = False                    # the installed extension is a native mutant's build
+    baselines: dict[tuple[str, ...], tuple[str, str]] = {}   # test list -> unmutated outcome
     try:
         for i, m in enumerate(mutants, 1):
             key = _mutant_key(m, source_key) if source_key else ""
@@ -289,11 +306,28 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
             if check_only:
                 outcomes.append(Outcome(m, "applies", 0.0))
                 continue
-            (ROOT / m.file).write_text(mutated)
+            if so_mutated and not m.native:
+                # the installed extension still holds the previous native mutant: rebuild the original
+                _build_native(target)
+                so_mutated = False
             ran += 1
+            base = baselines.get(m.tests)
+            if base is None:
+                # the unmutated tests must pass, or a failure says nothing about the mutant
+                if so_mutated:
+                    _build_native(target)
+                    so_mutated = False
+                base = baselines[m.tests] = _run_tests(m, timeout, fork)
+                print(f"mutation: baseline (no mutant) of {', '.join(m.tests)}: {base[0]} {base[1]}", flush=True)
+            if base[0] != "survived":
+                detail = f"the unmutated tests do not pass ({base[0]}: {base[1]})"
+                outcomes.append(Outcome(m, "error", time.perf_counter() - t0, detail))
+                print(f"[{i}/{len(mutants)}] {m.id}: ERROR {detail}", flush=True)
+                continue
+            (ROOT / m.file).write_text(mutated)
             try:
                 if m.native:
-                    native_touched = True
+                    native_touched = so_mutated = True
                     _build_native(target)
                 status, tail = _run_tests(m, timeout, fork)
             finally:
@@ -403,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if a.cached_only and a.no_cache:
         ap.error("--cached-only: needs the cache (drop --no-cache)")
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)   # `kill` restores the mutated files too
+    signal.signal(signal.SIGINT, _interrupt)    # (a background job starts with SIGINT ignored)
     if a.fork and not (a.check or a.cached_only):
         _preload()
     outcomes = run(mutants, a.timeout, a.check, use_cache=not a.no_cache, budget=a.budget,

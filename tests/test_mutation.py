@@ -27,11 +27,17 @@ def _mutant(mod, tests, file="python/pkg/x.py", find="X = 1", replace="X = 2"):
     return mod.Mutant("m1", "area", file, find, replace, "what", tuple(tests))
 
 
-def test_timeout_is_its_own_outcome_and_not_killed(mutation, tmp_path):
+@pytest.mark.parametrize("fork", [False, True], ids=["subprocess", "fork"])
+def test_timeout_is_its_own_outcome_and_not_killed(mutation, tmp_path, fork, monkeypatch):
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)       # the forked run's log goes under it
     slow = tmp_path / "test_slow.py"
     slow.write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
-    status, detail = mutation._run_tests(_mutant(mutation, [str(slow)]), timeout=1.0)
+    status, detail = mutation._run_tests(_mutant(mutation, [str(slow)]), timeout=1.0, fork=fork)
     assert status == "timeout" and "timeout" in detail
+    quick = tmp_path / "test_quick.py"
+    quick.write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert False\n")
+    assert mutation._run_tests(_mutant(mutation, [f"{quick}::test_ok"]), timeout=60, fork=fork)[0] == "survived"
+    assert mutation._run_tests(_mutant(mutation, [f"{quick}::test_bad"]), timeout=60, fork=fork)[0] == "killed"
 
     m = _mutant(mutation, ["tests/test_a.py"])
     text = mutation.report([mutation.Outcome(m, "killed", 1.0), mutation.Outcome(m, "timeout", 2.0, detail)])
@@ -55,7 +61,7 @@ def _repo(root: Path) -> None:
 def _fake_pytest(mutation, root, monkeypatch):
     """Stand-in for the pytest run (saves a subprocess per mutant): killed when the mutated file
     is on disk while its test file still checks ``X == 1``."""
-    def run_tests(m, timeout):
+    def run_tests(m, timeout, fork=False):
         mutated = (root / m.file).read_text() != "X = 1\n"
         checks = "X == 1" in (root / m.tests[0]).read_text()
         return ("killed" if mutated and checks else "survived"), "fake"
@@ -106,3 +112,14 @@ def test_budget_leaves_mutants_for_the_next_run(mutation, tmp_path, monkeypatch)
     assert [o.mutant.id for o in first] == ["m1"]           # the first always starts
     second = mutation.run([a, b], timeout=120, check_only=False, use_cache=True, budget=1e-9)
     assert [(o.mutant.id, o.cached) for o in second] == [("m1", True), ("m2", False)]
+
+
+def test_failing_baseline_is_an_error_not_a_kill(mutation, tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    root.mkdir()
+    _repo(root)
+    _fake_pytest(mutation, root, monkeypatch)
+    (root / "tests" / "test_x.py").write_text("def test_x():\n    assert X == 1\n")  # NameError: X == 1 fails
+    monkeypatch.setattr(mutation, "_run_tests", lambda m, timeout, fork=False: ("killed", "1 failed"))
+    (o,) = mutation.run([_mutant(mutation, ["tests/test_x.py"])], timeout=120, check_only=False)
+    assert o.status == "error" and "unmutated tests do not pass" in o.detail
