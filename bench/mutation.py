@@ -311,14 +311,24 @@ def run(mutants: list[Mutant], timeout: float, check_only: bool, use_cache: bool
                 _build_native(target)
                 so_mutated = False
             ran += 1
+            bname = "baseline: " + ", ".join(m.tests)          # cached like the mutants' outcomes
+            bkey = hashlib.sha256((source_key + _tests_key(m) + bname).encode()).hexdigest() if source_key else ""
+            bhit = cache.get(bname)
             base = baselines.get(m.tests)
+            if base is None and bkey and bhit and bhit.get("key") == bkey:
+                base = baselines[m.tests] = (bhit["status"], bhit["detail"])
             if base is None:
+                bkey_tests = _tests_key(m)
                 # the unmutated tests must pass, or a failure says nothing about the mutant
                 if so_mutated:
                     _build_native(target)
                     so_mutated = False
                 base = baselines[m.tests] = _run_tests(m, timeout, fork)
                 print(f"mutation: baseline (no mutant) of {', '.join(m.tests)}: {base[0]} {base[1]}", flush=True)
+                if bkey and base[0] == "survived" and _tests_key(m) == bkey_tests:
+                    cache = _load_cache()
+                    cache[bname] = {"key": bkey, "status": base[0], "detail": base[1]}
+                    _save_cache(cache)
             if base[0] != "survived":
                 detail = f"the unmutated tests do not pass ({base[0]}: {base[1]})"
                 outcomes.append(Outcome(m, "error", time.perf_counter() - t0, detail))

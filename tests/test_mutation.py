@@ -81,6 +81,8 @@ def test_cache_reuses_outcomes_and_invalidates_on_changed_tests_or_source(mutati
     first = mutation.run([m], timeout=120, check_only=False, use_cache=True)
     assert [(o.status, o.cached) for o in first] == [("killed", False)]
     assert (root / "python" / "pkg" / "x.py").read_text() == "X = 1\n"       # restored
+    import json
+    assert json.loads((root / "cache.json").read_text())["baseline: tests/test_x.py"]["status"] == "survived"
     again = mutation.run([m], timeout=120, check_only=False, use_cache=True)
     assert [(o.status, o.cached) for o in again] == [("killed", True)]
 
