@@ -427,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                          "each test run from this process (never memkern: the child imports it fresh)")
     ap.add_argument("--no-cache", action="store_true",
                     help="neither read nor write bench/results/mutation-cache.json")
+    ap.add_argument("--note", default="",
+                    help="with --write-section: a sentence added to the section's introduction (what was "
+                         "done about survivors)")
     ap.add_argument("--report", default="", help="write the markdown report here too")
     ap.add_argument("--write-section", action="store_true",
                     help="write the report as bench/sections/mutation.md (then: memkern bench --assemble)")
@@ -474,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
 
         ran = [o for o in outcomes if not o.cached]
         n_cached = sum(o.cached and o.status != "not run" for o in outcomes)
+        cache_now = _load_cache()
+        runners: dict[str, int] = {}
+        for o in outcomes:
+            if o.status in ("not run", "error"):
+                continue
+            r = cache_now.get(o.mutant.id, {}).get("runner", "subprocess") if o.cached else ("fork" if a.fork else "subprocess")
+            runners[r] = runners.get(r, 0) + 1
         total = sum(o.seconds for o in outcomes)
         commits = sorted({c for c in (_load_cache().get(o.mutant.id, {}).get("commit") for o in outcomes if o.cached) if c})
         intro = (f"Each mutant is one deliberate bug in a critical module (`bench/mutants.py`), run against "
@@ -483,7 +493,13 @@ def main(argv: list[str] | None = None) -> int:
                  f"{n_cached} taken from the cache (`bench/results/mutation-cache.json`, "
                  f"keyed by the mutant, the committed source tree and its test files"
                  + (f"; run on commits {', '.join(commits)}" if commits else "")
-                 + f"). Test time summed over the mutants: {total / 60:.0f} minutes on 2 shared cores.")
+                 + f"). Each test list is first run unmutated and must pass (else its mutants are "
+                 f"errors); outcomes cached before that check existed (the first piece of this "
+                 f"campaign, in subprocess runs) had none. Runners: "
+                 + ", ".join(f"{n} {r}" for r, n in sorted(runners.items()))
+                 + f" (`--fork`: torch and pytest imported once, each test run forked; memkern is "
+                 f"imported fresh by the child). Test time summed over the mutants: {total / 60:.0f} minutes "
+                 f"on 2 shared cores." + (f" {a.note.strip()}" if a.note.strip() else ""))
         body = intro + "\n\n" + text.split("\n", 2)[2]   # the report without its own heading
         cmd = " ".join([".venv/bin/python bench/mutation.py", *(sys.argv[1:] if argv is None else argv)])
         p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body, cmd)
