@@ -956,4 +956,14 @@ CATALOGUE: list[Mutant] = [
            "        fused[rid] = fused.get(rid, 0.0) + w * (s / best)\n",
            "        fused[rid] = fused.get(rid, 0.0) + w * s\n",
            "the reference coverage fusion does not divide the coverage by the list's best", T_LEXICAL),
+    # ---------------------------------------------------------------- the mutation check itself
+    Mutant("mutation-timeout-counted-killed", "mutation", "bench/mutation.py",
+           '        return "timeout", f"timeout: the tests ran past',
+           '        return "killed", f"timeout: the tests ran past',
+           "a mutant whose tests time out is counted as killed (plain and --fork runs)", ("tests/test_mutation.py",),
+           count=2),
+    Mutant("mutation-cache-ignores-tests", "mutation", "bench/mutation.py",
+           "    h.update(_tests_key(m).encode())\n",
+           "",
+           "a cached outcome is reused after the mutant's test files changed", ("tests/test_mutation.py",)),
 ]

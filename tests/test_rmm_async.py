@@ -146,6 +146,34 @@ def test_aend_session_serialises_prospective_reflection(tmp_path):
     store.close()
 
 
+def test_end_sessions_holds_the_lock_from_search_to_write(tmp_path):
+    """The race of unlocked end_session calls made certain: a decider that sleeps between the
+    candidate search and the write. Under the RMM lock the calls serialise (one ADD, the rest
+    NOOP); without it every call searches the empty bank first and adds (the fact stored 6 times),
+    whatever the thread scheduling."""
+    store = memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos")
+
+    from memkern.update import EmbeddingDecider
+
+    class SlowDecider(EmbeddingDecider):
+        def decide_batch(self, items, seed=0):
+            time.sleep(0.1)          # releases the GIL: the other calls run their search meanwhile
+            return super().decide_batch(items, seed)
+
+    rmm = memkern.RMM(store, chat_model=SlowChat(), embedder=HashEmbedder(64), namespace="u",
+                      extractor="embedding", decider=SlowDecider(), persist=False)
+    turns = [{"role": "user", "content": "My favourite mountain is the Matterhorn in Switzerland."}]
+
+    async def main():
+        with ThreadPoolExecutor(6) as ex:
+            return await asyncio.gather(*(rmm.aend_session(turns, session_id=f"s{i}", executor=ex) for i in range(6)))
+
+    results = asyncio.run(main())
+    assert sorted(r.action for res in results for r in res) == ["ADD"] + ["NOOP"] * 5
+    assert store.count("u") == 1
+    store.close()
+
+
 def test_feedback_trains_on_the_responses_draw(tmp_path):
     store, rmm, rr = _rmm(tmp_path, batch_size=2)
     r = rmm.respond("plants?")
