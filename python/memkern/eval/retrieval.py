@@ -69,9 +69,10 @@ class RetrievalResult(ExperimentResult):
         cols = [f"recall@{b}turns" for b in budgets] + [f"delta_recall@{b}turns" for b in budgets] + \
                ["tokens_per_unit", "questions"]
         heads = [f"R@{b}" for b in budgets] + [f"Δ@{b}" for b in budgets] + ["tok/unit", "questions"]
-        lines = [f"{'row':<24}" + "".join(f"{h:>10}" for h in heads)]
+        w = max([24] + [len(n) + 1 for n in metrics])
+        lines = [f"{'row':<{w}}" + "".join(f"{h:>10}" for h in heads)]
         for name, v in metrics.items():
-            lines.append(f"{name:<24}" + "".join(cell(v.get(c), 10) for c in cols))
+            lines.append(f"{name:<{w}}" + "".join(cell(v.get(c), 10) for c in cols))
         return "\n".join(lines)
 
 
