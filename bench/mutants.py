@@ -966,4 +966,13 @@ CATALOGUE: list[Mutant] = [
            "    h.update(_tests_key(m).encode())\n",
            "",
            "a cached outcome is reused after the mutant's test files changed", ("tests/test_mutation.py",)),
+    Mutant("eval-hybrid-parent-row-uses-dense", "eval", "python/memkern/eval/retrieval.py",
+           "_rank_rows(h_all + float(a) * ps,",
+           "_rank_rows(s_tpl + float(a) * ps,",
+           "the hybrid (content)+a*parent rows add the parent to the dense templated-turn cosine, "
+           "not to the store's fused hybrid score", ("tests/test_eval_retrieval_hybrid.py",)),
+    Mutant("eval-hybrid-scores-misaligned", "eval", "python/memkern/eval/retrieval.py",
+           "pos[ids] = np.arange(T)",
+           "pos[ids] = np.arange(T)[::-1]",
+           "the all-turns hybrid scores land on the wrong turns", ("tests/test_eval_retrieval_hybrid.py",)),
 ]

@@ -251,6 +251,7 @@ SECTIONS = (
     "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
     "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
+    "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent (issue 13)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

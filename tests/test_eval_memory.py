@@ -300,7 +300,9 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
     m = r.metrics
     assert set(m) == {"turn (content)", "turn (template)", "window4", "texttiling", "turn+1*window4",
                       "turn+2*window4", "turn+1*texttiling", "turn+2*texttiling", "rmm-default",
-                      "hybrid (content)", "hybrid (template)"}
+                      "hybrid (content)", "hybrid (template)", "hybrid (content, all turns)",
+                      "hybrid (content)+1*window4", "hybrid (content)+2*window4",
+                      "hybrid (content)+1*texttiling", "hybrid (content)+2*texttiling"}
     for name, v in m.items():
         assert v["recall@5turns"] <= v["recall@10turns"] <= v["recall@20turns"] and v["questions"] == m["window4"]["questions"]
         assert v["delta_recall@5turns"] == pytest.approx(v["recall@5turns"] - m["turn (content)"]["recall@5turns"])

@@ -149,6 +149,8 @@ def test_result_rows_in_plan_order(ds):
 
     r = run_local(_experiments()[0], ds, cached(_Hash(32)), conversations_per_task=1)
     assert list(r.metrics) == ["turn (content)", "turn (template)", "hybrid (content)", "hybrid (template)",
-                               "window4", "turn+1*window4", "texttiling", "turn+1*texttiling", "rmm-default"]
+                               "hybrid (content, all turns)", "window4", "turn+1*window4",
+                               "hybrid (content)+1*window4", "texttiling", "turn+1*texttiling",
+                               "hybrid (content)+1*texttiling", "rmm-default"]
     outs = [TaskOutput(Task("x", 0, c, (i,)), {"rows": {c: [i]}}, {}, 0.0) for c in ("a", "b") for i in range(3)]
     assert concat_rows(outs) == {"a": [0, 1, 2], "b": [0, 1, 2]}

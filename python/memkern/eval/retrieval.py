@@ -16,6 +16,11 @@ recall within a budget of 5 / 10 / 20 turns (:func:`memkern.eval.metrics.recall_
   over turn records whose text is the templated turn (names and dates, matched lexically) and whose
   vectors embed the content only / the templated turn; run on :class:`memkern.InMemoryStore`, the
   exact pure-Python twin of the native store's search (the same results, without a graph index);
+- ``hybrid (content, all turns)``: the ``hybrid (content)`` search asked for every turn of the
+  conversation (``k`` = its turn count), ranked by the fused score the store returns;
+- ``hybrid (content)+{a}*window{W}`` / ``hybrid (content)+{a}*texttiling``: that fused turn score
+  plus ``a * cos(q, parent)``, the parent being the window / TextTiling topic, as in the
+  ``turn+{a}*...`` rows (measurement only: no default uses it);
 - ``rmm-default``: what :meth:`memkern.RMM.retrieve` returns for a fresh default
   :class:`memkern.RMM` (embedding extractor and decider, a real :class:`memkern.MemoryStore`)
   fed every session through :meth:`memkern.RMM.end_session` with its date, speakers and turn ids.
@@ -44,6 +49,7 @@ from .units import BUDGETS, CachedEmbedder
 __all__ = ["run_retrieval", "retrieval_experiment", "RetrievalExperiment", "RetrievalResult", "turn_dicts"]
 
 BASELINE = "turn (content)"
+HYBRID_ALL = "hybrid (content, all turns)"
 
 
 @dataclass
@@ -63,9 +69,10 @@ class RetrievalResult(ExperimentResult):
         cols = [f"recall@{b}turns" for b in budgets] + [f"delta_recall@{b}turns" for b in budgets] + \
                ["tokens_per_unit", "questions"]
         heads = [f"R@{b}" for b in budgets] + [f"Δ@{b}" for b in budgets] + ["tok/unit", "questions"]
-        lines = [f"{'row':<24}" + "".join(f"{h:>10}" for h in heads)]
+        w = max([24] + [len(n) + 1 for n in metrics])
+        lines = [f"{'row':<{w}}" + "".join(f"{h:>10}" for h in heads)]
         for name, v in metrics.items():
-            lines.append(f"{name:<24}" + "".join(cell(v.get(c), 10) for c in cols))
+            lines.append(f"{name:<{w}}" + "".join(cell(v.get(c), 10) for c in cols))
         return "\n".join(lines)
 
 
@@ -161,6 +168,9 @@ class RetrievalExperiment(Experiment):
             _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
             _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
             _hybrid_rows(flat, tid, questions, qe, {"content": e_plain, "template": e_tpl}, tpl, budgets, rows)
+            h_all = _hybrid_turn_scores([tpl.render_turn(t) for t in flat], e_plain, qe,
+                                        [q.question for q in questions])  # [Q, T]
+            _rank_rows(h_all, [[t] for t in tid], questions, budgets, HYBRID_ALL, rows)
             for name, ex in ((wname, win), ("texttiling", tiler)):
                 ids, texts = _segments(sessions, ex)
                 pe = emb.encode(texts)
@@ -181,6 +191,9 @@ class RetrievalExperiment(Experiment):
                 for a in alphas:
                     _rank_rows(s_tpl + float(a) * ps, [[t] for t in tid], questions, budgets, f"turn+{a:g}*{name}",
                                rows)
+                for a in alphas:
+                    _rank_rows(h_all + float(a) * ps, [[t] for t in tid], questions, budgets,
+                               f"hybrid (content)+{a:g}*{name}", rows)
         return {"rows": rows, "ustats": ustats, "timings": timings}
 
     def merge(self, ds: Dataset, outputs: Sequence[TaskOutput], emb: Any) -> "RetrievalResult":
@@ -292,6 +305,45 @@ def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, ve
             r = {f"recall@{b}turns": recall_at_budget(ranked, q.evidence_turn_ids, b) for b in budgets}
             r["question_type"] = q.question_type
             rows.setdefault(f"hybrid ({kind})", []).append(r)
+
+
+def _hybrid_turn_scores(texts: list[str], vecs: np.ndarray, qe: np.ndarray, qtexts: list[str]) -> np.ndarray:
+    """The store's default hybrid score of every turn for every question.
+
+    Parameters
+    ----------
+    texts : list of str, length T
+        Record texts (the templated turns; what the lexical index matches).
+    vecs : float32 [T, d]
+        Record vectors (the content-only embeddings).
+    qe : float32 [Q, d]
+        Question embeddings.
+    qtexts : list of str, length Q
+        Question texts (the lexical query).
+
+    Returns
+    -------
+    float64 [Q, T]: the fused score :meth:`memkern.InMemoryStore.search` (``mode="hybrid"``,
+    default fusion and lexical weight) returns for turn ``j`` with ``k = T``, i.e. with every turn
+    of the conversation in the dense list, so the dense min-max normalisation runs over all the
+    conversation's turns (not over the top ``max(4k, 50)`` as in the ``k = 20`` search of the
+    ``hybrid (content)`` row: the ``hybrid (content, all turns)`` row ranks these scores alone).
+    """
+    from ..inmemory import InMemoryStore
+
+    T = len(texts)
+    out = np.full((len(qtexts), T), -np.inf, dtype=np.float64)
+    if T == 0 or not qtexts:
+        return out
+    st = InMemoryStore(int(qe.shape[1]), "cos")
+    ids = np.asarray(st.add_batch("content", texts, vecs), dtype=np.int64)
+    pos = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    pos[ids] = np.arange(T)
+    got, sc = st.search("content", qe, k=T, mode="hybrid", texts=list(qtexts))
+    ok = got >= 0
+    qi = np.broadcast_to(np.arange(len(qtexts))[:, None], got.shape)
+    out[qi[ok], pos[got[ok]]] = sc[ok]
+    return out
 
 
 def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[Any], questions, emb: Any,
