@@ -263,3 +263,19 @@ def test_failed_writes_leave_filters_and_event_times_unchanged(tmp_path, spec):
     with MemoryStore(p) as s2:
         got, _ = s2.search("u", emb(5), k=5, filter={"user": "alice"}, time_range=(0, 20))
         assert (_ids(got), s2.get(a).event_time) == before
+
+
+
+def test_time_range_bounds_when_a_meta_clause_drives_the_search(big):
+    """With a meta clause more selective than the time range, the candidates come from the meta
+    index and the time range is checked on each (``FilterSpec::time_ok``): its start is inclusive
+    and its end exclusive there too. The queries are the records sitting exactly on the bounds
+    (bucket 0 holds ids 0, 100, ..., and event_time = id), so a wrong comparison moves the top hit."""
+    s = big
+    on_end, on_start = s.embeddings(np.array([10000, 5000], dtype=np.int64))
+    got, _ = s.search("u", on_end[None, :], k=5, ef=64, filter={"bucket": 0}, time_range=(None, 10000))
+    ids = _ids(got[0])
+    assert len(ids) == 5 and all(i % 100 == 0 and i < 10000 for i in ids)
+    got, _ = s.search("u", on_start[None, :], k=5, ef=64, filter={"bucket": 0}, time_range=(5000, None))
+    ids = _ids(got[0])
+    assert ids[0] == 5000 and all(i % 100 == 0 and i >= 5000 for i in ids)
