@@ -36,3 +36,20 @@ class HashEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._row(t) for t in texts]).astype(np.float32)
+
+
+def llama_embedding(emb: HashEmbedder):
+    """``emb`` as a LlamaIndex ``BaseEmbedding`` (llama-index-core imported on call)."""
+    from llama_index.core.embeddings import BaseEmbedding
+
+    class Hash(BaseEmbedding):
+        def _get_text_embedding(self, text):
+            return emb.encode([text])[0].tolist()
+
+        def _get_query_embedding(self, query):
+            return emb.encode([query])[0].tolist()
+
+        async def _aget_query_embedding(self, query):
+            return self._get_query_embedding(query)
+
+    return Hash()

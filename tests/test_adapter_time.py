@@ -15,7 +15,7 @@ import pytest
 os.environ["MEM0_TELEMETRY"] = "False"
 os.environ.setdefault("MEM0_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "memkern-test-mem0"))
 
-from fakes_embed import HashEmbedder  # noqa: E402
+from fakes_embed import HashEmbedder, llama_embedding  # noqa: E402
 from memkern import MemkernTypeError, MemkernValueError, MemoryStore  # noqa: E402
 
 EMB = HashEmbedder()
@@ -96,25 +96,14 @@ def test_langgraph_time_range_with_item_datetimes_and_recency(store):
 def test_llamaindex_query_kwargs_and_index_retriever(store):
     pytest.importorskip("llama_index.core")
     from llama_index.core import Document, StorageContext, VectorStoreIndex
-    from llama_index.core.embeddings import BaseEmbedding
     from llama_index.core.vector_stores.types import VectorStoreQuery
 
     from memkern.integrations.llamaindex import MemkernVectorStore
 
-    class Hash(BaseEmbedding):
-        def _get_text_embedding(self, text):
-            return EMB.encode([text])[0].tolist()
-
-        def _get_query_embedding(self, query):
-            return EMB.encode([query])[0].tolist()
-
-        async def _aget_query_embedding(self, query):
-            return self._get_query_embedding(query)
-
     v = MemkernVectorStore(store, namespace="li")
     index = VectorStoreIndex.from_documents([Document(text=t, metadata={"i": i}) for i, t in enumerate(TEXTS)],
                                             storage_context=StorageContext.from_defaults(vector_store=v),
-                                            embed_model=Hash())
+                                            embed_model=llama_embedding(EMB))
     _date(store, "li")
     q = VectorStoreQuery(query_embedding=EMB.encode(["apple"])[0].tolist(), similarity_top_k=4)
     res = v.query(q, time_range=(T0 + 2 * DAY, None))

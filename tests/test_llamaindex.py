@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
     VectorStoreQueryMode,
 )
 
-from fakes_embed import HashEmbedder  # noqa: E402
+from fakes_embed import HashEmbedder, llama_embedding  # noqa: E402
 from memkern import MemkernKeyError, MemkernTypeError, MemkernValueError  # noqa: E402
 from memkern.integrations.llamaindex import MemkernVectorStore, to_filter  # noqa: E402
 
@@ -125,23 +125,12 @@ def test_readd_updates_and_reopen(tmp_path):
 
 def test_vector_store_index_on_memkern(tmp_path):
     from llama_index.core import Document, StorageContext, VectorStoreIndex
-    from llama_index.core.embeddings import BaseEmbedding
-
-    class Hash(BaseEmbedding):
-        def _get_text_embedding(self, text):
-            return EMB.encode([text])[0].tolist()
-
-        def _get_query_embedding(self, query):
-            return EMB.encode([query])[0].tolist()
-
-        async def _aget_query_embedding(self, query):
-            return self._get_query_embedding(query)
 
     v = MemkernVectorStore(tmp_path / "s", dim=EMB.dim)
     ctx = StorageContext.from_defaults(vector_store=v)
     docs = [Document(text="memkern stores memories on disk", metadata={"user": "alice"}),
             Document(text="bananas are yellow fruit", metadata={"user": "bob"})]
-    index = VectorStoreIndex.from_documents(docs, storage_context=ctx, embed_model=Hash())
+    index = VectorStoreIndex.from_documents(docs, storage_context=ctx, embed_model=llama_embedding(EMB))
     got = index.as_retriever(similarity_top_k=1).retrieve("where are memories stored")
     assert got[0].node.get_content() == "memkern stores memories on disk"
     flt = MetadataFilters(filters=[MetadataFilter(key="user", value="bob")])

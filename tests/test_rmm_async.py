@@ -134,16 +134,7 @@ def test_aend_session_serialises_prospective_reflection(tmp_path):
 
     rmm = memkern.RMM(store, chat_model=SlowChat(), embedder=SlowEmb(64), namespace="u", extractor="embedding",
                       persist=False)
-    turns = [{"role": "user", "content": "My favourite mountain is the Matterhorn in Switzerland."}]
-
-    async def main():
-        with ThreadPoolExecutor(6) as ex:
-            return await asyncio.gather(*(rmm.aend_session(turns, session_id=f"s{i}", executor=ex) for i in range(6)))
-
-    results = asyncio.run(main())
-    assert sorted(r.action for res in results for r in res) == ["ADD"] + ["NOOP"] * 5
-    assert store.count("u") == 1
-    store.close()
+    _six_concurrent_sessions_store_one_fact(rmm, store)
 
 
 def test_end_sessions_holds_the_lock_from_search_to_write(tmp_path):
@@ -162,16 +153,7 @@ def test_end_sessions_holds_the_lock_from_search_to_write(tmp_path):
 
     rmm = memkern.RMM(store, chat_model=SlowChat(), embedder=HashEmbedder(64), namespace="u",
                       extractor="embedding", decider=SlowDecider(), persist=False)
-    turns = [{"role": "user", "content": "My favourite mountain is the Matterhorn in Switzerland."}]
-
-    async def main():
-        with ThreadPoolExecutor(6) as ex:
-            return await asyncio.gather(*(rmm.aend_session(turns, session_id=f"s{i}", executor=ex) for i in range(6)))
-
-    results = asyncio.run(main())
-    assert sorted(r.action for res in results for r in res) == ["ADD"] + ["NOOP"] * 5
-    assert store.count("u") == 1
-    store.close()
+    _six_concurrent_sessions_store_one_fact(rmm, store)
 
 
 def test_feedback_trains_on_the_responses_draw(tmp_path):
@@ -225,4 +207,18 @@ def test_aend_session_takes_the_date_like_end_session(tmp_path):
     (rid,) = store.ids("u")
     turn = store.get(int(rid)).turns[0]
     assert turn["date"] == "2023-05-08" and turn["timestamp"] == "t-1"
+    store.close()
+
+
+def _six_concurrent_sessions_store_one_fact(rmm, store) -> None:
+    """Six concurrent aend_session calls with the same fact: one ADD, five NOOPs, one record."""
+    turns = [{"role": "user", "content": "My favourite mountain is the Matterhorn in Switzerland."}]
+
+    async def main():
+        with ThreadPoolExecutor(6) as ex:
+            return await asyncio.gather(*(rmm.aend_session(turns, session_id=f"s{i}", executor=ex) for i in range(6)))
+
+    results = asyncio.run(main())
+    assert sorted(r.action for res in results for r in res) == ["ADD"] + ["NOOP"] * 5
+    assert store.count("u") == 1
     store.close()
