@@ -975,4 +975,14 @@ CATALOGUE: list[Mutant] = [
            "pos[ids] = np.arange(T)",
            "pos[ids] = np.arange(T)[::-1]",
            "the all-turns hybrid scores land on the wrong turns", ("tests/test_eval_retrieval_hybrid.py",)),
+    Mutant("update-old-turns-embed-content", "update", "python/memkern/update.py",
+           "        render = render_turn or (lambda t: str(t.get(\"content\", \"\")))",
+           "        render = (lambda t: str(t.get(\"content\", \"\")))",
+           "old turns given turn records later (MERGE, index_turns) are embedded from their content, "
+           "not through the turn template the new turns use", T_UPDATE),
+    Mutant("rmm-index-turns-no-template", "update", "python/memkern/rmm/reflect.py",
+           "self._embed,\n                                  self.turn_template.render_turn)",
+           "self._embed)",
+           "index_turns embeds a topic-mode bank's turns from their content, not through the turn template",
+           T_RMM),
 ]

@@ -14,6 +14,7 @@ from memkern.errors import MemkernTypeError, MemkernValueError
 from memkern.prompts import rmm as prompts
 from memkern.rmm import RMM
 from memkern.store import MemoryStore
+from memkern.template import default_template
 
 DIM = 64
 NS = "u"
@@ -61,7 +62,8 @@ def check_two_level(store: MemoryStore, emb: HashEmbedder, ns: str = NS) -> int:
             assert t.level == "turn" and t.topic_id == rec.id and t.status == rec.status
         if trs:
             got = store.embeddings(list(rec.turn_ids))
-            want = unit(HashEmbedder(emb.dim).encode([t.turn["content"] for t in trs]))  # not recorded in emb.calls
+            # the turn template's text (the content alone for turns without speaker and date)
+            want = unit(HashEmbedder(emb.dim).encode([default_template(None).render_turn(t.turn) for t in trs]))
             np.testing.assert_allclose(got, want, atol=1e-5)
         checked += len(trs)
         if rec.status == "active":
@@ -328,3 +330,36 @@ def test_real_minilm_turn_topic(tmp_path):
     assert len(shown) == 3 and "He is a beagle called Pepper." in shown and "Lovely." not in shown
     assert all(store.get(t).topic_id == r.memory_ids[0] for t in r.turn_ids[0])
     assert "He is a beagle called Pepper." in seen[-1] and "night ward" not in seen[-1]
+
+
+def test_old_turns_given_records_later_embed_through_the_turn_template(tmp_path):
+    """A topic-mode bank's turns (with speaker and date) given turn records later, by
+    index_turns and by a MERGE, are embedded from the same templated text as turns written in
+    two-level mode ("[date] Speaker: content"), not from their content alone."""
+    store = MemoryStore(tmp_path / "s", dim=DIM, metric="cos")
+    emb = HashEmbedder(DIM)
+    chat, _, _ = scripted(
+        extract=[topics_json(("The user has a cat called Miso.", [0, 1]), ("The user plays tennis.", [2, 3]))],
+        answer='{"answer": "Miso", "citations": [0]}',
+    )
+    old = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
+              decider_kwargs={"min_similarity": 1.01}, retrieval="topic")
+    turns = [dict(t, speaker=("Ann" if i % 2 == 0 else "Bo")) for i, t in enumerate(
+        session("a", "My cat is called Miso.", "Cute name.", "I play tennis on Sundays.", "Nice sport."))]
+    old.end_session(turns, "a", date="2023-05-08")
+    cat, tennis = [int(b["id"]) for b in old.inspect()]
+    chat2, _, _ = scripted(
+        extract=[topics_json(("The user has a cat called Miso, a tabby.", [0]))],
+        decide=['{"action": "MERGE", "index": 0, "summary": "The user has a cat called Miso, a tabby."}'],
+        answer='{"answer": "Miso", "citations": [0]}',
+    )
+    rmm = RMM(store, chat_model=chat2, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
+              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1)
+    rmm.end_session([{"role": "user", "content": "Miso is a tabby.", "speaker": "Ann"}], "b", date="2023-06-01")
+    assert rmm.index_turns() == 1
+    for topic in (cat, tennis):
+        trs = store.get_batch(store.get(topic).turn_ids)
+        assert trs and all(t.turn.get("speaker") for t in trs)
+        want = unit(HashEmbedder(DIM).encode([default_template(None).render_turn(t.turn) for t in trs]))
+        np.testing.assert_allclose(store.embeddings([t.id for t in trs]), want, atol=1e-5)
+    assert check_two_level(store, emb) == 5

@@ -184,10 +184,14 @@ def has_all_turn_records(target: Any) -> bool:
 
 
 def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_turns: Sequence[dict],
-                      new_embs: np.ndarray, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray | None:
+                      new_embs: np.ndarray, embed: Callable[[list[str]], np.ndarray],
+                      render_turn: Callable[[dict], str] | None = None) -> np.ndarray | None:
     """Turn embeddings float32 ``[len(all_turns), d]`` for ``all_turns`` (the target's turns
     unioned with ``new_turns``): rows of ``new_embs`` for the new turns, the stored vectors of the
-    target's turn records for old turns, ``embed(contents)`` for turns that have neither.
+    target's turn records for old turns, ``embed([render_turn(t)])`` for turns that have neither
+    (``render_turn``: the turn template RMM embeds new turns with,
+    :meth:`memkern.template.TurnTemplate.render_turn`, so old and new turn vectors embed the same
+    text; ``None``: the turn's content).
     ``None`` when ``all_turns`` is empty."""
     if not all_turns:
         return None
@@ -203,7 +207,8 @@ def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_tur
                 by_key.setdefault(turn_key(r.turn), e)
     missing = [i for i, t in enumerate(all_turns) if turn_key(t) not in by_key]
     if missing:
-        em = np.asarray(embed([str(all_turns[i].get("content", "")) for i in missing]), np.float32)
+        render = render_turn or (lambda t: str(t.get("content", "")))
+        em = np.asarray(embed([render(all_turns[i]) for i in missing]), np.float32)
         for i, e in zip(missing, em):
             by_key[turn_key(all_turns[i])] = e
     return np.stack([by_key[turn_key(t)] for t in all_turns]).astype(np.float32)
@@ -409,6 +414,7 @@ def apply_decision(
     min_summary_similarity: float = 0.3,
     turn_embeddings: np.ndarray | None = None,
     event_time: float | None = None,
+    render_turn: Callable[[dict], str] | None = None,
 ) -> UpdateResult:
     """Apply one decision to ``store`` (see the module table for the exact effects).
 
@@ -439,6 +445,10 @@ def apply_decision(
         target keeps the *latest* event, ``max(target.event_time, event_time)`` (``event_time``
         when the target has none); new turn records get that time too. ``None``: no event time
         is written (the target's is kept).
+    render_turn : callable, optional
+        ``render_turn(turn) -> str``: the text a turn is embedded from when a target's old turn has
+        no turn record yet (:func:`full_turn_matrix`); RMM passes its turn template. ``None``: the
+        turn's content.
     """
     sim = candidates[0].similarity if candidates else 0.0
     base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
@@ -476,11 +486,11 @@ def apply_decision(
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
-            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn)} if two_level else {}
             store.update(target_id, turns=merged_turns, **kw, **et_kw)
         elif two_level and not has_all_turn_records(target):
             store.update(target_id, turns=merged_turns,
-                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn))
         return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
@@ -494,7 +504,7 @@ def apply_decision(
             # The target predates two-level memory: one version with every turn given a record.
             merged_turns = union_turns(target.turns, turns)
             store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
-                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed), **et_kw)
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn), **et_kw)
         else:
             store.merge(target_id, new_summary, emb, turns, **te_kw, **et_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
@@ -506,7 +516,7 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary, emb = summary, embedding
         merged_turns = union_turns(target.turns, turns)
-        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed)} if two_level else {}
+        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn)} if two_level else {}
         store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw, **et_kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":

@@ -198,7 +198,7 @@ class ReflectStage:
             r = apply_decision(
                 self.store, self.namespace, tp.summary, e, [turns[i] for i in tp.turns], d, c,
                 embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source, turn_embeddings=te,
-                event_time=et,
+                event_time=et, render_turn=self.turn_template.render_turn,
             )
             results.append(r)
         timings["update"] = time.perf_counter() - t0 + t_search
@@ -233,7 +233,8 @@ class ReflectStage:
             r = self.store.get(i)
             if not r.turns or has_all_turn_records(r):
                 continue
-            te = full_turn_matrix(self.store, r, r.turns, [], np.zeros((0, self.store.dim), np.float32), self._embed)
+            te = full_turn_matrix(self.store, r, r.turns, [], np.zeros((0, self.store.dim), np.float32), self._embed,
+                                  self.turn_template.render_turn)
             self.store.update(i, turns=r.turns, turn_embeddings=te)
             done += 1
         log.info("rmm.index_turns: %d topic(s) of namespace %r given turn records", done, self.namespace)
