@@ -804,8 +804,8 @@ CATALOGUE: list[Mutant] = [
            "the tasks' new vectors join the cache in reverse plan order", ("tests/test_eval_tasks.py",)),
     # ---- time: RMM's session date in event_time; filters / time / recency through retrieve, adapters, servers
     Mutant("rmm-event-time-not-written", "time", "python/memkern/rmm/reflect.py",
-           "                event_time=et,\n",
-           "                event_time=None,\n",
+           "                event_time=et, render_turn=",
+           "                event_time=None, render_turn=",
            "RMM keeps the session date only in turns and meta (time filters see created_at)",
            ("tests/test_rmm_time.py",)),
     Mutant("update-event-time-not-latest", "time", "python/memkern/update.py",
