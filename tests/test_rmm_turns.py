@@ -133,7 +133,8 @@ def test_every_action_keeps_turn_records_complete(tmp_path, kind):
     assert all(not v for v in q.values())
 
 
-def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
+def _topic_mode_bank(tmp_path, turns: list[dict], date=None):
+    """A bank written in topic mode (no turn records): topics 'cat' (turns 0-1) and 'tennis' (2-3)."""
     store = MemoryStore(tmp_path / "s", dim=DIM, metric="cos")
     emb = HashEmbedder(DIM)
     chat, _, _ = scripted(
@@ -142,9 +143,15 @@ def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
     )
     old = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
               decider_kwargs={"min_similarity": 1.01}, retrieval="topic")
-    old.end_session(session("a", "My cat is called Miso.", "Cute name.", "I play tennis on Sundays.", "Nice sport."), "a")
+    old.end_session(turns, "a", date=date)
+    return store, emb
+
+
+def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
+    store, emb = _topic_mode_bank(tmp_path, session("a", "My cat is called Miso.", "Cute name.",
+                                                     "I play tennis on Sundays.", "Nice sport."))
     assert store.count(NS) == 2 and store.count(NS, level="turn") == 0
-    cat, tennis = [int(b["id"]) for b in old.inspect()]
+    cat, tennis = [int(i) for i in store.ids(NS)]
 
     chat2, _, prompts_seen = scripted(
         extract=[topics_json(("The user has a cat called Miso, a tabby.", [0]))],
@@ -336,18 +343,10 @@ def test_old_turns_given_records_later_embed_through_the_turn_template(tmp_path)
     """A topic-mode bank's turns (with speaker and date) given turn records later, by
     index_turns and by a MERGE, are embedded from the same templated text as turns written in
     two-level mode ("[date] Speaker: content"), not from their content alone."""
-    store = MemoryStore(tmp_path / "s", dim=DIM, metric="cos")
-    emb = HashEmbedder(DIM)
-    chat, _, _ = scripted(
-        extract=[topics_json(("The user has a cat called Miso.", [0, 1]), ("The user plays tennis.", [2, 3]))],
-        answer='{"answer": "Miso", "citations": [0]}',
-    )
-    old = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": 1.01}, retrieval="topic")
     turns = [dict(t, speaker=("Ann" if i % 2 == 0 else "Bo")) for i, t in enumerate(
         session("a", "My cat is called Miso.", "Cute name.", "I play tennis on Sundays.", "Nice sport."))]
-    old.end_session(turns, "a", date="2023-05-08")
-    cat, tennis = [int(b["id"]) for b in old.inspect()]
+    store, emb = _topic_mode_bank(tmp_path, turns, date="2023-05-08")
+    cat, tennis = [int(i) for i in store.ids(NS)]
     chat2, _, _ = scripted(
         extract=[topics_json(("The user has a cat called Miso, a tabby.", [0]))],
         decide=['{"action": "MERGE", "index": 0, "summary": "The user has a cat called Miso, a tabby."}'],
