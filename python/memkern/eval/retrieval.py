@@ -167,9 +167,10 @@ class RetrievalExperiment(Experiment):
             s_plain, s_tpl = qe @ e_plain.T, qe @ e_tpl.T  # [Q, T]
             _rank_rows(s_plain, [[t] for t in tid], questions, budgets, BASELINE, rows)
             _rank_rows(s_tpl, [[t] for t in tid], questions, budgets, "turn (template)", rows)
-            _hybrid_rows(flat, tid, questions, qe, {"content": e_plain, "template": e_tpl}, tpl, budgets, rows)
-            h_all = _hybrid_turn_scores([tpl.render_turn(t) for t in flat], e_plain, qe,
-                                        [q.question for q in questions])  # [Q, T]
+            hst = _hybrid_store([tpl.render_turn(t) for t in flat], {"content": e_plain, "template": e_tpl})
+            qtexts = [q.question for q in questions]
+            _hybrid_rows(hst, tid, questions, qe, qtexts, budgets, rows)
+            h_all = _hybrid_turn_scores(hst, "content", qe, qtexts)  # [Q, T]
             _rank_rows(h_all, [[t] for t in tid], questions, budgets, HYBRID_ALL, rows)
             for name, ex in ((wname, win), ("texttiling", tiler)):
                 ids, texts = _segments(sessions, ex)
@@ -287,19 +288,27 @@ def retrieval_experiment(*, alphas: Sequence[float] = (0.5, 1.0, 2.0), budgets: 
                                seed=seed)
 
 
-def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, vectors: dict[str, np.ndarray],
-                 tpl: Any, budgets: Sequence[int], rows: dict) -> None:
-    """``hybrid (content)`` / ``hybrid (template)``: the store's default hybrid
-    search, record texts = the templated turns, one store namespace per vector kind."""
+def _hybrid_store(texts: list[str], vectors: dict[str, np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+    """One :class:`memkern.InMemoryStore` for the hybrid rows of a conversation: a namespace per
+    vector kind (float32 ``[T, d]``), every record's text the templated turn (``texts``, length T).
+
+    Returns the store and, per kind, the store ids of turns ``0..T-1`` (int64 ``[T]``)."""
     from ..inmemory import InMemoryStore
 
-    texts = [tpl.render_turn(t) for t in flat]
-    st = InMemoryStore(int(qe.shape[1]), "cos")
+    dim = int(next(iter(vectors.values())).shape[1])
+    st = InMemoryStore(dim, "cos")
+    return st, {kind: np.asarray(st.add_batch(kind, texts, vecs), dtype=np.int64) for kind, vecs in vectors.items()}
+
+
+def _hybrid_rows(hst: tuple[Any, dict[str, np.ndarray]], tid: list[str], questions, qe: np.ndarray,
+                 qtexts: list[str], budgets: Sequence[int], rows: dict) -> None:
+    """``hybrid ({kind})`` for every vector kind of ``hst`` (:func:`_hybrid_store`): the store's
+    default hybrid search, top ``max(budgets)``."""
+    st, kind_ids = hst
     k = max(budgets)
-    for kind, vecs in vectors.items():
-        ids = st.add_batch(kind, texts, vecs)
+    for kind, ids in kind_ids.items():
         pos = {int(i): j for j, i in enumerate(ids)}
-        got, _ = st.search(kind, qe, k=k, mode="hybrid", texts=[q.question for q in questions])
+        got, _ = st.search(kind, qe, k=k, mode="hybrid", texts=qtexts)
         for qi, q in enumerate(questions):
             ranked = [[tid[pos[int(i)]]] for i in got[qi] if i >= 0]
             r = {f"recall@{b}turns": recall_at_budget(ranked, q.evidence_turn_ids, b) for b in budgets}
@@ -307,15 +316,17 @@ def _hybrid_rows(flat: list[dict], tid: list[str], questions, qe: np.ndarray, ve
             rows.setdefault(f"hybrid ({kind})", []).append(r)
 
 
-def _hybrid_turn_scores(texts: list[str], vecs: np.ndarray, qe: np.ndarray, qtexts: list[str]) -> np.ndarray:
+def _hybrid_turn_scores(hst: tuple[Any, dict[str, np.ndarray]], kind: str, qe: np.ndarray,
+                        qtexts: list[str]) -> np.ndarray:
     """The store's default hybrid score of every turn for every question.
 
     Parameters
     ----------
-    texts : list of str, length T
-        Record texts (the templated turns; what the lexical index matches).
-    vecs : float32 [T, d]
-        Record vectors (the content-only embeddings).
+    hst : (store, ids per kind)
+        :func:`_hybrid_store` of the conversation (texts: the templated turns, what the lexical
+        index matches).
+    kind : str
+        Which vectors' namespace to search (``"content"``: the content-only embeddings).
     qe : float32 [Q, d]
         Question embeddings.
     qtexts : list of str, length Q
@@ -329,17 +340,15 @@ def _hybrid_turn_scores(texts: list[str], vecs: np.ndarray, qe: np.ndarray, qtex
     conversation's turns (not over the top ``max(4k, 50)`` as in the ``k = 20`` search of the
     ``hybrid (content)`` row: the ``hybrid (content, all turns)`` row ranks these scores alone).
     """
-    from ..inmemory import InMemoryStore
-
-    T = len(texts)
+    st, kind_ids = hst
+    ids = kind_ids[kind]
+    T = len(ids)
     out = np.full((len(qtexts), T), -np.inf, dtype=np.float64)
     if T == 0 or not qtexts:
         return out
-    st = InMemoryStore(int(qe.shape[1]), "cos")
-    ids = np.asarray(st.add_batch("content", texts, vecs), dtype=np.int64)
     pos = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
     pos[ids] = np.arange(T)
-    got, sc = st.search("content", qe, k=T, mode="hybrid", texts=list(qtexts))
+    got, sc = st.search(kind, qe, k=T, mode="hybrid", texts=list(qtexts))
     ok = got >= 0
     qi = np.broadcast_to(np.arange(len(qtexts))[:, None], got.shape)
     out[qi[ok], pos[got[ok]]] = sc[ok]
