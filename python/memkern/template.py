@@ -92,8 +92,8 @@ def parse_date(value: Any) -> _dt.datetime | None:
         return None
 
 
-#: Largest |unix seconds| of an event date (the store's ``MAX_TIME``).
-_MAX_EVENT_SECONDS = 1e12
+#: Largest |unix seconds| of an event date: the store's own bound.
+from .store import MAX_TIME as _MAX_EVENT_SECONDS  # noqa: E402
 
 
 def event_seconds(value: Any, name: str = "date") -> float | None:
