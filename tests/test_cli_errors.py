@@ -280,7 +280,7 @@ def test_ingest_lands_as_one_batch_and_matches_a_direct_run(tmp_path, fake_model
             for start in range(0, len(ss), 4):
                 chunk = ss[start : start + 4]
                 rmm.end_sessions([s["turns"] for s in chunk], [s["session_id"] for s in chunk],
-                                 [s.get("date") for s in chunk])
+                                 dates=[s.get("date") for s in chunk])
         want = _bank(d)
         want_turns = d.count("maya", level="turn")
     with MemoryStore(str(store)) as s:

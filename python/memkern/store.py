@@ -62,7 +62,8 @@ from . import lexical as _lexical
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from .turns import turn_key
 from .validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
-                       MAX_TEXT_CHARS, _short, check_choice, check_float, check_int, check_json, check_text,
+                       MAX_TEXT_CHARS, _short, check_choice, check_float, check_int, check_json, check_namespace_str,
+                       check_text,
                        check_time, check_turn, check_utf8, is_int, json_text)
 from .telemetry import traced
 
@@ -257,11 +258,7 @@ _check_utf8 = check_utf8
 
 
 def _check_namespace(namespace: Any) -> str:
-    if not isinstance(namespace, str):
-        raise bad_arg("namespace", "a non-empty str", type(namespace).__name__, MemkernTypeError)
-    if not namespace:
-        raise bad_arg("namespace", "a non-empty str", namespace)
-    return check_text("namespace", namespace, max_chars=MAX_NAMESPACE_CHARS)
+    return check_namespace_str(namespace)
 
 
 def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> int | None:

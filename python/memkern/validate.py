@@ -53,7 +53,7 @@ import numpy as np
 from .errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
 
 __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "is_real",
-           "check_time", "check_text", "check_utf8", "check_json", "json_text", "check_turn", "parse_json",
+           "check_time", "check_text", "check_utf8", "check_namespace_str", "check_json", "json_text", "check_turn", "parse_json",
            "iso_time", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
            "MAX_NAME_CHARS", "MAX_ID_CHARS", "MAX_NAMESPACE_CHARS", "MAX_JSON_DEPTH", "MAX_OBJECT_KEYS",
            "MAX_KEY_CHARS", "MAX_JSON_BYTES", "MAX_JSON_INT", "MAX_DOCUMENT_DEPTH", "MAX_INT_DIGITS",
@@ -282,6 +282,17 @@ def check_text(name: str, value: Any, *, max_chars: int = MAX_TEXT_CHARS, nonemp
     return check_utf8(value, name)
 
 
+def check_namespace_str(value: Any, name: str = "namespace") -> str:
+    """A store namespace: a non-empty str (:class:`~memkern.MemkernTypeError` for a non-str) of at
+    most :data:`MAX_NAMESPACE_CHARS` characters, valid UTF-8. (Names that become file names follow
+    the stricter :func:`memkern.paths.check_namespace`.)"""
+    if not isinstance(value, str):
+        raise bad_arg(name, "a non-empty str", type(value).__name__, MemkernTypeError)
+    if not value:
+        raise bad_arg(name, "a non-empty str", value)
+    return check_text(name, value, max_chars=MAX_NAMESPACE_CHARS)
+
+
 def check_time(name: str, value: Any, *, none_ok: bool = False, type_error: bool = True,
                error: type[MemkernError] = MemkernValueError) -> Any:
     """``value`` (unix seconds: int, float or numpy number, not bool) as a ``float`` in
@@ -430,12 +441,13 @@ class _Digits(ValueError):
 
 
 def parse_json(text: str, where: str, what: str = "valid JSON",
-               error: type[MemkernError] = MemkernValueError) -> Any:
+               error: type[MemkernError] = MemkernValueError, *, raw_syntax_errors: bool = False) -> Any:
     """``json.loads(text)`` within the document bounds, else an ``error`` naming ``where``
     (``"<where>: expected <what>..., got ..."``): nested at most :data:`MAX_DOCUMENT_DEPTH` deep
     (never a ``RecursionError``), int literals of at most :data:`MAX_INT_DIGITS` digits (Python's
     own limit raises a bare ``ValueError``), no ``NaN`` / ``Infinity`` (not JSON). Invalid JSON
-    gives ``error`` with the parser's message, line and column."""
+    gives ``error`` with the parser's message, line and column (or, with ``raw_syntax_errors``, the
+    parser's own ``json.JSONDecodeError``, for a caller that tries another layout next)."""
     try:
         data = json.loads(text, parse_int=_bounded_int, parse_constant=_reject_constant)
     except RecursionError:
@@ -447,6 +459,8 @@ def parse_json(text: str, where: str, what: str = "valid JSON",
     except _Constant as e:
         raise error(f"{where}: expected {what} (finite JSON numbers), got {e.args[0]}") from None
     except json.JSONDecodeError as e:
+        if raw_syntax_errors:
+            raise
         raise error(f"{where}: expected {what}, got invalid JSON ({e.msg} at line {e.lineno} column "
                     f"{e.colno})") from None
     except ValueError as e:  # any other refusal of the parser
