@@ -79,6 +79,7 @@ import io
 import logging
 import math
 import os
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -518,7 +519,9 @@ def _torch_load(data: bytes, name: str, what: str) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise bad_arg(name, f"the bytes of {what}", type(data).__name__)
     try:  # weights_only: tensors and plain Python values only, no code runs
-        return torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on odd pickles: the file is refused or read
+            return torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - whatever the unpickler refuses
         raise bad_arg(name, what, f"an unreadable file ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
 
