@@ -67,9 +67,9 @@ def _nested(kind: str, depth: int, leaf: dict) -> dict:
 def _hostile(rng: random.Random):
     k = rng.randrange(12)
     if k == 0:
-        return _nested(rng.choice(["$not", "$and", "$or"]), rng.choice([33, 100, 1000, 3000, 20000]), {"user": "alice"})
+        return _nested(rng.choice(["$not", "$and", "$or"]), rng.choice([33, 100, 1000, 3000, 5000]), {"user": "alice"})
     if k == 1:
-        return {"$and": [{"n": {"$gte": i % 6}} for i in range(rng.choice([1000, 20000]))]}
+        return {"$and": [{"n": {"$gte": i % 6}} for i in range(rng.choice([1000, 5000]))]}
     if k == 2:
         return {"n": rng.choice([AV.huge_int(rng), 2 ** 63, -(2 ** 64)])}
     if k == 3:
@@ -89,7 +89,7 @@ def _hostile(rng: random.Random):
     if k == 9:
         return {f"k{i}": i for i in range(rng.choice([65, 5000]))}
     if k == 10:
-        return {"tags": {"$in": list(range(rng.choice([4097, 50000])))}}
+        return {"tags": {"$in": list(range(rng.choice([4097, 10000])))}}
     return _valid(rng)
 
 
