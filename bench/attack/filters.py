@@ -15,7 +15,6 @@ import math
 import random
 from pathlib import Path
 
-import numpy as np
 
 from memkern.errors import shown
 
