@@ -234,8 +234,8 @@ def test_time_prior_scores_and_rescore():
     np.testing.assert_allclose(got, [0.3, 0.0, 0.0])
     assert time_prior_scores(intent, et) is None  # no mentions known: no intent term
     assert time_prior_scores(parse_time("What did Maria adopt?", 0), et, mt) is None
-    s = rescore(np.array([1.0, 0.5, 0.0]), b)
-    assert s.dtype == np.float32 and np.argmax(s) == 0 and s[0] == pytest.approx(2.0)
+    s = rescore(np.array([2.0, 1.0, 0.0]), b)  # spread 2: the term is scaled by it
+    assert s.dtype == np.float32 and np.argmax(s) == 0 and s[0] == pytest.approx(4.0)
     assert np.array_equal(rescore([1.0, 0.0], None), np.array([1.0, 0.0], np.float32))
     with pytest.raises(MemkernValueError, match="mentions"):
         time_prior_scores(q, et, mt[:2])

@@ -85,6 +85,11 @@ class RMMConfig:
         ``"soft"``: weights (>= 0, in units of the candidates' score spread) of the range prior
         (default 0.5) and of the bonus for turns mentioning a time under a "When ...?" question
         (default 0.3).
+    supersede : bool
+        Two-level memory: a new turn that contradicts an earlier turn of the same speaker ("I moved
+        to Munich" after "I live in Berlin") invalidates the earlier turn's record, kept with its
+        reason (:mod:`memkern.rmm.supersede`). Default off (measured: ``bench/RESULTS.md``,
+        conflicting facts).
     """
 
     top_k: int = 20
@@ -109,6 +114,7 @@ class RMMConfig:
     time_prior: str = "soft"
     time_weight: float = 0.5
     time_intent_weight: float = 0.3
+    supersede: bool = False
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: checked values are stored normalised
@@ -129,6 +135,7 @@ class RMMConfig:
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "persist", bool(self.persist))
         put(self, "explore", bool(self.explore))
+        put(self, "supersede", bool(self.supersede))
         put(self, "embedding_threshold", check_float("embedding_threshold", self.embedding_threshold, finite=True))
         for name in ("coverage_threshold", "cite_fallback"):
             put(self, name, check_float(name, getattr(self, name), finite=True, none_ok=True))

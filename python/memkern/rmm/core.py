@@ -30,6 +30,7 @@ from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
 from .reflect import ReflectStage
 from .retrieve import RetrieveStage, _normalize
+from .supersede import SupersedeStage
 from .timeprior import TimeStage
 
 #: Built-in decider names (``"add"``: :class:`memkern.update.AppendDecider`).
@@ -101,7 +102,7 @@ def _setting(name: str) -> property:
     return property(lambda self: getattr(self.config, name), doc=f"``config.{name}`` (:class:`RMMConfig`).")
 
 
-class RMM(ReflectStage, RetrieveStage, TimeStage, FeedbackStage, AsyncStage):
+class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage, AsyncStage):
     """Reflective Memory Management: prospective + retrospective reflection over a store.
 
     Parameters

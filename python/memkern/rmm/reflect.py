@@ -210,6 +210,7 @@ class ReflectStage:
                 event_time=et, render_turn=self.turn_template.render_turn,
             )
             results.append(r)
+        self._supersede(turns, sid, et, results)
         timings["update"] = time.perf_counter() - t0 + t_search
         timings["total"] = sum(timings[k] for k in ("extract", "embed", "decide", "update"))
         for r in results:
