@@ -255,6 +255,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)
     rp = out / f"contradict-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    shown = os.path.relpath(rp, Path(__file__).resolve().parent.parent) if not args.out else str(rp)
     rp.write_text(json.dumps(res, indent=1, default=str), encoding="utf-8")
     if args.write_section:
         from report import write_section
@@ -263,7 +264,7 @@ def main(argv=None) -> int:
                f"--seeds {' '.join(map(str, args.seeds))} --detector-seeds {' '.join(map(str, args.detector_seeds))} "
                f"--locomo <conv-26.json> <conv-30.json> <conv-41.json> --write-section")
         p = write_section("conflicting-facts", "Conflicting facts without a model: detector, decider, supersede",
-                          md, cmd, raw_json=str(rp))
+                          md, cmd, raw_json=shown)
         print(f"wrote {p}", file=sys.stderr)
     return 0
 
@@ -359,7 +360,8 @@ Caroline move from 4 years ago?"). All three ask about the history, not the curr
 only remove their evidence; none is a LoCoMo question about a current value after a change.
 
 Decisions from these figures: the contradiction check is on in `EmbeddingDecider` (`slots=True`): it never fired
-on a non-contradicting pair here and turns most remaining MERGEs of changing facts into UPDATEs. Its cue-word rules
+on a non-contradicting pair here, and on the generated contradicting pairs it turns half of the MERGEs and most
+of the ADDs into UPDATEs (inside RMM's own flow, `merged-both` was already rare and did not move). Its cue-word rules
 (`cues=True`, kept as the default so existing behaviour and the mem0-compatible server's events stay as they were)
 are what produce false UPDATE / INVALIDATE on real conversations; `EmbeddingDecider(cues=False)` is the precise
 choice. The default decider for the embedding extractor stays `"add"` with `RMMConfig.supersede=False`: on LoCoMo

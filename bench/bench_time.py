@@ -213,17 +213,23 @@ def evaluate(convs: list[Conv], stage: str, variant: dict | None) -> list[dict]:
 
     The term reorders the first stage's best :data:`CANDIDATES` turns (what RMM's first stage
     returns), scaled by their score spread (:func:`memkern.timeexpr.rescore`); the hard range
-    keeps those of them inside the window."""
+    searches only the turns inside the window (as the store's ``time_range`` does)."""
     from memkern.timeexpr import rescore
 
     rows = []
     for cv in convs:
         S = cv.scores[stage]
         for qi, q in enumerate(cv.questions):
-            cand = np.argsort(-S[qi], kind="stable")[:CANDIDATES]
-            s = S[qi][cand].astype(np.float32)
+            row = S[qi]
             applied = False
-            if variant is not None:
+            if variant is not None and variant["kind"] == "hard":
+                # the store's time_range applies inside the search: the best turns in the window
+                term = time_term(cv, qi, variant)
+                if term is not None:
+                    row, applied = row + term, True
+            cand = np.argsort(-row, kind="stable")[:CANDIDATES]
+            s = row[cand].astype(np.float32)
+            if variant is not None and variant["kind"] != "hard":
                 term = time_term(cv, qi, variant)
                 if term is not None:
                     term = term[cand]
@@ -381,6 +387,7 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
     out.mkdir(parents=True, exist_ok=True)
     rp = out / f"time-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    shown = os.path.relpath(rp, Path(__file__).resolve().parent.parent) if not args.out else str(rp)
     rp.write_text(json.dumps({"parse": ps, "tables": raw}, indent=1, default=str), encoding="utf-8")
     if args.write_section:
         from report import write_section
@@ -393,7 +400,7 @@ def main(argv=None) -> int:
         cmd = "OMP_NUM_THREADS=1 python bench/bench_time.py --locomo <conv-26.json> <conv-30.json> <conv-41.json> " \
               "--grid" + (" --rmm" if args.rmm else "") + " --write-section"
         p = write_section("time-retrieval", "Time-aware retrieval without a model (LoCoMo development split)",
-                          intro + "\n\n" + md + "\n" + grid_md + "\n" + rmm_md, cmd, raw_json=str(rp))
+                          intro + "\n\n" + md + "\n" + grid_md + "\n" + rmm_md, cmd, raw_json=shown)
         print(f"wrote {p}", file=sys.stderr)
     return 0
 
@@ -452,7 +459,8 @@ themselves mention a time, read at ingest relative to their session date). Parsi
 (one core). `now` is the conversation's latest session date.
 
 The time term reorders the first stage's best {cand} turns (RMM's `4 * top_k`), added as `term * spread` (the
-candidates' score range), never dropping a turn; `hard` keeps only those inside `[start, end + lag)`. Gains are
+candidates' score range), never dropping a turn; `hard` searches only the turns inside `[start, end + lag)` (the
+store's `time_range`, what `time_prior="hard"` does). Gains are
 per-question paired differences, with a 95% bootstrap interval (2000 resamples). The shipped weights (range 0.5,
 intent 0.3, width 7 days, lag 7 days) were chosen on these same conversations (the grid below shows how much
 that choice matters); order cues are not shipped: they lose here, because LoCoMo's "recently" is relative to the

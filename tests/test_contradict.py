@@ -63,7 +63,8 @@ def test_statements(text, want):
     "I'm thinking about moving to Denver.", "I'd love to work as a chef someday.", "When did you move to Berlin?",
     "I dropped off the cookies at the shelter.", "Tom went out and bought a Honda.", "I'm in a good mood.",
     "Lisbon is lovely in spring.", "I moved the couch to the other room.", "I work out every morning.",
-    "I never lived in Oslo.", "",
+    "I never lived in Oslo.", "Do I live in Berlin or in Munich now?", "If I moved to Denver, I would miss you.",
+    "I hope I work at Google one day.", "My sister moved to Denver, she said I live too far away.", "",
 ])
 def test_not_statements(text):
     assert said(text) == []
