@@ -39,8 +39,8 @@ order               ``recently``, ``lately``, ``latest``, ``most recent``, ``las
                     first``: ``"earliest"``
 ==================  ===========================================================================
 
-Parsing is a fixed set of compiled regular expressions run once over the text (about 20-60 us
-per question on one core); :func:`parse_time` never raises on text it cannot read: it returns a
+Parsing is a fixed set of compiled regular expressions run once over the text (about 0.1 ms per
+question on one core); :func:`parse_time` never raises on text it cannot read: it returns a
 :class:`TimeQuery` whose ``found`` is ``False``.
 """
 from __future__ import annotations
@@ -657,9 +657,7 @@ def _scan(cal: _Cal, text: str) -> list[TimeSpan]:
     for rx in (_MONTH_ALONE, _MONTH_BARE):
         for m in rx.finditer(text):
             rel = (m.groupdict().get("rel") or "").lower()
-            mo = _MONTHS[m.group("m").lower()[:3]]
-            if rx is _MONTH_BARE and m.group("m").lower() in ("may", "march"):
-                continue
+            mo = _MONTHS[m.group("m").lower()[:3]]  # (bare "may" / "march" are verbs: not in _MONTH_BARE)
             y = cal.latest_month(mo, rel)
             lo, hi = cal.month(y, mo)
             if rel in ("early", "late", "mid", "early in", "late in", "the end of", "end of", "the beginning of",
