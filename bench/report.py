@@ -252,6 +252,8 @@ SECTIONS = (
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
     "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
     "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent (issue 13)
+    "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo (issue 22 item 3)
+    "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede (issue 22 item 5)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})

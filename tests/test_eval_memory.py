@@ -290,8 +290,9 @@ def test_reranker_config_is_public():
 
 # --------------------------------------------------------------------------------- retrieval (issue 13)
 def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
-    """Every configuration at every budget; the default RMM's retrieve reproduces the measured
-    turn + 1 * TextTiling-parent ranking (same template, same topics, exact search at this size)."""
+    """Every configuration at every budget; the default RMM's retrieve with the time term off (its
+    ablation row) reproduces the measured turn + 1 * TextTiling-parent ranking (same template, same
+    topics, exact search at this size)."""
     from memkern.data import generate_dialogues
     from memkern.eval import retrieval
 
@@ -300,7 +301,7 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
     m = r.metrics
     assert set(m) == {"turn (content)", "turn (template)", "window4", "texttiling", "turn+1*window4",
                       "turn+2*window4", "turn+1*texttiling", "turn+2*texttiling", "rmm-default",
-                      "hybrid (content)", "hybrid (template)", "hybrid (content, all turns)",
+                      "rmm-default (time_prior=off)", "hybrid (content)", "hybrid (template)", "hybrid (content, all turns)",
                       "hybrid (content)+1*window4", "hybrid (content)+2*window4",
                       "hybrid (content)+1*texttiling", "hybrid (content)+2*texttiling"}
     for name, v in m.items():
@@ -308,7 +309,7 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
         assert v["delta_recall@5turns"] == pytest.approx(v["recall@5turns"] - m["turn (content)"]["recall@5turns"])
     assert m["window4"]["turns_per_unit"] <= 4 and m["texttiling"]["tokens_per_unit"] > 0
     for b in (5, 10, 20):
-        assert m["rmm-default"][f"recall@{b}turns"] == pytest.approx(m["turn+1*texttiling"][f"recall@{b}turns"])
+        assert m["rmm-default (time_prior=off)"][f"recall@{b}turns"] == pytest.approx(m["turn+1*texttiling"][f"recall@{b}turns"])
     assert "rmm-default" in report.format_table(r.to_dict()) and r.config["template"]["template"].startswith("[{date}]")
     with pytest.raises(MemkernValueError, match="alphas"):
         retrieval.run_retrieval(ds, emb=bow, alphas=(0.0,), rmm=False)

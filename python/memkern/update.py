@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from .contradict import find_contradictions, statements
 from .errors import bad_arg
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
@@ -236,6 +237,16 @@ class EmbeddingDecider:
     the others are kept (see :func:`supersede_summary`); an INVALIDATE that would leave other
     statements of the record standing becomes an UPDATE that drops only the withdrawn ones.
 
+    Before those rules (``slots=True``, default), a contradiction is looked for
+    (:mod:`memkern.contradict`): a first-person statement of the new summary that makes one of a
+    candidate's statements stale ("I live in Berlin" against "I moved to Munich", "I quit my job"
+    against "I work at the bakery"), for candidates with similarity ``>= slot_threshold`` (0.2).
+    The first such candidate is UPDATEd to its sentences without the stale ones followed by the
+    new summary (INVALIDATEd when nothing else remains and the new summary is a withdrawal), so
+    a contradicting memory is never MERGEd into one that says both; the old version stays in
+    the store's history. ``cues=False`` turns the cue-word rules off (the slot check alone: far
+    fewer false UPDATE / INVALIDATE on real conversations, ``bench/RESULTS.md``, conflicting facts).
+
     Thresholds were calibrated on MiniLM (all-MiniLM-L6-v2) summaries of the bundled sample
     conversation; other embedders may need other values. Cue words are English.
     """
@@ -252,10 +263,15 @@ class EmbeddingDecider:
     )
 
     def __init__(self, noop_threshold: float = 0.92, merge_threshold: float = 0.6, cue_threshold: float = 0.45,
-                 embed: Callable[[list[str]], np.ndarray] | None = None, supersede_threshold: float = 0.4):
-        for name, v in (("noop_threshold", noop_threshold), ("merge_threshold", merge_threshold), ("cue_threshold", cue_threshold)):
+                 embed: Callable[[list[str]], np.ndarray] | None = None, supersede_threshold: float = 0.4,
+                 slots: bool = True, slot_threshold: float = 0.2, cues: bool = True):
+        for name, v in (("noop_threshold", noop_threshold), ("merge_threshold", merge_threshold),
+                        ("cue_threshold", cue_threshold), ("slot_threshold", slot_threshold)):
             if not -1.0 <= float(v) <= 1.0:
                 raise bad_arg(name, "a cosine similarity in [-1, 1]", v)
+        self.slots = bool(slots)
+        self.slot_threshold = float(slot_threshold)
+        self.cues = bool(cues)
         self.noop_threshold = float(noop_threshold)
         self.merge_threshold = float(merge_threshold)
         self.cue_threshold = float(cue_threshold)
@@ -274,10 +290,13 @@ class EmbeddingDecider:
                 out.append(Decision("ADD", reason="no existing memory"))
                 continue
             s = cands[0].similarity
-            withdraw = bool(self.WITHDRAW.search(summary))
-            change = bool(self.CHANGE.search(summary))
+            withdraw = self.cues and bool(self.WITHDRAW.search(summary))
+            change = self.cues and bool(self.CHANGE.search(summary))
+            hit = self._contradiction(summary, cands) if self.slots and s < self.noop_threshold else None
             if s >= self.noop_threshold:
                 out.append(Decision("NOOP", 0, reason=f"similarity {s:.3f} >= {self.noop_threshold}"))
+            elif hit is not None:
+                out.append(hit)
             elif s >= self.cue_threshold and (withdraw or change):
                 new_summary, kept = summary, 0
                 if self.embed is not None:
@@ -292,6 +311,33 @@ class EmbeddingDecider:
             else:
                 out.append(Decision("ADD", reason=f"similarity {s:.3f} < {self.merge_threshold}"))
         return out
+
+
+    def _contradiction(self, summary: str, cands: Sequence[Candidate]) -> Decision | None:
+        """UPDATE / INVALIDATE of the first candidate the new summary contradicts (class doc), or None."""
+        body_new = summary[len(_PREFIX):] if summary.startswith(_PREFIX) else summary
+        new = statements(body_new)
+        if not new:
+            return None
+        for j, c in enumerate(cands):
+            if c.similarity < self.slot_threshold:
+                continue
+            prefix = _PREFIX if c.summary.startswith(_PREFIX) else ""
+            sents = [x.strip() for x in _SENT.split(c.summary[len(prefix):]) if x.strip()]
+            hits = [find_contradictions(new, [(k, o) for o in statements(x)]) for k, x in enumerate(sents)]
+            stale = [k for k, h in enumerate(hits) if h]
+            if not stale:
+                continue
+            _, s_new, o = hits[stale[0]][0]
+            why = (f"contradiction ({o.attribute}: {o.value!r} -> {'withdrawn' if s_new.negated else repr(s_new.value)}), "
+                   f"similarity {c.similarity:.3f}")
+            kept = [x for k, x in enumerate(sents) if k not in stale]
+            if not kept and all(x.negated for x in new):
+                return Decision("INVALIDATE", j, reason=why)
+            merged = (prefix or (_PREFIX if summary.startswith(_PREFIX) else "")) + " ".join(kept + [body_new]) \
+                if kept else summary
+            return Decision("UPDATE", j, merged, reason=why)
+        return None
 
 
 class AppendDecider:

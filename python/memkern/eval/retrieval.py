@@ -23,7 +23,9 @@ recall within a budget of 5 / 10 / 20 turns (:func:`memkern.eval.metrics.recall_
   ``turn+{a}*...`` rows (measurement only: no default uses it);
 - ``rmm-default``: what :meth:`memkern.RMM.retrieve` returns for a fresh default
   :class:`memkern.RMM` (embedding extractor and decider, a real :class:`memkern.MemoryStore`)
-  fed every session through :meth:`memkern.RMM.end_session` with its date, speakers and turn ids.
+  fed every session through :meth:`memkern.RMM.end_session` with its date, speakers and turn ids;
+- ``rmm-default (time_prior=off)``: the same bank read with the time term off (``"soft"`` when the
+  row's own setting is off): the time term's ablation (:mod:`memkern.rmm.timeprior`).
 
 All rows but ``rmm-default`` and the hybrid rows use exact cosine (numpy) over the conversation's units; windows,
 topics and the RMM store embed through the same template. Unit rows also report the mean tokens
@@ -50,6 +52,7 @@ __all__ = ["run_retrieval", "retrieval_experiment", "RetrievalExperiment", "Retr
 
 BASELINE = "turn (content)"
 HYBRID_ALL = "hybrid (content, all turns)"
+RMM_TIME_ABLATION = "rmm-default (time_prior="
 
 
 @dataclass
@@ -367,16 +370,21 @@ def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[An
         kw = dict(extractor="embedding", persist=False, seed=seed) | dict(rmm_kwargs or {})
         comp = {k: kw.pop(k) for k in ("extractor", "decider") if k in kw}
         r = RMM(store, embedder=emb, **comp, **kw)
+        # Ablation of the time term: a second reader of the same bank with time_prior flipped.
+        flip = "off" if r.config.time_prior != "off" else "soft"
+        r_flip = RMM(store, embedder=emb, **comp, **(kw | {"time_prior": flip}))
         try:
             for s, sid, date in zip(sessions, session_ids, dates):
                 r.end_session([{k: v for k, v in t.items() if k != "date"} for t in s], session_id=sid, date=date)
-            for q in questions:
-                row = {"question_type": q.question_type}
-                for b in budgets:
-                    got = r.retrieve(q.question, turns=b, explore=False)
-                    ranked = [[str(t)] for t in got.all_turn_ids]
-                    row[f"recall@{b}turns"] = recall_at_budget(ranked, q.evidence_turn_ids, b)
-                rows.setdefault("rmm-default", []).append(row)
+            for name, reader in (("rmm-default", r), (f"{RMM_TIME_ABLATION}{flip})", r_flip)):
+                for q in questions:
+                    row = {"question_type": q.question_type}
+                    for b in budgets:
+                        got = reader.retrieve(q.question, turns=b, explore=False)
+                        ranked = [[str(t)] for t in got.all_turn_ids]
+                        row[f"recall@{b}turns"] = recall_at_budget(ranked, q.evidence_turn_ids, b)
+                    rows.setdefault(name, []).append(row)
         finally:
+            r_flip.close()
             r.close()
             store.close()

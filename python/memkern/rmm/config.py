@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import MemkernTypeError, bad_arg
 from ..validate import check_choice, check_float, check_int
 from ..template import DEFAULT_TEMPLATE, TurnTemplate
+from .timeprior import TIME_PRIORS
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES"]
 
@@ -75,6 +76,20 @@ class RMMConfig:
     template : str
         The turn template (:mod:`memkern.template`): how a turn is embedded and shown, default
         ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
+    time_prior : {"soft", "hard", "off"}
+        The time term (:mod:`memkern.rmm.timeprior`): ``"soft"`` (default, the best measured on
+        LoCoMo; ``bench/RESULTS.md``, time-aware retrieval) rescores the first stage's turns by
+        the time the question names or asks for, ``"hard"`` keeps only turns in the named range,
+        ``"off"`` neither.
+    time_weight, time_intent_weight : float
+        ``"soft"``: weights (>= 0, in units of the candidates' score spread) of the range prior
+        (default 0.5) and of the bonus for turns mentioning a time under a "When ...?" question
+        (default 0.3).
+    supersede : bool
+        Two-level memory: a new turn that contradicts an earlier turn of the same speaker ("I moved
+        to Munich" after "I live in Berlin") invalidates the earlier turn's record, kept with its
+        reason (:mod:`memkern.rmm.supersede`). Default off (measured: ``bench/RESULTS.md``,
+        conflicting facts).
     """
 
     top_k: int = 20
@@ -96,6 +111,10 @@ class RMMConfig:
     alpha: float = 1.0
     turns_per_memory: int = 3
     template: str = DEFAULT_TEMPLATE
+    time_prior: str = "soft"
+    time_weight: float = 0.5
+    time_intent_weight: float = 0.3
+    supersede: bool = False
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: checked values are stored normalised
@@ -104,6 +123,9 @@ class RMMConfig:
         if self.top_m > self.top_k:
             raise bad_arg("top_m", f"<= top_k ({self.top_k})", self.top_m)
         check_choice("retrieval", self.retrieval, RETRIEVAL_MODES)
+        check_choice("time_prior", self.time_prior, TIME_PRIORS)
+        for name in ("time_weight", "time_intent_weight"):
+            put(self, name, check_float(name, getattr(self, name), 0.0, finite=True))
         put(self, "alpha", check_float("alpha", self.alpha, finite=True))
         TurnTemplate(self.template)  # a bad pattern raises here, naming `template`
         for name in ("turns_per_memory", "save_every"):
@@ -113,6 +135,7 @@ class RMMConfig:
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "persist", bool(self.persist))
         put(self, "explore", bool(self.explore))
+        put(self, "supersede", bool(self.supersede))
         put(self, "embedding_threshold", check_float("embedding_threshold", self.embedding_threshold, finite=True))
         for name in ("coverage_threshold", "cite_fallback"):
             put(self, name, check_float(name, getattr(self, name), finite=True, none_ok=True))

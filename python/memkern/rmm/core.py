@@ -30,6 +30,8 @@ from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
 from .reflect import ReflectStage
 from .retrieve import RetrieveStage, _normalize
+from .supersede import SupersedeStage
+from .timeprior import TimeStage
 
 #: Built-in decider names (``"add"``: :class:`memkern.update.AppendDecider`).
 DECIDERS = ("llm", "embedding", "add")
@@ -100,7 +102,7 @@ def _setting(name: str) -> property:
     return property(lambda self: getattr(self.config, name), doc=f"``config.{name}`` (:class:`RMMConfig`).")
 
 
-class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
+class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage, AsyncStage):
     """Reflective Memory Management: prospective + retrospective reflection over a store.
 
     Parameters
@@ -291,7 +293,9 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
             The current session so far (shown to the model after the memories).
         filter, time_range, time_field, recency, recency_weight, now : optional
             First-stage search filters, as in :meth:`retrieve`; the reranker chooses (and learns)
-            among the records that pass.
+            among the records that pass. The question's time term (``config.time_prior``) reads
+            relative times from ``now``, else from the latest date of ``session_turns``, else
+            from the namespace's latest event time (:mod:`memkern.rmm.timeprior`).
 
         Returns
         -------
@@ -303,9 +307,10 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
+        time_q = self._time_query(query, now, search_kw, session_turns)
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings, search_kw=search_kw)
+        ids, cand, m_sel, sel, best_turns = self._retrieve_and_rerank(q, timings, search_kw=search_kw, time_q=time_q)
         cand_sel = np.asarray(self.store.embeddings(m_sel), np.float32) if len(m_sel) else None
         t0 = time.perf_counter()
         memories, shown, _ = self._shown_memories(m_sel, best_turns)

@@ -20,6 +20,7 @@ from ..extract import Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
 from ..template import event_seconds, parse_date
 from ..validate import check_id
+from ..timeexpr import mentioned_time
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
@@ -43,7 +44,10 @@ class ReflectStage:
             The session's turns: ``role``, ``content``; optional ``speaker`` (the speaker's name,
             embedded through the turn template), ``turn_id`` (your id for the turn, returned by
             :meth:`retrieve`), ``date`` / ``timestamp``; extra keys kept. Each stored turn gets
-            ``session_id`` and ``turn_index`` unless it has them.
+            ``session_id`` and ``turn_index`` unless it has them, and, when the session has a
+            date and the turn mentions a time ("last night", "in March"), ``mentioned_time``:
+            ``[start, end]`` unix seconds read relative to the date
+            (:func:`memkern.timeexpr.mentioned_time`; the time term of :mod:`memkern.rmm.timeprior`).
         session_id : str or int, optional
             Defaults to a counter-based id.
         date : str, float or datetime, optional
@@ -121,6 +125,10 @@ class ReflectStage:
                     t.setdefault("timestamp", timestamps[i])
                 if dates[i] is not None:
                     t.setdefault("date", dates[i])
+                if et is not None and "mentioned_time" not in t:
+                    mt = mentioned_time(t["content"], et)  # "last night" said on May 4: May 3
+                    if mt is not None:
+                        t["mentioned_time"] = mt
                 annotated.append(t)
             prepared.append((sid, annotated, (timestamps[i], date, et)))
         out: list[list[UpdateResult]] = []
@@ -186,6 +194,7 @@ class ReflectStage:
         t0 = time.perf_counter()
         results = []
         timestamp, date, et = ts
+        self._note_event_time(et)
         if et is not None and not supports_event_time(self.store):
             log.debug("rmm.end_session %s: store %s takes no event_time; the date stays in turns and meta", sid,
                       type(self.store).__name__)
@@ -205,6 +214,7 @@ class ReflectStage:
                 event_time=et, render_turn=self.turn_template.render_turn,
             )
             results.append(r)
+        self._supersede(turns, sid, et, results)
         timings["update"] = time.perf_counter() - t0 + t_search
         timings["total"] = sum(timings[k] for k in ("extract", "embed", "decide", "update"))
         for r in results:

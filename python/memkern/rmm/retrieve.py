@@ -67,7 +67,7 @@ class Retrieval:
     budget : int or None
         The turn budget asked for (``None``: ``top_m`` memories, as :meth:`RMM.respond`).
     timings : dict[str, float]
-        Seconds: ``embed``, ``retrieve``, ``rerank``, ``total``.
+        Seconds: ``time`` (parsing the question's time), ``embed``, ``retrieve``, ``rerank``, ``total``.
     """
 
     query: str
@@ -123,14 +123,15 @@ class RetrieveStage:
                               type(self.store).__name__, MemkernTypeError)
         return kw
 
-    def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None
+    def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None, time_q: Any = None
                              ) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
         """Turn+topic search, grouped by topic.
 
         Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
         them best first: the first ``top_k`` distinct topics become the candidates (in order of
         their best turn), each keeping its retrieved turns best first (the shown ones are cut to
-        ``turns_per_memory`` in :meth:`_shown_memories`).
+        ``turns_per_memory`` in :meth:`_shown_memories`). ``time_q``: the parsed question whose
+        time term rescores the turns first (:meth:`memkern.rmm.timeprior.TimeStage._time_rescore`).
 
         Returns
         -------
@@ -163,6 +164,7 @@ class RetrieveStage:
             keep = tids >= 0
             pairs = self.store.turns_with_topics(tids[keep])
             sc = scores[keep]
+        pairs, sc = self._time_rescore(pairs, sc, time_q)
         for (turn, topic), s in zip(pairs, sc):
             g = groups.get(int(topic.id))
             if g is None:
@@ -174,13 +176,14 @@ class RetrieveStage:
         return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
-                             explore: bool | None = None, search_kw: dict | None = None):
+                             explore: bool | None = None, search_kw: dict | None = None, time_q: Any = None):
         """Top-K search then top-M selection (``order_all``: every candidate, in the reranker's order).
 
         Returns (candidate ids, candidates, selected ids, selection, groups); ``groups`` is the
         turn+topic grouping of :meth:`_retrieve_turn_topic` (empty in topic mode). ``explore``
         (default ``config.explore``): sample (Gumbel-top-M) rather than take the best scores.
-        ``search_kw``: the checked first-stage filters (:meth:`_search_filters`).
+        ``search_kw``: the checked first-stage filters (:meth:`_search_filters`); ``time_q``: the
+        question's time term (:meth:`memkern.rmm.timeprior.TimeStage._time_query`).
         """
         import torch
 
@@ -192,7 +195,7 @@ class RetrieveStage:
             return np.zeros(0, np.int64), None, np.zeros(0, np.int64), None, groups
         search_kw = search_kw or {}
         if self.two_level and self.store.count(self.namespace, level="turn") > 0:
-            ids, groups = self._retrieve_turn_topic(q, search_kw)
+            ids, groups = self._retrieve_turn_topic(q, search_kw, time_q)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
             ids, _ = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
             ids = np.asarray(ids).reshape(-1)
@@ -308,9 +311,12 @@ class RetrieveStage:
             :meth:`end_session` wrote (``created_at`` for records without one).
         recency, recency_weight, now : optional
             Recency prior: half-life in seconds, its weight, the time ages are measured from.
+            ``now`` is also the reference of the question's relative time expressions ("last
+            week"; :mod:`memkern.rmm.timeprior`; default: the namespace's latest event time).
 
         The filters apply to the first-stage search (module doc); the reranker chooses among
-        the records that pass.
+        the records that pass. ``config.time_prior`` adds the question's time term
+        (:mod:`memkern.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
 
         Returns
         -------
@@ -323,10 +329,13 @@ class RetrieveStage:
         search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
+        time_q = self._time_query(query, now, search_kw)
+        timings["time"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
         _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore,
-                                                           search_kw=search_kw)
+                                                           search_kw=search_kw, time_q=time_q)
         memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
         timings["total"] = sum(timings.values())
         return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,
