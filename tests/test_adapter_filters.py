@@ -152,3 +152,59 @@ def test_supports_native_reads_the_signature():
             ...
 
     assert F.supports_native(A()) and not F.supports_native(B())
+
+
+def _nested(kind: str, depth: int, leaf: dict) -> dict:
+    """``{"$not": {"$not": ... leaf}}`` / ``{"$and": [{"$and": [... leaf]}]}``, built without recursion."""
+    f = leaf
+    for _ in range(depth):
+        f = {kind: f} if kind in ("$not", "NOT") else {kind: [f]}
+    return f
+
+
+@pytest.mark.parametrize("kind", ["$not", "$and", "$or"])
+def test_deeply_nested_filters_are_refused_not_a_recursion_error(tmp_path, kind):
+    """3,000 levels of $not / $and / $or: a MemkernValueError naming the filter, in the shared grammar
+    (LangGraph, LangChain), mem0's and LlamaIndex's; the bound itself still parses."""
+    from fakes_rmm import HashEmbedder
+
+    ok = _nested(kind, F.MAX_FILTER_DEPTH, {"user": "alice"})
+    assert F.matches(F.parse(ok), META) is (kind != "$not" or F.MAX_FILTER_DEPTH % 2 == 0)
+    deep = _nested(kind, 3000, {"user": "alice"})
+    with pytest.raises(MemkernValueError, match=r"filter.*: expected a filter nested at most 32 levels deep"):
+        F.parse(deep)
+    with pytest.raises(MemkernValueError, match="nested at most 32"):
+        F.parse(_nested(kind, F.MAX_FILTER_DEPTH + 1, {"user": "alice"}))
+
+    from memkern.integrations import mem0 as M0
+    with pytest.raises(MemkernValueError, match="nested at most 32"):
+        M0.to_filter(_nested({"$not": "NOT", "$and": "AND", "$or": "OR"}[kind], 3000, {"user": "alice"}))
+
+    from memkern.integrations.langgraph import MemkernStore
+    emb = HashEmbedder(16)
+    with MemkernStore(tmp_path / "lg", embedder=emb) as s:
+        s.put(("u",), "k", {"text": "hello", "user": "alice"})
+        with pytest.raises(MemkernValueError, match="nested at most 32"):
+            s.search(("u",), query="hello", filter=deep)
+        with pytest.raises(MemkernValueError, match="nested at most 32"):
+            s.search(("u",), filter=deep)
+
+    from memkern.integrations.langchain import MemkernVectorStore
+    vs = MemkernVectorStore(tmp_path / "lc", embedding=emb)
+    vs.add_texts(["hello"], metadatas=[{"user": "alice"}])
+    with pytest.raises(MemkernValueError, match="nested at most 32"):
+        vs.similarity_search("hello", k=1, filter=deep)
+    vs.close()
+
+
+def test_deeply_nested_llamaindex_filters_are_refused():
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+    from memkern.integrations.llamaindex import to_filter
+
+    f = MetadataFilters(filters=[MetadataFilter(key="user", value="alice")])
+    for _ in range(200):
+        f = MetadataFilters(filters=[f])
+    with pytest.raises(MemkernValueError, match="nested at most 32"):
+        to_filter(f)

@@ -29,9 +29,9 @@ def _sessions_file(tmp_path, layout):
         conv = {"speaker_a": "Maya", "speaker_b": "Bot",
                 "session_1": [{"speaker": "Maya", "dia_id": "D1:1", "text": s1[0]["content"]},
                               {"speaker": "Bot", "dia_id": "D1:2", "text": "Busy job!"}],
-                "session_1_date_time": "1 Jan 2026",
+                "session_1_date_time": "1 January 2026",
                 "session_2": [{"speaker": "Maya", "dia_id": "D2:1", "text": s2[0]["content"]}],
-                "session_2_date_time": "2 Jan 2026"}
+                "session_2_date_time": "2 January 2026"}
         data = [{"sample_id": "c1", "conversation": conv, "qa": []}]
     p = tmp_path / f"{layout}.json"
     p.write_text(json.dumps(data))

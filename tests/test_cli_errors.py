@@ -200,6 +200,60 @@ def test_ingest_bad_fifth_session_writes_nothing(tmp_path, fake_models, capsys):
     assert "[4][0].content: expected a str" in _one_line(capsys) and not new.exists()
 
 
+@pytest.mark.parametrize("date, what", [
+    ("garbage date", "expected a date string in a known format"),
+    ("99999-01-01", "expected a date string in a known format"),
+    ("9999999999999", "expected a date string in a known format"),  # unix seconds past year 9999
+])
+def test_ingest_refuses_unreadable_session_dates(tmp_path, fake_models, capsys, date, what):
+    """Such dates were kept as text with no event time (exit 0); end_session(date=...) refuses them.
+    Now ingest refuses them the same way: exit 2, one line naming the session and field, nothing
+    written, into a new store or an existing one."""
+    data = _sessions(3)
+    data["sessions"][2]["date"] = date
+    f = _write(tmp_path, data)
+    new = tmp_path / "new"
+    assert main(["ingest", str(f), "--store", str(new), "-n", "maya", "--no-progress"]) == 2
+    line = _one_line(capsys)
+    assert "sessions[2] (session 's2').date: " + what in line and repr(date) in line, line
+    assert not new.exists()
+    old = _store(tmp_path / "old")
+    before = _state(old)
+    assert main(["ingest", str(f), "--store", str(old), "-n", "maya", "--no-progress"]) == 2
+    _one_line(capsys)
+    assert _state(old) == before
+
+
+def test_ingest_dates_become_event_times(tmp_path, fake_models, capsys):
+    f = _write(tmp_path, _sessions(2))
+    store = tmp_path / "S"
+    assert main(["ingest", str(f), "--store", str(store), "-n", "maya", "--no-progress"]) == 0
+    with MemoryStore(str(store)) as s:
+        times = sorted(s.get(int(i)).event_time for i in s.ids("maya"))
+    assert times and all(t is not None for t in times)
+    assert min(times) >= 1767225600.0  # 2026-01-01
+
+
+@pytest.mark.parametrize("body, what", [
+    ('{"sessions": [{"session_id": "a", "turns": [{"role": "user", "content": "x", "n": ' + "9" * 5000 + '}]}]}',
+     "ints of at most 40 digits"),
+    ("[" * 100_000 + "]" * 100_000, "nested at most 64 levels deep"),
+    ('{"sessions": [{"session_id": "a", "turns": [{"role": "user", "content": "x", "n": NaN}]}]}',
+     "finite JSON numbers"),
+    ('{"sessions": [{"session_id": "a", "turns": [{"role": "user", "content": "\\ud800"}]}]}',
+     "no lone surrogates"),
+    ('{"sessions": [{"session_id": "a", "turns": [{"role": "user", "content": "x", "n": ' + "9" * 30 + '}]}]}',
+     "an int within int64"),
+])
+def test_ingest_hostile_files_exit_2_and_write_nothing(tmp_path, fake_models, capsys, body, what):
+    f = tmp_path / "in.json"
+    f.write_text(body)
+    new = tmp_path / "new"
+    assert main(["ingest", str(f), "--store", str(new), "-n", "maya", "--no-progress"]) == 2
+    assert what in _one_line(capsys)
+    assert not new.exists()
+
+
 def test_ingest_invalid_namespace_creates_no_store(tmp_path, fake_models, capsys):
     f = _write(tmp_path, _sessions(2))
     store = tmp_path / "S"
@@ -280,7 +334,7 @@ def test_ingest_lands_as_one_batch_and_matches_a_direct_run(tmp_path, fake_model
             for start in range(0, len(ss), 4):
                 chunk = ss[start : start + 4]
                 rmm.end_sessions([s["turns"] for s in chunk], [s["session_id"] for s in chunk],
-                                 [s.get("date") for s in chunk])
+                                 dates=[s.get("date") for s in chunk])
         want = _bank(d)
         want_turns = d.count("maya", level="turn")
     with MemoryStore(str(store)) as s:

@@ -31,7 +31,8 @@ def test_longmemeval_shared_sessions_once_and_locomo_dia_ids():
     s1 = [{"role": "user", "content": "I am a nurse.", "has_answer": True}]
     s2 = [{"role": "user", "content": "I like tea."}]
     q = {"question_id": "q1", "question_type": "t", "question": "?", "answer": "!", "question_date": None,
-         "haystack_session_ids": ["a", "b", "a"], "haystack_dates": ["d1", "d2", "d1"],
+         "haystack_session_ids": ["a", "b", "a"], "haystack_dates": ["2023/05/20 (Sat) 02:21", "2023/05/21 (Sun) 10:00",
+                                                                "2023/05/20 (Sat) 02:21"],
          "haystack_sessions": [s1, s2, s1], "answer_session_ids": ["a"]}
     f = parse_sessions([q, dict(q, question_id="q2")])
     assert f.layout == "longmemeval" and [s["session_id"] for s in f.sessions] == ["a", "b"]

@@ -48,6 +48,25 @@ def fill(s, seed: int = 0) -> dict:
     return {"alice": a, "bob": b}
 
 
+def reranker_files(root, ns: str, seed: int = 0) -> tuple[bytes, bytes]:
+    """A real reranker state (trained one step) and a real pending reward buffer of ``ns`` under
+    ``root/rerankers/``; returns their bytes."""
+    import torch
+
+    from memkern import Reranker
+    from memkern.rmm.feedback import _selection_to_dict
+
+    g = torch.Generator().manual_seed(seed)
+    rr = Reranker(D, top_m=2, seed=seed)
+    sel = rr.select(torch.randn(1, D, generator=g), torch.randn(1, 5, D, generator=g))
+    rr.update(sel, torch.tensor([[1.0, -1.0]]))
+    path = reranker_file(root, ns)
+    rr.save(path)
+    buf = reranker_file(root, ns, ".buffer.pt")
+    torch.save([(_selection_to_dict(sel), torch.tensor([1.0, -1.0]))], buf)
+    return path.read_bytes(), buf.read_bytes()
+
+
 def state(s) -> dict:
     """Everything readable but the timestamps (imports carry the import time)."""
     out = {"ns": s.namespaces()}
@@ -85,10 +104,7 @@ def test_round_trip_native_exact(tmp_path, metric):
     src = tmp_path / "src"
     with MemoryStore(src, dim=D, metric=metric) as s:
         fill(s)
-        rr = reranker_file(src, "alice")
-        rr.parent.mkdir()
-        rr.write_bytes(b"reranker state \x00\xff")
-        reranker_file(src, "alice", ".buffer.pt").write_bytes(b"buffer")
+        rr_bytes, buf_bytes = reranker_files(src, "alice")
         reranker_file(src, "nobody", ".pt").write_bytes(b"not exported")
         want = state(s)
         stats = export_store(s, tmp_path / "x.jsonl")
@@ -105,8 +121,8 @@ def test_round_trip_native_exact(tmp_path, metric):
         export_store(d, tmp_path / "y.jsonl")
         nid = d.add("alice", "after", np.ones(D, np.float32))
         assert nid > max(k for k in want if isinstance(k, int))  # ids never reused
-    assert reranker_file(tmp_path / "dst", "alice").read_bytes() == b"reranker state \x00\xff"
-    assert reranker_file(tmp_path / "dst", "alice", ".buffer.pt").read_bytes() == b"buffer"
+    assert reranker_file(tmp_path / "dst", "alice").read_bytes() == rr_bytes
+    assert reranker_file(tmp_path / "dst", "alice", ".buffer.pt").read_bytes() == buf_bytes
     assert not reranker_file(tmp_path / "dst", "nobody").exists()
     assert untimed(lines(tmp_path / "y.jsonl")) == untimed(objs)  # the same file again
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
@@ -219,8 +235,7 @@ def test_truncated_and_tampered_files(tmp_path):
 def test_reranker_checksum_is_checked(tmp_path):
     with MemoryStore(tmp_path / "src", dim=D) as s:
         fill(s)
-        reranker_file(tmp_path / "src", "alice").parent.mkdir()
-        reranker_file(tmp_path / "src", "alice").write_bytes(b"state")
+        reranker_files(tmp_path / "src", "alice")
         export_store(s, tmp_path / "x.jsonl")
     n = len((tmp_path / "x.jsonl").read_text().splitlines())
     bad = _corrupt(tmp_path / "x.jsonl", n - 1, _set("data", base64.b64encode(b"other").decode()))

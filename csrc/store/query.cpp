@@ -307,7 +307,7 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
                      std::to_string(spec.candidates));
   if (!(spec.lexical_weight >= 0.0 && spec.lexical_weight <= 1.0))
     throw ValueError("lexical_weight: expected a real in [0, 1]");
-  if (!(spec.half_life >= 0.0 && spec.half_life <= kMaxTime)) throw ValueError("recency: expected a half-life in (0, 1e12]");
+  if (!(spec.half_life >= 0.0 && spec.half_life <= kMaxTime)) throw ValueError("recency: expected a half-life in (0, 253402300799]");
   if (!std::isfinite(spec.recency_weight) || !std::isfinite(spec.now))
     throw ValueError("recency_weight: expected a finite real");
   const SearchFilter& flt = spec.filter;

@@ -383,8 +383,8 @@ void Store::validate_items(const std::vector<NewItem>& items, size_t batch_base,
                        num(std::sqrt(s)) + " in row " + std::to_string(i));
     if (metric_ == Metric::Cos && s == 0)
       throw ValueError("embeddings: metric \"cos\" needs nonzero vectors, row " + std::to_string(i) + " is zero");
-    if (!std::isnan(it.event_time) && !(std::fabs(it.event_time) <= kMaxTime))
-      throw ValueError("event_times: expected unix seconds with |t| <= 1e12 or None, got " + num(it.event_time) +
+    if (!std::isnan(it.event_time) && !time_in_range(it.event_time))
+      throw ValueError("event_times: expected " MEMKERN_TIME_RANGE " or None, got " + num(it.event_time) +
                        " in row " + std::to_string(i));
     if (it.level == kTopic) {
       if (it.parent != -1) throw ValueError("parent: topics have no parent");
@@ -670,8 +670,8 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
   if (op != VersionOp::Merge && op != VersionOp::Update)
     throw ValueError("op: expected merge or update, got " + std::to_string(static_cast<int>(op)));
   const Record& r = rec_or_throw(id, "id");
-  if (event_time && !(std::fabs(*event_time) <= kMaxTime))
-    throw ValueError("event_time: expected unix seconds with |t| <= 1e12, got " + num(*event_time));
+  if (event_time && !time_in_range(*event_time))
+    throw ValueError("event_time: expected " MEMKERN_TIME_RANGE ", got " + num(*event_time));
   if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
   if (embedding) {
     NewItem probe;
@@ -775,8 +775,8 @@ void Store::import_records(const std::string& ns, const std::vector<ImportItem>&
     check_vec(items[i].embedding, at + ".embedding");
     if (!std::isfinite(r.created_at) || !std::isfinite(r.updated_at))
       throw ValueError(at + ": created_at / updated_at must be finite");
-    if (!std::isnan(r.event_time) && !(std::fabs(r.event_time) <= kMaxTime))
-      throw ValueError(at + ".event_time: expected unix seconds with |t| <= 1e12 or none, got " + num(r.event_time));
+    if (!std::isnan(r.event_time) && !time_in_range(r.event_time))
+      throw ValueError(at + ".event_time: expected " MEMKERN_TIME_RANGE " or none, got " + num(r.event_time));
     batch.emplace(r.id, r.level);
   }
   Writer w;

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import temp_files
 from .paths import RERANKER_SUFFIXES, check_namespace, reranker_file
 from .protocols import Store
 
@@ -49,6 +50,7 @@ def reset_namespace(store: Store, namespace: str, compact: bool = True) -> int:
     check_namespace(namespace)
     files = [reranker_file(store.path, namespace, sfx) for sfx in RERANKER_SUFFIXES] \
         if getattr(store, "path", None) else []
+    files += [t for f in files for t in temp_files(f)]  # left by a killed write
     ids = namespace_ids(store, namespace)
     for i in ids:
         store.delete(int(i))

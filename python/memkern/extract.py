@@ -33,6 +33,7 @@ import numpy as np
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
+from .validate import check_int, check_turn
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Embedder
@@ -78,6 +79,7 @@ def validate_turns(turns: Any, name: str = "turns") -> list[dict]:
             raise bad_arg(f"{name}[{i}]['content']", "a str", t.get("content"), MemkernTypeError)
         if not isinstance(t.get("role", "user"), str):
             raise bad_arg(f"{name}[{i}]['role']", "a str", t.get("role"), MemkernTypeError)
+        check_turn(t if "role" in t else dict(t, role="user"), f"{name}[{i}]")  # sizes, UTF-8, JSON values
         out.append(t)
     return out
 
@@ -383,9 +385,7 @@ class SentenceExtractor:
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < low:
-        raise bad_arg(name, f"an int >= {low}", value)
-    return int(value)
+    return check_int(name, value, low)
 
 
 def _unit_rows(e: np.ndarray) -> np.ndarray:

@@ -44,9 +44,11 @@ from typing import Any
 import numpy as np
 
 from .errors import MemkernKeyError, MemkernValueError, bad_arg
+from .validate import TIME_RANGE_TEXT
 from .store import (
     DEFAULT_EF_SEARCH,
     MAX_TIME,
+    MIN_TIME,
     MAX_ALPHA,
     MAX_CANDIDATES,
     MAX_K,
@@ -445,8 +447,8 @@ class _PyStore:
             raise MemkernValueError(f"event_times: expected {n} values, got {et.size}")
         self._validate_rows(emb)
         for i in range(n):
-            if not np.isnan(et[i]) and not abs(et[i]) <= MAX_TIME:
-                raise MemkernValueError(f"event_times: expected unix seconds with |t| <= 1e12 or None, got "
+            if not np.isnan(et[i]) and not MIN_TIME <= et[i] <= MAX_TIME:
+                raise MemkernValueError(f"event_times: expected {TIME_RANGE_TEXT} or None, got "
                                         f"{et[i]:.3g} in row {i}")
             lv, p = int(levels[i]), int(parents[i])
             if lv not in (_TOPIC, _TURN):
@@ -533,14 +535,14 @@ class _PyStore:
             if c_emb.shape[0] != m:
                 raise MemkernValueError(f"embeddings: expected shape [{m}, {self.dim}]")
             self._validate_rows(c_emb)
-            if event_time is not None and not abs(event_time) <= MAX_TIME:
-                raise MemkernValueError(f"event_time: expected unix seconds with |t| <= 1e12, got {event_time:.3g}")
+            if event_time is not None and not MIN_TIME <= event_time <= MAX_TIME:
+                raise MemkernValueError(f"event_time: expected {TIME_RANGE_TEXT}, got {event_time:.3g}")
             cet = np.full(m, np.nan) if c_event_times is None or len(c_event_times) == 0 else np.asarray(
                 c_event_times, np.float64)
             if cet.shape != (m,):
                 raise MemkernValueError(f"event_times: expected {m} values, got {cet.size}")
-            if (~np.isnan(cet) & ~(np.abs(cet) <= MAX_TIME)).any():
-                raise MemkernValueError("event_times: expected unix seconds with |t| <= 1e12 or None")
+            if (~np.isnan(cet) & ~((cet >= MIN_TIME) & (cet <= MAX_TIME))).any():
+                raise MemkernValueError(f"event_times: expected {TIME_RANGE_TEXT} or None")
             now = time.time()
             # validated: apply (old turn records out, the new version, the new turn records in)
             if replace_children:

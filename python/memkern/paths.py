@@ -73,9 +73,9 @@ def path_in(root: str | os.PathLike, *parts: str, arg: str = "path") -> Path:
     return Path(target)
 
 
-#: The files a namespace owns under ``<store>/rerankers/`` (state, pending rewards, and the
-#: temporary files they are written through).
-RERANKER_SUFFIXES = (".pt", ".buffer.pt", ".pt.tmp", ".buffer.pt.tmp")
+#: The files a namespace owns under ``<store>/rerankers/`` (state, pending rewards, a damaged
+#: state moved aside, and the temporary files older versions wrote through).
+RERANKER_SUFFIXES = (".pt", ".buffer.pt", ".pt.damaged", ".pt.tmp", ".buffer.pt.tmp")
 
 
 def reranker_file(store_path: str | os.PathLike, namespace: str, suffix: str = ".pt") -> Path:
@@ -86,3 +86,67 @@ def reranker_file(store_path: str | os.PathLike, namespace: str, suffix: str = "
     if suffix not in RERANKER_SUFFIXES:
         raise bad_arg("suffix", f"one of {RERANKER_SUFFIXES}", suffix)
     return path_in(store_path, "rerankers", ns + suffix, arg="namespace")
+
+
+# ----------------------------------------------------------------------------- outside the store
+def _is_store_dir(d: str) -> bool:
+    return os.path.isfile(os.path.join(d, "CURRENT")) or os.path.isfile(os.path.join(d, "wal.log"))
+
+
+def _identity(p: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_outside_stores(target: str | os.PathLike, store: str | os.PathLike | None = None,
+                         arg: str = "path") -> Path:
+    """``target`` as a :class:`~pathlib.Path` if writing a file there cannot touch a store's files,
+    else a :class:`~memkern.MemkernValueError` naming ``arg``.
+
+    Refused: a path inside the folder of ``store`` (symbolic links resolved; folders and files
+    compared by device and inode, so case folding, bind mounts and hard links to a store file are
+    caught), a path inside any other memkern store folder (one holding ``CURRENT`` or
+    ``wal.log``), and an existing directory.
+    """
+    raw = os.fspath(target)
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise bad_arg(arg, "a file path without NUL characters", raw)
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        raise bad_arg(arg, "a file path (not a directory)", str(path))
+    dirs: set = set()
+    files: set = set()
+    root = None
+    if store is not None:
+        root = os.path.realpath(os.fspath(store))
+        for here, _subdirs, names in os.walk(root):
+            ident = _identity(here)
+            if ident is not None:
+                dirs.add(ident)
+            for n in names:
+                ident = _identity(os.path.join(here, n))
+                if ident is not None:
+                    files.add(ident)
+    why = f"a path outside the store folder {root}" if root else "a path outside every memkern store folder"
+    # The folder the file would land in, and every folder above it (the real ones).
+    starts = {os.path.realpath(str(path.parent)), str(path.absolute().parent),
+              os.path.dirname(os.path.realpath(str(path)))}  # the last: where a link at `path` points
+    for start in starts:
+        here = start
+        while True:
+            if _identity(here) in dirs or (os.path.isdir(here) and _is_store_dir(here)):
+                raise bad_arg(arg, why + " (export never writes into a store)", str(path))
+            up = os.path.dirname(here)
+            if up == here:
+                break
+            here = up
+    if os.path.lexists(path):
+        if _identity(str(path)) in files:
+            raise bad_arg(arg, why + " (it is a store file, or a link to one)", str(path))
+        real = os.path.realpath(str(path))
+        if root is not None and os.path.commonpath([root, real]) == root:
+            raise bad_arg(arg, why + " (a link into the store)", str(path))
+    return path

@@ -61,7 +61,10 @@ import numpy as np
 from . import lexical as _lexical
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from .turns import turn_key
-from .validate import check_choice, check_float, check_int, is_int
+from .validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
+                       MAX_TEXT_CHARS, _short, check_choice, check_float, check_int, check_json, check_namespace_str,
+                       check_text,
+                       check_time, check_turn, check_utf8, is_int, json_text)
 from .telemetry import traced
 
 logger = logging.getLogger("memkern")
@@ -86,20 +89,20 @@ MAX_RESULTS = 1 << 26
 MAX_NORM = 1e18
 #: Largest ``|alpha|`` of a ``level="turn+topic"`` search (keeps its scores finite).
 MAX_ALPHA = 100.0
-#: Deepest nesting of ``meta`` / turn dicts (a dict or list inside another counts one level).
-MAX_JSON_DEPTH = 32
+#: Deepest nesting of ``meta`` / turn dicts: :data:`memkern.validate.MAX_JSON_DEPTH` (imported above).
 #: Default of ``flat_limit``: namespaces (per level) up to this many records are searched by exact scan.
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
-#: Largest query text of a lexical / hybrid search (characters).
-MAX_QUERY_TEXT = 1 << 16
+#: Largest query text of a lexical / hybrid search (characters): :data:`memkern.validate.MAX_QUERY_CHARS`.
+MAX_QUERY_TEXT = MAX_QUERY_CHARS
 #: Largest filter: keys, values over all keys, and characters of one key or string value.
 MAX_FILTER_KEYS = 64
 MAX_FILTER_VALUES = 4096
 MAX_FILTER_STR = 4096
-#: Largest |timestamp| (seconds) accepted by ``time_range`` / ``now`` / ``event_time``, and half-life.
-MAX_TIME = 1e12
+#: Times (``time_range`` / ``now`` / ``event_time``) are unix seconds in ``[MIN_TIME, MAX_TIME]``
+#: (:data:`memkern.validate.MIN_TIME` / :data:`~memkern.validate.MAX_TIME`: years 1-9999 UTC,
+#: imported above); a recency half-life is at most ``MAX_TIME`` seconds.
 #: Default and largest |weight| of the recency prior.
 DEFAULT_RECENCY_WEIGHT = 0.1
 MAX_RECENCY_WEIGHT = 1e6
@@ -250,22 +253,12 @@ def _record_from(r: Any, store: "MemoryStore", v: Any = None) -> Record:
 # ----------------------------------------------------------------------------------- validation
 
 
-def _check_utf8(s: str, name: str) -> str:
-    """``s`` must be encodable as UTF-8 (no lone surrogates): the store keeps UTF-8 text."""
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise bad_arg(name, "a str encodable as UTF-8 (no lone surrogates)",
-                      f"{s[e.start:e.end]!r} at index {e.start}") from None
-    return s
+#: The UTF-8 check (:func:`memkern.validate.check_utf8`), under the name the store's callers use.
+_check_utf8 = check_utf8
 
 
 def _check_namespace(namespace: Any) -> str:
-    if not isinstance(namespace, str):
-        raise bad_arg("namespace", "a non-empty str", type(namespace).__name__, MemkernTypeError)
-    if not namespace:
-        raise bad_arg("namespace", "a non-empty str", namespace)
-    return _check_utf8(namespace, "namespace")
+    return check_namespace_str(namespace)
 
 
 def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> int | None:
@@ -283,18 +276,15 @@ def _event_array(times: Sequence[float | None]) -> np.ndarray:
 
 
 def _check_event_time(t: Any, name: str) -> float | None:
-    return None if t is None else _check_real(t, name, -MAX_TIME, MAX_TIME)
+    return check_time(name, t, none_ok=True)
 
 
 def _check_real(v: Any, name: str, lo: float, hi: float, open_low: bool = False) -> float:
-    """A finite real (not bool) in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
+    """A finite real (not bool) in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``):
+    :func:`memkern.validate.check_float`, the store's message."""
     rng = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise bad_arg(name, f"a finite real in {rng}", type(v).__name__, MemkernTypeError)
-    f = float(v)
-    if not math.isfinite(f) or f < lo or f > hi or (open_low and f == lo):
-        raise bad_arg(name, f"a finite real in {rng}", v)
-    return f
+    return check_float(name, v, lo, hi, low_open=open_low, finite=True, expected=f"a finite real in {rng}",
+                       type_error=True)
 
 
 def _check_texts(texts: Any, count: int | None) -> list[str]:
@@ -306,14 +296,7 @@ def _check_texts(texts: Any, count: int | None) -> list[str]:
         raise bad_arg("texts", f"{count} texts (one per query)", f"{len(texts)} texts")
     if len(texts) == 0:
         raise bad_arg("texts", "at least one query text", "an empty list")
-    out = []
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise bad_arg(f"texts[{i}]", "a str", type(t).__name__, MemkernTypeError)
-        if len(t) > MAX_QUERY_TEXT:
-            raise bad_arg(f"texts[{i}]", f"at most {MAX_QUERY_TEXT} characters", f"{len(t)} characters")
-        out.append(_check_utf8(t, f"texts[{i}]"))
-    return out
+    return [check_text(f"texts[{i}]", t, max_chars=MAX_QUERY_TEXT) for i, t in enumerate(texts)]
 
 
 def _canonical_filter_value(v: Any, where: str) -> bytes:
@@ -381,8 +364,8 @@ def _check_time_range(tr: Any) -> tuple[bool, float, float]:
         return False, -math.inf, math.inf
     if isinstance(tr, (str, bytes)) or not isinstance(tr, (tuple, list)) or len(tr) != 2:
         raise bad_arg("time_range", "a (start, end) pair of unix seconds or None", tr)
-    lo = -math.inf if tr[0] is None else _check_real(tr[0], "time_range", -MAX_TIME, MAX_TIME)
-    hi = math.inf if tr[1] is None else _check_real(tr[1], "time_range", -MAX_TIME, MAX_TIME)
+    lo = -math.inf if tr[0] is None else check_time("time_range", tr[0])
+    hi = math.inf if tr[1] is None else check_time("time_range", tr[1])
     if lo > hi:
         raise bad_arg("time_range", "start <= end", tr)
     return True, lo, hi
@@ -410,7 +393,7 @@ def check_search_filters(filter: Any = None, time_range: Any = None, time_field:
         _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
     _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
     if now is not None:
-        _check_real(now, "now", -MAX_TIME, MAX_TIME)
+        check_time("now", now)
     kw: dict = {}
     if filter is not None:
         kw["filter"] = filter
@@ -433,7 +416,7 @@ def _check_id(x: Any, name: str = "id") -> int:
         raise bad_arg(name, "an int", type(x).__name__, MemkernTypeError)
     v = int(x)
     if v < 0 or v > _MAX_ID:
-        raise MemkernKeyError(f"{name}: unknown id {v} (ids are in 0..2**63-1)")
+        raise MemkernKeyError(f"{name}: unknown id {_short(v)} (ids are in 0..2**63-1)")
     return v
 
 
@@ -444,7 +427,7 @@ def _check_ids(ids: Any, name: str = "ids") -> np.ndarray:
     if arr.dtype == object and arr.ndim == 1:
         ints = [v for v in arr.tolist() if isinstance(v, int) and not isinstance(v, bool)]
         if len(ints) == arr.size:  # Python ints beyond 64 bits
-            raise MemkernKeyError(f"{name}: unknown id {max(ints, key=abs)} (ids are in 0..2**63-1)")
+            raise MemkernKeyError(f"{name}: unknown id {_short(max(ints, key=abs))} (ids are in 0..2**63-1)")
     if arr.dtype == object or arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
@@ -540,46 +523,9 @@ def _as_matrix(x: Any, dim: int, name: str, rows: int | None, stored: bool = Tru
     return arr
 
 
-def check_json(value: Any, name: str) -> None:
-    """What a record's ``meta`` / turns may hold (also used by the framework adapters). Walks ``value`` iteratively (no recursion): dicts with str keys, lists/tuples, UTF-8 str,
-    finite floats, ints, bools and None, nested at most :data:`MAX_JSON_DEPTH` deep. Raises an
-    error naming the offending path (e.g. ``meta['a'][0]``) instead of letting ``json.dumps``
-    rename keys (``{1: x}`` -> ``{"1": x}``) or hit ``RecursionError``."""
-    stack = [(value, name, 0)]
-    while stack:
-        v, path, depth = stack.pop()
-        if isinstance(v, str):
-            _check_utf8(v, path)
-        elif v is None or isinstance(v, (bool, int)):
-            pass
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                raise bad_arg(path, "a finite number (JSON has no NaN/inf)", v, MemkernTypeError)
-        elif isinstance(v, (dict, list, tuple)):
-            if depth >= MAX_JSON_DEPTH:
-                raise bad_arg(name, f"JSON nested at most {MAX_JSON_DEPTH} levels deep",
-                              f"deeper nesting at {path}")
-            if isinstance(v, dict):
-                for key, item in v.items():
-                    if not isinstance(key, str):
-                        raise bad_arg(path, "str keys (JSON objects have only str keys)",
-                                      f"key {key!r} of type {type(key).__name__}", MemkernTypeError)
-                    _check_utf8(key, f"{path} key")
-                    stack.append((item, f"{path}[{key!r}]", depth + 1))
-            else:
-                for i, item in enumerate(v):
-                    stack.append((item, f"{path}[{i}]", depth + 1))
-        else:
-            raise bad_arg(path, "JSON-compatible values (dict, list, str, int, float, bool, None)",
-                          type(v).__name__, MemkernTypeError)
-
-
-def _json_text(value: Any, name: str) -> str:
-    check_json(value, name)
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        raise bad_arg(name, "JSON-compatible values (str keys, no NaN)", f"{e}", MemkernTypeError) from None
+#: The JSON value check and serializer (:func:`memkern.validate.check_json` / ``json_text``):
+#: ``check_json`` stays importable from here (the framework adapters use it).
+_json_text = json_text
 
 
 def _check_turns(turns: Any, name: str = "turns") -> list[dict]:
@@ -591,12 +537,7 @@ def _check_turns(turns: Any, name: str = "turns") -> list[dict]:
     for i, t in enumerate(turns):
         if not isinstance(t, dict):
             raise bad_arg(f"{name}[{i}]", "a dict with 'role' and 'content'", type(t).__name__, MemkernTypeError)
-        for key in ("role", "content"):
-            if key not in t:
-                raise bad_arg(f"{name}[{i}]", f"a dict with a '{key}' key", sorted(t))
-            if not isinstance(t[key], str):
-                raise bad_arg(f"{name}[{i}]['{key}']", "a str", type(t[key]).__name__, MemkernTypeError)
-        _json_text(t, f"{name}[{i}]")
+        check_turn(t, f"{name}[{i}]")
         out.append(dict(t))
     return out
 
@@ -606,14 +547,12 @@ def _check_meta(meta: Any, name: str = "meta") -> dict:
         return {}
     if not isinstance(meta, dict):
         raise bad_arg(name, "a dict", type(meta).__name__, MemkernTypeError)
-    _json_text(meta, name)
+    json_text(meta, name)
     return meta
 
 
 def _check_summary(summary: Any, name: str = "summary") -> str:
-    if not isinstance(summary, str):
-        raise bad_arg(name, "a str", type(summary).__name__, MemkernTypeError)
-    return _check_utf8(summary, name)
+    return check_text(name, summary)
 
 
 # ----------------------------------------------------------------------------------- the store
@@ -1054,9 +993,7 @@ class MemoryStore:
         ``include_invalidated=True``). Invalidating twice raises :class:`MemkernValueError`."""
         n = self._n()
         rid = _check_id(id)
-        if not isinstance(reason, str):
-            raise bad_arg("reason", "a str", type(reason).__name__, MemkernTypeError)
-        _check_utf8(reason, "reason")
+        check_text("reason", reason)
         n.invalidate(rid, reason)
 
     @traced("memkern.store.delete", args=("id",))
@@ -1272,7 +1209,7 @@ class MemoryStore:
         if recency is not None:
             half_life = _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
         rw = _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
-        t_now = time.time() if now is None else _check_real(now, "now", -MAX_TIME, MAX_TIME)
+        t_now = time.time() if now is None else check_time("now", now)
         return n.search_ex(ns, q, tl, k, int(ef), bool(include_invalidated), _level(level), _MODES[mode],
                            _FUSIONS[fusion], w, clauses, has_time, t_lo, t_hi, _TIME_FIELDS[time_field],
                            half_life, rw, t_now, c)

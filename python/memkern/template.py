@@ -40,12 +40,14 @@ model, ``query_prefix=""``); models such as E5 use ``query_prefix="query: "`` an
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import MemkernTypeError, bad_arg
+from .validate import MAX_NAME_CHARS, MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, check_text, check_time
 
 __all__ = ["DEFAULT_TEMPLATE", "TEMPLATE_FIELDS", "TurnTemplate", "parse_date", "event_seconds", "time_range_seconds", "turn_date",
            "default_template", "PLAIN"]
@@ -92,14 +94,11 @@ def parse_date(value: Any) -> _dt.datetime | None:
         return None
 
 
-#: Largest |unix seconds| of an event date: the store's own bound.
-from .store import MAX_TIME as _MAX_EVENT_SECONDS  # noqa: E402
-
-
 def event_seconds(value: Any, name: str = "date") -> float | None:
     """A session date as unix seconds (the store's ``event_time``), or ``None`` for ``None``.
 
-    Accepted: unix seconds (int / float, not bool, finite, ``|t| <= 1e12``), a
+    Accepted: unix seconds (int / float, not bool, in ``[MIN_TIME, MAX_TIME]`` of
+    :mod:`memkern.validate`: years 1-9999 UTC), a
     :class:`datetime.datetime` (aware: converted; naive: read as UTC) or :class:`datetime.date`
     (midnight UTC), or a string :func:`parse_date` reads: a numeric string (unix seconds),
     LoCoMo's ``"1:56 pm on 8 May, 2023"``, LongMemEval's ``"2023/05/20 (Sat) 02:21"``,
@@ -120,12 +119,10 @@ def event_seconds(value: Any, name: str = "date") -> float | None:
         raise bad_arg(name, "unix seconds, a datetime / date or a date string", type(value).__name__,
                       MemkernTypeError)
     if isinstance(value, (int, float)):
-        t = float(value)
-        if not (abs(t) <= _MAX_EVENT_SECONDS):  # also NaN
-            raise bad_arg(name, f"unix seconds with |t| <= {_MAX_EVENT_SECONDS:g}", value)
-        return t
+        return check_time(name, value)
     dt = None
     if isinstance(value, str):
+        check_text(name, value, max_chars=MAX_NAME_CHARS)
         text = " ".join(value.split())
         try:  # keep an ISO offset (parse_date drops it)
             iso = _dt.datetime.fromisoformat(text)
@@ -141,9 +138,12 @@ def event_seconds(value: Any, name: str = "date") -> float | None:
                       "'May 8, 2023')", value)
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=_dt.timezone.utc)
-    t = dt.timestamp()
-    if not abs(t) <= _MAX_EVENT_SECONDS:
-        raise bad_arg(name, f"a date within unix seconds |t| <= {_MAX_EVENT_SECONDS:g}", value)
+    try:
+        t = dt.timestamp()
+    except (OverflowError, ValueError, OSError):  # e.g. year 9999 with a negative UTC offset
+        t = math.nan
+    if not MIN_TIME <= t <= MAX_TIME:  # also NaN
+        raise bad_arg(name, f"a date in years 1-9999 UTC ({TIME_RANGE_TEXT})", value)
     return t
 
 

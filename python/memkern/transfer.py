@@ -21,10 +21,17 @@ File format (UTF-8, one JSON object per line, ``format_version`` 1):
    they are).
 4. Trailer: ``{"kind": "end", "records": n, "rerankers": m}`` (a truncated file is refused).
 
-Import (:func:`import_store`) reads and checks **every** line first (JSON, types, UTF-8, ids
-unique, versions 1..n, embedding size = ``dim``, finite vectors within the norm bound, topic <->
-turn links both ways, reranker checksums, the trailer's counts) and writes nothing if any check
-fails; errors name the line and the field.
+Import (:func:`import_store`) reads and checks **every** line first (JSON within the document
+bounds of :mod:`memkern.validate`, types, UTF-8, the field bounds, ids unique and ascending,
+versions 1..n, embedding size = ``dim``, finite vectors within the norm bound, topic <-> turn
+links both ways with each topic before its turns, reranker files that load as a reranker of
+``dim`` (:func:`memkern.reranker.read_state_bytes`) and their checksums, the trailer's counts)
+and writes nothing if any check fails; errors name the line and the field.
+
+Export writes its file through :func:`memkern.atomic.atomic_write` (mode 0600) and refuses a path
+inside a store folder (:func:`memkern.paths.check_outside_stores`: symbolic links, hard links and
+case folding included), so it can never overwrite a store's own files. A reranker file of the
+store that is not a valid reranker is left out (logged).
 
 Atomicity: a failure or a kill at any point leaves the target as it was, at worst with a
 ``.<name>.import-*`` directory beside it (removable; never read).
@@ -64,6 +71,7 @@ import binascii
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import secrets
@@ -74,9 +82,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .atomic import atomic_write, fsync_dir
 from .errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from .paths import check_namespace, reranker_file
-from .store import MAX_NORM, MAX_TIME, MemoryStore, _check_meta, _check_summary, _check_turns, _check_utf8, _json_text
+from .paths import check_namespace, check_outside_stores, reranker_file
+from .store import MAX_NORM, MemoryStore, _check_meta, _check_namespace, _check_summary, _check_turns, _json_text
+from .validate import _short, check_text, check_time, parse_json
+
+log = logging.getLogger("memkern")
 
 __all__ = ["export_store", "import_store", "export_records", "import_records", "ImportResult", "FORMAT",
            "FORMAT_VERSION"]
@@ -157,17 +169,16 @@ def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embe
             if ns not in chosen:
                 chosen.append(ns)
     if isinstance(out, (str, os.PathLike)):
-        path = Path(out)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                stats = _write(store, f, chosen, embeddings)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        path = check_outside_stores(out, store.path, arg="out")
+        stats: dict = {}
+
+        def write(f: Any) -> None:
+            text = io.TextIOWrapper(f, encoding="utf-8", newline="\n")
+            stats.update(_write(store, text, chosen, embeddings))
+            text.flush()
+            text.detach()
+
+        atomic_write(path, write)
         return stats
     if not hasattr(out, "write"):
         raise bad_arg("out", "a file path or a text file object", type(out).__name__, MemkernTypeError)
@@ -203,6 +214,11 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
                 p = reranker_file(store.path, ns, suffix)
                 if p.is_file():
                     data = p.read_bytes()
+                    try:
+                        _check_reranker_data(data, kind, store.dim, str(p))
+                    except MemkernValueError as e:
+                        log.warning("export: leaving out %s, not a valid reranker file (%s)", p, e)
+                        continue
                     f.write(json.dumps({"kind": "reranker", "namespace": ns, "file": kind,
                                         "sha256": hashlib.sha256(data).hexdigest(),
                                         "data": base64.b64encode(data).decode("ascii")}) + "\n")
@@ -347,16 +363,28 @@ class _Line:
         if v is None and none_ok:
             return None
         if isinstance(v, bool) and bool not in types or not isinstance(v, types):
-            raise self.fail(key, what, v if isinstance(v, (int, float, str)) or v is None else type(v).__name__)
+            shown = _short(v) if isinstance(v, (int, float)) else (v[:80] if isinstance(v, str) else
+                                                                   None if v is None else type(v).__name__)
+            raise self.fail(key, what, shown)
         return v
 
     def time(self, d: dict, key: str, none_ok: bool = False) -> float | None:
-        v = self.get(d, key, (int, float), "a finite number (unix seconds)", none_ok)
-        if v is None:
-            return None
-        if not math.isfinite(v):
-            raise self.fail(key, "a finite number (unix seconds)", v)
-        return float(v)
+        """Unix seconds within the time bounds (:func:`memkern.validate.check_time`)."""
+        if key not in d:
+            raise self.fail(key, "unix seconds", "nothing (missing)")
+        try:
+            return check_time(key, d[key], none_ok=none_ok)
+        except MemkernError as e:
+            raise self.wrap(e) from None
+
+    def text(self, d: dict, key: str, what: str, **kw: Any) -> Any:
+        """A str field within the text bounds (:func:`memkern.validate.check_text`)."""
+        if key not in d:
+            raise self.fail(key, what, "nothing (missing)")
+        try:
+            return check_text(key, d[key], **kw)
+        except MemkernError as e:
+            raise self.wrap(e) from None
 
 
 def _read_lines(source: Any) -> tuple[str, Iterable[str]]:
@@ -366,7 +394,12 @@ def _read_lines(source: Any) -> tuple[str, Iterable[str]]:
             raise bad_arg("source", "an export file (JSON Lines)", str(p))
         return str(p), p.read_text(encoding="utf-8", errors="strict").split("\n")
     if hasattr(source, "read"):
-        return getattr(source, "name", "<stream>"), source.read().split("\n")
+        data = source.read()
+        if isinstance(data, (bytes, bytearray)):
+            data = bytes(data).decode("utf-8", errors="strict")
+        if not isinstance(data, str):
+            raise bad_arg("source", "a text file object", type(data).__name__, MemkernTypeError)
+        return str(getattr(source, "name", "<stream>")), data.split("\n")
     raise bad_arg("source", "a file path or a text file object", type(source).__name__, MemkernTypeError)
 
 
@@ -382,11 +415,7 @@ def _parse(source: Any) -> _Parsed:
     objs = []
     for i, text in enumerate(lines, start=1):
         L = _Line(src, i)
-        try:
-            obj = json.loads(text)
-        except ValueError as e:
-            raise MemkernValueError(f"{L.where}: expected one JSON object, got invalid JSON ({e.msg} at column "
-                                    f"{e.colno})") from None
+        obj = parse_json(text, L.where, "one JSON object")
         if not isinstance(obj, dict):
             raise L.fail("line", "a JSON object", type(obj).__name__)
         objs.append((L, obj))
@@ -407,15 +436,24 @@ def _parse(source: Any) -> _Parsed:
     nss = L.get(h, "namespaces", (list,), "a list of namespace names")
     for j, ns in enumerate(nss):
         if not isinstance(ns, str) or not ns:
-            raise L.fail(f"namespaces[{j}]", "a non-empty str", ns)
+            raise L.fail(f"namespaces[{j}]", "a non-empty str", ns if not isinstance(ns, (list, dict)) else type(ns).__name__)
+        try:
+            _check_namespace(ns)
+        except MemkernError as e:
+            raise L.wrap(type(e)(f"namespaces[{j}]{str(e)[len('namespace'):]}")) from None
+    if len(set(nss)) != len(nss):
+        raise L.fail("namespaces", "distinct names", [n for n in nss if nss.count(n) > 1][:3])
     out = _Parsed(dim, metric, has_emb, list(nss))
     seen: dict[int, _Record] = {}
     end = None
     last_id = -1
     for L, obj in objs[1:]:
         if end is not None:
-            raise L.fail("line", "nothing after the end line", obj.get("kind"))
+            raise L.fail("line", "nothing after the end line", str(obj.get("kind"))[:40])
         kind = obj.get("kind")
+        if not isinstance(kind, str):
+            raise L.fail("kind", '"record", "reranker" or "end"', kind if not isinstance(kind, (list, dict)) else
+                         type(kind).__name__)
         if kind == "record":
             rec = _check_record(L, obj, out)
             if rec.id in seen:
@@ -430,7 +468,7 @@ def _parse(source: Any) -> _Parsed:
         elif kind == "end":
             end = (L, obj)
         else:
-            raise L.fail("kind", '"record", "reranker" or "end"', kind)
+            raise L.fail("kind", '"record", "reranker" or "end"', kind[:40])
     if end is None:
         raise MemkernValueError(f"{src}: expected an end line (the file is truncated?), got {len(lines)} lines "
                                 "without one")
@@ -469,12 +507,6 @@ def _check_record(L: _Line, d: dict, out: _Parsed) -> _Record:
     if not 0 <= rid <= _MAX_ID:
         raise L.fail("id", "an int in 0..2**63-1", rid)
     ns = L.get(d, "namespace", (str,), "a non-empty str")
-    if not ns:
-        raise L.fail("namespace", "a non-empty str", ns)
-    try:
-        _check_utf8(ns, "namespace")
-    except MemkernError as e:
-        raise L.wrap(e) from None
     if ns not in out.namespaces:
         raise L.fail("namespace", f"one of the header's namespaces {out.namespaces}", ns)
     level = L.get(d, "level", (str,), '"topic" or "turn"')
@@ -483,9 +515,11 @@ def _check_record(L: _Line, d: dict, out: _Parsed) -> _Record:
     topic_id = L.get(d, "topic_id", (int,), "an int (turn records) or null (topics)", none_ok=True)
     if (level == "turn") != (topic_id is not None):
         raise L.fail("topic_id", "an int for a turn record and null for a topic", topic_id)
+    if topic_id is not None and not 0 <= topic_id < rid:
+        raise L.fail("topic_id", f"the id of a topic record before this turn (0..{rid - 1})", topic_id)
     turn_ids = L.get(d, "turn_ids", (list,), "a list of ints")
-    if any(isinstance(c, bool) or not isinstance(c, int) for c in turn_ids):
-        raise L.fail("turn_ids", "a list of ints", turn_ids)
+    if any(isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= _MAX_ID for c in turn_ids):
+        raise L.fail("turn_ids", "a list of ids (ints in 0..2**63-1)", _few(turn_ids))
     if level == "turn" and turn_ids:
         raise L.fail("turn_ids", "[] for a turn record", turn_ids)
     status = L.get(d, "status", (str,), '"active" or "invalidated"')
@@ -496,16 +530,11 @@ def _check_record(L: _Line, d: dict, out: _Parsed) -> _Record:
         raise L.fail("reason", "a str for an invalidated record", None)
     if reason is not None:
         if status != "invalidated":
-            raise L.fail("reason", "null for an active record", reason)
-        try:
-            _check_utf8(reason, "reason")
-        except MemkernError as e:
-            raise L.wrap(e) from None
+            raise L.fail("reason", "null for an active record", reason[:80])
+        L.text(d, "reason", "a str")
     created = L.time(d, "created_at")
     updated = L.time(d, "updated_at")
     event = L.time(d, "event_time", none_ok=True) if "event_time" in d else None
-    if event is not None and not abs(event) <= MAX_TIME:
-        raise L.fail("event_time", "unix seconds with |t| <= 1e12 or null", event)
     vs = L.get(d, "versions", (list,), "a non-empty list of versions")
     if not vs:
         raise L.fail("versions", "a non-empty list of versions", vs)
@@ -551,14 +580,32 @@ def _check_reranker(L: _Line, d: dict, out: _Parsed) -> tuple[str, str, bytes]:
     kind = L.get(d, "file", (str,), '"state" or "buffer"')
     if kind not in _RERANKER_FILES:
         raise L.fail("file", '"state" or "buffer"', kind)
+    if any(k == ns and f == kind for k, f, _ in out.rerankers):
+        raise L.fail("file", f"one {kind!r} file per namespace", f"a second one for {ns!r}")
     try:
         data = base64.b64decode(L.get(d, "data", (str,), "base64 text").encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise L.fail("data", "base64 text", str(d["data"])[:40]) from None
     digest = L.get(d, "sha256", (str,), "a hex SHA-256")
     if hashlib.sha256(data).hexdigest() != digest:
-        raise L.fail("sha256", f"the SHA-256 of data ({hashlib.sha256(data).hexdigest()})", digest)
+        raise L.fail("sha256", f"the SHA-256 of data ({hashlib.sha256(data).hexdigest()})", digest[:80])
+    try:
+        _check_reranker_data(data, kind, out.dim, "data")
+    except MemkernError as e:
+        raise L.wrap(e) from None
     return ns, kind, data
+
+
+def _check_reranker_data(data: bytes, kind: str, dim: int, name: str) -> None:
+    """The bytes of a reranker file must load as what their kind says: a reranker state of ``dim``
+    (:func:`memkern.reranker.read_state_bytes`) or a reward buffer
+    (:func:`memkern.reranker.read_buffer_bytes`); MemkernValueError naming ``name`` otherwise."""
+    from .reranker import read_buffer_bytes, read_state_bytes
+
+    if kind == "state":
+        read_state_bytes(data, dim, name)
+    else:
+        read_buffer_bytes(data, dim, name)
 
 
 def _check_links(src: str, records: list[_Record], by_id: dict[int, _Record]) -> None:
@@ -575,7 +622,12 @@ def _check_links(src: str, records: list[_Record], by_id: dict[int, _Record]) ->
             kids = [c for c in r.turn_ids]
             if kids != sorted(set(kids)) or any(by_id.get(c) is None or by_id[c].topic_id != r.id for c in kids):
                 raise MemkernValueError(f"{src}: record {r.id}: turn_ids: expected ascending ids of turn records of "
-                                        f"this topic in the file, got {kids}")
+                                        f"this topic in the file, got {_few(kids)}")
+
+
+def _few(xs: list, n: int = 8) -> Any:
+    """A list as an error message shows it (the first ``n`` items)."""
+    return xs if len(xs) <= n else f"{xs[:n]} ... ({len(xs)} items)"
 
 
 # ----------------------------------------------------------------------------------- writing
@@ -719,28 +771,20 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
     return id_map, renumber
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = fsync_dir
 
 
 def _write_rerankers(root: Path, parsed: _Parsed) -> list[str]:
-    """The file's reranker files under ``root/rerankers/``, fsynced (files and folders)."""
+    """The file's (checked) reranker files under ``root/rerankers/``, each by one atomic durable
+    write; the store folder fsynced."""
     written = []
     for ns, kind, data in parsed.rerankers:
         p = reranker_file(root, ns, _RERANKER_FILES[kind])
         p.parent.mkdir(exist_ok=True)
-        with open(p, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        atomic_write(p, data)
         written.append(p.name)
-    for d in (root / "rerankers", root):
-        if d.is_dir():
-            _fsync_dir(d)
+    if (root / "rerankers").is_dir():
+        fsync_dir(root)
     return written
 
 

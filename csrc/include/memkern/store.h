@@ -38,7 +38,12 @@ constexpr double kMaxAlpha = 100.0;             // |alpha| of a turn+topic searc
 constexpr size_t kMaxQueryTextBytes = 1u << 18; // one query text of a lexical / hybrid search (UTF-8 bytes)
 constexpr size_t kMaxFilterKeys = 64;           // keys of one filter
 constexpr size_t kMaxFilterValues = 4096;       // values of one filter, all keys together
-constexpr double kMaxTime = 1e12;               // |event_time|, |time_range| bounds, |now|, half-life (seconds)
+// Times a write accepts (event_time; unix seconds): years 1-9999 UTC, the range ISO 8601 renders
+// (the Python layer's memkern.validate.MIN_TIME / MAX_TIME). Also the largest half-life.
+constexpr double kMinTime = -62135596800.0;     // 0001-01-01T00:00:00Z
+constexpr double kMaxTime = 253402300799.0;     // 9999-12-31T23:59:59Z
+#define MEMKERN_TIME_RANGE "unix seconds in [-62135596800, 253402300799] (years 1-9999 UTC)"
+inline bool time_in_range(double t) { return t >= kMinTime && t <= kMaxTime; }  // false for NaN
 
 struct StoreOptions {
   uint32_t dim = 0;          // 0: take it from the existing store

@@ -158,7 +158,7 @@ def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
             for start in range(0, len(sessions), 4):
                 chunk = sessions[start : start + 4]
                 results = rmm.end_sessions([s["turns"] for s in chunk], [s["session_id"] for s in chunk],
-                                           [s.get("date") for s in chunk], progress=lambda _n: bar.update(1))
+                                           dates=[s.get("date") for s in chunk], progress=lambda _n: bar.update(1))
                 for res in results:
                     actions.update(r.action for r in res)
             bar.close()

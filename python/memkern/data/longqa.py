@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from ..atomic import atomic_write
 from .haystack import LongQAItem
 from ..validate import check_int
 from .schema import DatasetFormatError, parse_json_text, read_text
@@ -125,7 +126,6 @@ def save_longqa(items: Iterable[LongQAItem], path: str | os.PathLike) -> Path:
     """Write items as JSON Lines in the published format; returns the path."""
     p = Path(path).expanduser()
     p.parent.mkdir(parents=True, exist_ok=True)
-    with open(p, "w", encoding="utf-8") as fh:
-        for it in items:
-            fh.write(json.dumps(longqa_record(it), ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(longqa_record(it), ensure_ascii=False) + "\n" for it in items)
+    atomic_write(p, text)
     return p

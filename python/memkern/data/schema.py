@@ -170,8 +170,9 @@ class DatasetFileNotFoundError(MemkernError, FileNotFoundError):
     """A data file does not exist (a :class:`FileNotFoundError` that is also a memkern error)."""
 
 
-#: Deepest JSON nesting a data file may have (the published formats nest 4-6 levels).
-MAX_JSON_DEPTH = 64
+#: Deepest JSON nesting a data file may have (the published formats nest 4-6 levels):
+#: :data:`memkern.validate.MAX_DOCUMENT_DEPTH`.
+from ..validate import MAX_DOCUMENT_DEPTH as MAX_JSON_DEPTH  # noqa: E402
 
 
 def read_text(path: Any, what: str) -> str:
@@ -201,33 +202,13 @@ def read_text(path: Any, what: str) -> str:
                                  f"{e.start}") from None
 
 
-def check_depth(data: Any, where: str, limit: int = MAX_JSON_DEPTH) -> None:
-    """Raise :class:`DatasetFormatError` naming ``where`` if ``data`` nests deeper than ``limit``
-    (iterative: never recurses)."""
-    stack = [(data, 1)]
-    while stack:
-        obj, d = stack.pop()
-        if isinstance(obj, dict):
-            children = obj.values()
-        elif isinstance(obj, list):
-            children = obj
-        else:
-            continue
-        if d > limit:
-            raise DatasetFormatError(f"{where}: expected JSON nested at most {limit} levels deep, got deeper")
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
-
-
 def parse_json_text(text: str, where: str) -> Any:
-    """``json.loads(text)`` with a too-deep document reported as :class:`DatasetFormatError`
-    naming ``where`` (Python's parser raises ``RecursionError`` there)."""
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise DatasetFormatError(f"{where}: expected JSON nested at most {MAX_JSON_DEPTH} levels deep, got "
-                                 "deeper") from None
-    check_depth(data, where)
-    return data
+    """``json.loads(text)`` within the document bounds of :func:`memkern.validate.parse_json` (no
+    ``RecursionError``, no bare ``ValueError`` for a huge int, no NaN / Infinity), errors as
+    :class:`DatasetFormatError` naming ``where``."""
+    from ..validate import parse_json
+
+    return parse_json(text, where, "JSON", DatasetFormatError, raw_syntax_errors=True)
 
 
 def read_json(path: Any, what: str) -> Any:

@@ -15,6 +15,11 @@ Accepted layouts:
 
 A turn is a dict with ``content`` (str; ``text`` is accepted instead) and ``role`` (str, default
 ``"user"``); other keys are kept. LongMemEval and LoCoMo files are validated by their own loaders.
+
+Every layout then meets the bounds of :mod:`memkern.validate` (what the store accepts): each
+session's ``date`` reads as a date in years 1-9999 (:func:`memkern.template.event_seconds`, the
+check ``RMM.end_session(date=...)`` applies), session ids of at most ``MAX_ID_CHARS``
+characters, turns within the text, name and JSON bounds (:func:`memkern.validate.check_turn`).
 """
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import MemkernError
+from ..template import event_seconds
+from ..validate import MAX_ID_CHARS, check_text, check_turn
 from .locomo import parse_locomo
 from .longmemeval import parse_longmemeval
 from .schema import DatasetFormatError, read_json
@@ -72,13 +80,35 @@ def load_session_file(path: str | os.PathLike) -> SessionFile:
         raise DatasetFormatError(f"{p}: {e}") from None
 
 
+def check_sessions(sessions: list[dict[str, Any]], where: str = "sessions") -> None:
+    """Every session within the bounds the store and ``RMM.end_session`` apply: a readable ``date``
+    (or none), a bounded session id, every turn :func:`memkern.validate.check_turn`. Raises
+    :class:`DatasetFormatError` naming the session (index and id) and the field."""
+    for i, s in enumerate(sessions):
+        at = f"{where}[{i}] (session {str(s['session_id'])[:60]!r})"
+        try:
+            check_text(f"{at}.session_id", s["session_id"], max_chars=MAX_ID_CHARS)
+            event_seconds(s.get("date"), f"{at}.date")
+            for j, t in enumerate(s["turns"]):
+                check_turn(t, f"{at}.turns[{j}]")
+        except MemkernError as e:
+            raise DatasetFormatError(str(e)) from None
+
+
 def load_sessions(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The sessions of :func:`load_session_file` (``[{"session_id", "date", "turns"}]``)."""
     return load_session_file(path).sessions
 
 
 def parse_sessions(data: Any) -> SessionFile:
-    """Map already-parsed JSON of any accepted layout to a :class:`SessionFile` (validated)."""
+    """Map already-parsed JSON of any accepted layout to a :class:`SessionFile` (validated, also
+    against the store's bounds: :func:`check_sessions`)."""
+    out = _parse_layout(data)
+    check_sessions(out.sessions)
+    return out
+
+
+def _parse_layout(data: Any) -> SessionFile:
     if isinstance(data, dict) and "sessions" in data:
         return _bundled(data)
     if isinstance(data, dict) and "conversation" in data:

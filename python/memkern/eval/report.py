@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..errors import bad_arg
 from .metrics import mean_std
 
@@ -138,9 +139,7 @@ def write_result(result: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Write ``result`` (a result or an aggregate) as indented JSON (NaN -> null); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(_as_dict(result)), indent=1, sort_keys=False))
-    os.replace(tmp, p)
+    atomic_write(p, json.dumps(_clean(_as_dict(result)), indent=1, sort_keys=False))
     return p
 
 

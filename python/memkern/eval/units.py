@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..data.schema import Conversation
 from ..errors import bad_arg
 
@@ -131,9 +132,7 @@ class CachedEmbedder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         keys = np.array(list(self._mem), dtype="U40")
         vecs = np.stack(list(self._mem.values())).astype(np.float32)
-        tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, keys=keys, vecs=vecs)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, lambda f: np.savez(f, keys=keys, vecs=vecs))
         self._new = 0
 
     def count_tokens(self, text: str) -> int:

@@ -9,6 +9,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from ..validate import MAX_TEXT_CHARS
+from ..validate import check_text as _check_text
 
 __all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts", "apply_writes",
            "time_kw", "TIME_KEYS", "pop_time_kw", "record_time"]
@@ -68,15 +70,10 @@ def in_time_range(r: Any, kw: dict) -> bool:
     return (tr[0] is None or t >= tr[0]) and (tr[1] is None or t < tr[1])
 
 
-def check_text(text: Any, name: str) -> str:
-    """A str encodable as UTF-8 (what the store keeps), else an error naming ``name``."""
-    if not isinstance(text, str):
-        raise bad_arg(name, "a str", type(text).__name__, MemkernTypeError)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise bad_arg(name, "a str encodable as UTF-8 (no lone surrogates)", f"{text[e.start:e.end]!r}") from None
-    return text
+def check_text(text: Any, name: str, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """A str encodable as UTF-8 (what the store keeps) of at most ``max_chars`` characters, else an
+    error naming ``name`` (:func:`memkern.validate.check_text`)."""
+    return _check_text(name, text, max_chars=max_chars)
 
 
 def check_texts(texts: Any, name: str) -> list[str]:

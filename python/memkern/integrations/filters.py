@@ -31,9 +31,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from ..validate import MAX_FILTER_DEPTH
 from .values import check_json_value
 
-__all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS"]
+__all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS",
+           "check_depth", "MAX_FILTER_DEPTH"]
 
 OPS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains", "icontains", "exists")
 _SCALARS = (str, int, float, bool)
@@ -60,6 +62,15 @@ Tree = "Cond | Node | None"
 
 
 # ------------------------------------------------------------------------------- validation
+def check_depth(depth: int, name: str) -> None:
+    """Refuse a filter nested deeper than :data:`memkern.validate.MAX_FILTER_DEPTH` (``$and`` /
+    ``$or`` / ``$not`` levels, in every adapter's syntax) before it is walked any further: a
+    :class:`~memkern.MemkernValueError` naming ``name``, never a ``RecursionError``."""
+    if depth > MAX_FILTER_DEPTH:
+        raise bad_arg(name, f"a filter nested at most {MAX_FILTER_DEPTH} levels deep ($and / $or / $not)",
+                      "deeper nesting")
+
+
 def cond(key: Any, op: str, value: Any, name: str = "filter") -> Cond:
     """A validated :class:`Cond` (errors name ``name`` and the key)."""
     if not isinstance(key, str) or not key:
@@ -99,14 +110,16 @@ _DOLLAR = {"$eq": "eq", "$ne": "ne", "$in": "in", "$nin": "nin", "$gt": "gt", "$
            "$lt": "lt", "$lte": "lte", "$contains": "contains", "$exists": "exists"}
 
 
-def parse(filter: Any, name: str = "filter") -> Cond | Node | None:
+def parse(filter: Any, name: str = "filter", _depth: int = 0) -> Cond | Node | None:
     """Parse the dict grammar shared by memkern, LangGraph and LangChain.
 
     ``{"k": v}`` (equality; a dict ``v`` without ``$`` keys matches a sub-dict), ``{"k": {"$eq" |
     "$ne" | "$in" | "$nin" | "$gt" | "$gte" | "$lt" | "$lte" | "$contains" | "$exists": v, ...}}``
     (several operators = and), ``{"$and": [f, ...]}``, ``{"$or": [f, ...]}``, ``{"$not": f}``;
-    several keys = and. ``None`` or ``{}`` is no filter.
+    several keys = and; nested at most :data:`MAX_FILTER_DEPTH` levels. ``None`` or ``{}`` is no
+    filter.
     """
+    check_depth(_depth, name)
     if filter is None:
         return None
     if not isinstance(filter, dict):
@@ -118,9 +131,9 @@ def parse(filter: Any, name: str = "filter") -> Cond | Node | None:
         if key in ("$and", "$or"):
             if isinstance(v, (str, dict)) or not isinstance(v, (list, tuple)):
                 raise bad_arg(f"{name}[{key!r}]", "a list of filters", type(v).__name__, MemkernTypeError)
-            parts.append(node(key[1:], [parse(f, f"{name}[{key!r}][{i}]") for i, f in enumerate(v)]))
+            parts.append(node(key[1:], [parse(f, f"{name}[{key!r}][{i}]", _depth + 1) for i, f in enumerate(v)]))
         elif key == "$not":
-            parts.append(node("not", [parse(v, f"{name}['$not']")]))
+            parts.append(node("not", [parse(v, f"{name}['$not']", _depth + 1)]))
         elif key.startswith("$"):
             raise bad_arg(name, "'$and', '$or', '$not' or a metadata key", key)
         elif isinstance(v, dict) and any(isinstance(o, str) and o.startswith("$") for o in v):

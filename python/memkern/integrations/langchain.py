@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.langchain needs LangChain: pip install 'memkern[langchain]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from ..validate import check_int, check_namespace_str
 from . import filters as F
 from ._common import (TIME_KEYS, EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw,
                       release_store, time_kw)
@@ -67,19 +68,11 @@ class MemkernEmbeddings(Embeddings):
 
 
 def _check_namespace(namespace: Any) -> str:
-    if not isinstance(namespace, str):
-        raise bad_arg("namespace", "a non-empty str", type(namespace).__name__, MemkernTypeError)
-    if not namespace:
-        raise bad_arg("namespace", "a non-empty str", namespace)
-    return check_text(namespace, "namespace")
+    return check_namespace_str(namespace)
 
 
 def _check_k(k: Any, name: str = "k") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise bad_arg(name, "an int >= 1", type(k).__name__, MemkernTypeError)
-    if int(k) < 1:
-        raise bad_arg(name, "an int >= 1", int(k))
-    return int(k)
+    return check_int(name, k, 1, type_error=True)
 
 
 class MemkernVectorStore(VectorStore):

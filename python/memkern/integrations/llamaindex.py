@@ -59,9 +59,9 @@ _OPS = {
 }
 
 
-def _one(f: Any, name: str) -> Any:
+def _one(f: Any, name: str, depth: int) -> Any:
     if isinstance(f, MetadataFilters):
-        return to_filter(f, name)
+        return to_filter(f, name, depth + 1)
     if not isinstance(f, MetadataFilter):
         raise bad_arg(name, "a MetadataFilter or MetadataFilters", type(f).__name__, MemkernTypeError)
     op = FilterOperator(f.operator)
@@ -82,13 +82,15 @@ def _one(f: Any, name: str) -> Any:
     raise bad_arg(f"{name}[{f.key!r}]", "a supported FilterOperator", op)  # pragma: no cover (all covered)
 
 
-def to_filter(filters: Optional[MetadataFilters], name: str = "filters") -> Any:
-    """LlamaIndex ``MetadataFilters`` -> a parsed :mod:`memkern.integrations.filters` tree."""
+def to_filter(filters: Optional[MetadataFilters], name: str = "filters", _depth: int = 0) -> Any:
+    """LlamaIndex ``MetadataFilters`` -> a parsed :mod:`memkern.integrations.filters` tree (nested at
+    most :data:`memkern.validate.MAX_FILTER_DEPTH` levels)."""
+    F.check_depth(_depth, name)
     if filters is None:
         return None
     if not isinstance(filters, MetadataFilters):
         raise bad_arg(name, "a MetadataFilters or None", type(filters).__name__, MemkernTypeError)
-    kids = [_one(f, f"{name}.filters[{i}]") for i, f in enumerate(filters.filters)]
+    kids = [_one(f, f"{name}.filters[{i}]", _depth) for i, f in enumerate(filters.filters)]
     cond = FilterCondition(filters.condition or FilterCondition.AND)
     if cond is FilterCondition.NOT:
         return F.node("not", [F.node("and", kids)]) if kids else None

@@ -51,6 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.mem0 needs mem0: pip install 'memkern[mem0]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, bad_arg
+from ..validate import check_int, check_namespace_str
 from . import filters as F
 
 
@@ -104,8 +105,10 @@ _M0 = {"eq": "eq", "ne": "ne", "gt": "gt", "gte": "gte", "lt": "lt", "lte": "lte
 _LOGIC = {"AND": "and", "OR": "or", "NOT": "not", "$and": "and", "$or": "or", "$not": "not"}
 
 
-def to_filter(filters: Any, name: str = "filters") -> Any:
-    """mem0's filter dict -> a parsed :mod:`memkern.integrations.filters` tree."""
+def to_filter(filters: Any, name: str = "filters", _depth: int = 0) -> Any:
+    """mem0's filter dict -> a parsed :mod:`memkern.integrations.filters` tree (nested at most
+    :data:`memkern.validate.MAX_FILTER_DEPTH` levels)."""
+    F.check_depth(_depth, name)
     if filters is None:
         return None
     if not isinstance(filters, dict):
@@ -124,7 +127,7 @@ def to_filter(filters: Any, name: str = "filters") -> Any:
                 v = [v]
             if isinstance(v, str) or not isinstance(v, (list, tuple)):
                 raise bad_arg(f"{name}[{key!r}]", "a list of filter dicts", type(v).__name__, MemkernTypeError)
-            kids = [to_filter(sub, f"{name}[{key!r}][{i}]") for i, sub in enumerate(v)]
+            kids = [to_filter(sub, f"{name}[{key!r}][{i}]", _depth + 1) for i, sub in enumerate(v)]
             if kind == "not":
                 parts.append(F.node("not", [F.node("or", kids)]) if any(k is not None for k in kids) else None)
             else:
@@ -147,19 +150,11 @@ def to_filter(filters: Any, name: str = "filters") -> Any:
 
 # ------------------------------------------------------------------------------- the provider
 def _check_collection(name: Any) -> str:
-    if not isinstance(name, str):
-        raise bad_arg("collection_name", "a non-empty str", type(name).__name__, MemkernTypeError)
-    if not name:
-        raise bad_arg("collection_name", "a non-empty str", name)
-    return check_text(name, "collection_name")
+    return check_namespace_str(name, "collection_name")
 
 
 def _check_top_k(k: Any, name: str = "top_k") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise bad_arg(name, "an int >= 1", type(k).__name__, MemkernTypeError)
-    if int(k) < 1:
-        raise bad_arg(name, "an int >= 1", int(k))
-    return int(k)
+    return check_int(name, k, 1, type_error=True)
 
 
 class MemkernVectorStore(VectorStoreBase):

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import json as _json
 
+from ..atomic import atomic_path
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
 from ..validate import check_choice, check_int
 from ..telemetry import traced
@@ -77,14 +78,12 @@ def _onnx_session(model: Any, tokenizer: Any, model_name: str) -> tuple[Any, lis
                         return self.m(**dict(zip(names, args))).last_hidden_state
 
                 t0 = time.perf_counter()
-                tmp = folder / f"{key}.tmp-{os.getpid()}.onnx"
                 axes = {n: {0: "batch", 1: "length"} for n in names + ["hidden"]}
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), atomic_path(path) as tmp:
                     warnings.simplefilter("ignore")
                     torch.onnx.export(_Hidden(model).eval(), tuple(probe[n] for n in names), str(tmp),
                                       input_names=names, output_names=["hidden"], dynamic_axes=axes,
                                       opset_version=17, dynamo=False)
-                os.replace(tmp, path)
                 log.info("Embedder: exported %s to ONNX at %s in %.1f s", model_name, path,
                          time.perf_counter() - t0)
     so = ort.SessionOptions()

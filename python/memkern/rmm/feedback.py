@@ -4,7 +4,13 @@ The model's answer cites the shown memories by number (:func:`parse_answer`); ea
 gets reward ``+1`` and each uncited one ``-1``. Rewards of ``batch_size`` responses are buffered
 and fed to ``reranker.update`` at once (:meth:`FeedbackStage.flush`). The reranker state and the
 not-yet-used buffer are persisted per namespace under ``<store.path>/rerankers/``
-(:func:`memkern.paths.reranker_file`).
+(:func:`memkern.paths.reranker_file`), each by one atomic durable write
+(:func:`memkern.atomic.atomic_write`).
+
+A persisted reranker file that is not a valid reranker of the store's dim (damaged, or written by
+something else) never blocks the namespace: it is moved aside to ``<namespace>.pt.damaged`` (kept
+for inspection, never read; ``memkern forget`` removes it), a warning is logged, and the namespace
+continues with a fresh reranker. An unreadable reward buffer is dropped with a warning.
 """
 from __future__ import annotations
 
@@ -16,8 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, StoreCorruptedError, bad_arg
 from ..jsonrepair import JSONRepairError, coerce_int, parse_json
+from ..atomic import atomic_write
 from ..paths import reranker_file
 from .aio import locked
 
@@ -187,9 +194,18 @@ class FeedbackStage:
 
             path = self._reranker_path()
             if path and os.path.exists(path):
-                self._reranker = Reranker.load(path)
-                log.info("rmm: loaded the reranker of namespace %r from %s", self.namespace, path)
-            else:
+                try:
+                    self._reranker = Reranker.load_checked(path, self.store.dim)
+                    log.info("rmm: loaded the reranker of namespace %r from %s", self.namespace, path)
+                except StoreCorruptedError as e:
+                    damaged = self._reranker_path(".pt.damaged")
+                    try:
+                        os.replace(path, damaged)
+                    except OSError:  # e.g. a read-only store: the next save replaces it
+                        damaged = path
+                    log.warning("rmm: %s; kept as %s, namespace %r continues with a fresh reranker",
+                                e, damaged, self.namespace)
+            if self._reranker is None:
                 self._reranker = Reranker(self.store.dim, top_m=self.top_m)
                 log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d)", self.namespace, self.store.dim, self.top_m)
         return self._reranker
@@ -207,15 +223,11 @@ class FeedbackStage:
 
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if self._reranker is not None:
-            tmp = self._reranker_path(".pt.tmp")
-            self._reranker.save(tmp)
-            os.replace(tmp, path)
+            self._reranker.save(path)  # atomic and durable
         bpath = self._buffer_path()
         if self._buffer:
             data = [(_selection_to_dict(s), torch.as_tensor(np.asarray(r, np.float32))) for s, r in self._buffer]
-            btmp = self._reranker_path(".buffer.pt.tmp")
-            torch.save(data, btmp)
-            os.replace(btmp, bpath)
+            atomic_write(bpath, lambda f: torch.save(data, f))
         elif os.path.exists(bpath):
             os.remove(bpath)
 
@@ -223,13 +235,11 @@ class FeedbackStage:
         bpath = self._buffer_path()
         if not bpath or not os.path.exists(bpath):
             return
-        import torch
-
-        from ..reranker import Selection
+        from ..reranker import read_buffer_bytes
 
         try:
-            data = torch.load(bpath, weights_only=True)
-            self._buffer = [(Selection(**d), np.asarray(r, np.float32)) for d, r in data]
+            with open(bpath, "rb") as f:
+                self._buffer = read_buffer_bytes(f.read(), self.store.dim, bpath)
         except Exception as exc:  # a stale buffer must never block the memory
             log.warning("rmm: ignoring unreadable reward buffer %s (%s)", bpath, exc)
             self._buffer = []
