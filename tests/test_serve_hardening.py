@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn")
 
 import memkern  # noqa: E402
 from memkern.server import Limits, MemoryService  # noqa: E402
-from memkern.server.service import iso_time  # noqa: E402
+from memkern.validate import MAX_TIME, MIN_TIME, iso_time  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
@@ -54,43 +54,44 @@ def _json_error(r, status):
 
 
 # ------------------------------------------------------------------ dates: any stored time reads back
-def test_iso_time_is_total():
-    assert iso_time(0) == "1970-01-01T00:00:00+00:00"
-    assert iso_time(253402300799) == "9999-12-31T23:59:59+00:00"
-    assert iso_time(253402300800) == "+10000-01-01T00:00:00+00:00"
-    assert iso_time(1e12) == "+33658-09-27T01:46:40+00:00"
-    assert iso_time(-1e12) == "-29719-04-05T22:13:20+00:00"
-    assert iso_time(-62135596801) == "+00000-12-31T23:59:59+00:00"  # 1 BC, astronomical year 0
-    assert iso_time(None) is None and iso_time(float("nan")) is None and iso_time(float("inf")) is None
-    import datetime as dt
-    rng = np.random.default_rng(0)
-    for t in rng.uniform(-6.2e10, 2.5e11, 300):  # the 400-year shift agrees with datetime where both work
-        ref = dt.datetime.fromtimestamp(float(t), tz=dt.timezone.utc)
-        assert iso_time(t) == ref.isoformat()
-        shifted = iso_time(float(t) + 146097 * 86400 * 30)  # 30 Gregorian cycles: + 12,000 years
-        assert shifted[1:].startswith(f"{ref.year + 12000:05d}-{ref.month:02d}-{ref.day:02d}T"), (t, shifted)
+def test_every_stored_time_renders():
+    """The renderer the read routes use never fails on a stored number: a time a store written
+    before the date bounds may hold (|t| up to 1e12) renders as null, not a 500."""
+    from types import SimpleNamespace
+
+    svc = MemoryService(memkern.InMemoryStore(dim=64, metric="cos"), embedder=HashEmbedder(64))
+    for t in (1e12, -1e12, 5e11, float("nan"), MAX_TIME, MIN_TIME, 0.0):
+        rec = SimpleNamespace(namespace="u:a", id=1, summary="s", meta={}, version=1, status="active",
+                              created_at=t, updated_at=t, event_time=t)
+        d = svc._record_json(rec)
+        assert d["event_time"] == iso_time(t) and d["created_at"] == iso_time(t)
+    assert iso_time(MAX_TIME) == "9999-12-31T23:59:59+00:00" and iso_time(MIN_TIME) == "0001-01-01T00:00:00+00:00"
 
 
 def test_one_far_date_does_not_poison_a_users_reads(store):
-    """A date the API accepts (the issue's 5e11 s, and the store's own bounds written directly)
-    reads back through every read route, for the scope and its parent."""
-    from memkern.store import MAX_TIME
-
+    """The issue's 5e11 s is refused at the add (naming date); the bounds the API accepts (years
+    1-9999, also written straight to the store) read back through every read route, for the scope
+    and its parent."""
     chat = ScriptedChat(lambda messages: '{"answer": "ok", "citations": [0]}')
     svc = _svc(store, chat)
     with running(svc) as url, httpx.Client(base_url=url, headers=H, timeout=60) as c:
-        r = c.post("/v1/memories", json={"messages": "x", "user_id": "victim", "run_id": "r", "infer": False,
-                                         "date": 5e11})
-        assert r.status_code in (200, 422), r.text  # accepted, or refused where the bound is tighter
+        add = {"messages": "x", "user_id": "victim", "run_id": "r", "infer": False}
+        for bad in (5e11, -1e12, MAX_TIME + 1, "10000-01-01"):
+            r = c.post("/v1/memories", json={**add, "date": bad})
+            assert r.status_code == 422 and "date" in r.json()["detail"], r.text
+        for good in (MAX_TIME, MIN_TIME, "9999-12-31"):
+            assert c.post("/v1/memories", json={**add, "date": good}).status_code == 200
+        r = c.post("/v1/memories", json={**add, "messages": "dated", "date": "9999-12-31T23:59:59", "infer": True})
+        assert r.status_code == 200, r.text
         emb = HashEmbedder(64).encode(["far future", "far past"])
-        far = store.add_batch("u:victim:r:r", ["far future", "far past"], emb, event_times=[MAX_TIME, -MAX_TIME])
+        far = store.add_batch("u:victim:r:r", ["far future", "far past"], emb, event_times=[MAX_TIME, MIN_TIME])
         ok = c.post("/v1/memories", json={"messages": "I like tea", "user_id": "victim", "infer": False}).json()
         mid = ok["results"][0]["id"]
         for scope in ({"user_id": "victim"}, {"user_id": "victim", "run_id": "r"}):
             listed = c.get("/v1/memories", params=scope)
             assert listed.status_code == 200, listed.text
             times = {m["memory"]: m["event_time"] for m in listed.json()["results"]}
-            assert times["far future"] == iso_time(MAX_TIME) and times["far past"] == iso_time(-MAX_TIME)
+            assert times["far future"] == iso_time(MAX_TIME) and times["far past"] == iso_time(MIN_TIME)
             s = c.post("/v1/memories/search", json={"query": "far future tea x", "limit": 10, **scope})
             assert s.status_code == 200 and len(s.json()["results"]) >= 2, s.text
             s = c.post("/v1/memories/search", json={"query": "far", "time_range": [None, None], **scope})
@@ -127,8 +128,8 @@ def test_lone_surrogates_are_json_errors_and_write_nothing(store):
                      ).json()["results"][0]["id"]
         n0 = store.count("u:a")
         cases = [
-            ("post", "/v1/memories", {"messages": SUR, "user_id": "a", "infer": False}, "messages[0].content"),
-            ("post", "/v1/memories", {"messages": SUR, "user_id": "a"}, "messages[0].content"),
+            ("post", "/v1/memories", {"messages": SUR, "user_id": "a", "infer": False}, "messages[0]"),
+            ("post", "/v1/memories", {"messages": SUR, "user_id": "a"}, "messages[0]"),
             ("post", "/v1/memories", {"messages": [{"role": SUR, "content": "hi"}], "user_id": "a", "infer": False},
              "role"),
             ("post", "/v1/memories", {"messages": [{"role": "user", "content": "hi", "name": SUR}], "user_id": "a",

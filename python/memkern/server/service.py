@@ -20,7 +20,6 @@ Every argument is validated before anything is written, with the same messages a
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import itertools
 import json
 import logging
@@ -37,13 +36,15 @@ import numpy as np
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
-from ..store import DEFAULT_RECENCY_WEIGHT, MAX_JSON_DEPTH, check_json, check_search_filters
+from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..template import event_seconds, time_range_seconds
+from ..atomic import atomic_write, fsync_dir
+from ..validate import check_json, check_text, iso_time
 from . import scopes as S
 
 log = logging.getLogger("memkern")
 
-__all__ = ["BusyError", "ConflictError", "Limits", "MemoryService", "iso_time"]
+__all__ = ["BusyError", "ConflictError", "Limits", "MemoryService"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,11 @@ class Limits:
         Characters of one message's content, a search query or a memory text.
     max_limit : int
         Largest ``limit`` of a search or a listing.
-    max_field_chars : int
-        Characters of a message's ``role``.
     max_meta_bytes : int
         ``metadata``, and the keys of one message other than ``role`` / ``content``, as compact
-        JSON (UTF-8 bytes); nested at most ``memkern.store.MAX_JSON_DEPTH`` deep.
+        JSON (UTF-8 bytes). Every value also keeps to the bounds every entry point shares
+        (:mod:`memkern.validate`: a ``role`` of at most ``MAX_NAME_CHARS``, JSON nesting, key
+        counts, int64 ints, UTF-8 text).
     max_respond_chars : int
         Characters of a respond's query plus its ``session_turns`` contents (the prompt the chat
         model reads grows with them).
@@ -77,7 +78,6 @@ class Limits:
     max_messages: int = 256
     max_text_chars: int = 32_768
     max_limit: int = 1000
-    max_field_chars: int = 256
     max_meta_bytes: int = 16_384
     max_respond_chars: int = 4096
     max_pending_responds: int = 4
@@ -188,52 +188,9 @@ class _Locked:
             return self._inner.count_tokens(text)
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_DAYS_400Y = 146_097  # days in 400 Gregorian years: the calendar repeats exactly
-
-
-def iso_time(t: Any) -> str | None:
-    """Unix seconds as an ISO 8601 UTC time; ``None`` for ``None`` or a non-finite value.
-
-    Total for every finite float: a time outside years 1-9999 (which :mod:`datetime` cannot
-    hold) is written with ISO 8601's expanded year, ``"+33658-09-27T01:46:40+00:00"`` /
-    ``"-00001-12-31T00:00:00+00:00"`` (astronomical years: 0 is 1 BC), so no stored time can make
-    a read fail.
-    """
-    if t is None:
-        return None
-    t = float(t)
-    if not math.isfinite(t):
-        return None
-    try:
-        return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).isoformat()
-    except (OverflowError, ValueError, OSError):
-        pass
-    days, secs = divmod(t, 86400.0)
-    cycles, day = divmod(int(days), _DAYS_400Y)  # shift by whole 400-year cycles into range
-    dt = _EPOCH + _dt.timedelta(days=day, seconds=secs)
-    year = dt.year + 400 * cycles
-    sign = "-" if year < 0 else "+"
-    return f"{sign}{abs(year):05d}" + dt.isoformat()[4:]
-
-
-def _check_utf8(value: str, arg: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise bad_arg(arg, "text encodable as UTF-8 (no lone surrogates)",
-                      f"{value[e.start:e.end]!r} at index {e.start}") from None
-    return value
-
-
 def _check_text(value: Any, arg: str, limit: int) -> str:
-    if not isinstance(value, str):
-        raise bad_arg(arg, "a str", type(value).__name__, MemkernTypeError)
-    if len(value) > limit:
-        raise bad_arg(arg, f"at most {limit} characters", f"{len(value)} characters")
-    if not value.strip():
-        raise bad_arg(arg, "a non-empty text", value)
-    return _check_utf8(value, arg)
+    """A non-blank str of at most ``limit`` characters, valid UTF-8 (:func:`memkern.validate.check_text`)."""
+    return check_text(arg, value, max_chars=limit, nonempty=True)
 
 
 def _check_limit(value: Any, arg: str, hi: int) -> int:
@@ -243,8 +200,8 @@ def _check_limit(value: Any, arg: str, hi: int) -> int:
 
 
 def _check_json_size(value: Any, arg: str, limit: int) -> None:
-    """``value`` JSON-compatible (``memkern.store.check_json``: UTF-8 text, finite numbers, str
-    keys, nested at most ``MAX_JSON_DEPTH``) and at most ``limit`` bytes as compact JSON."""
+    """``value`` a JSON value every entry point takes (:func:`memkern.validate.check_json`) and at
+    most ``limit`` bytes as compact JSON."""
     check_json(value, arg)
     n = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if n > limit:
@@ -267,9 +224,9 @@ class _FeedbackLedger:
     """The response ids whose feedback was accepted: once per response.
 
     Kept in memory and, for a store on disk, appended to ``<store>/server/feedback-given`` (one
-    id per line, fsynced before the feedback is applied), so a restarted server refuses them too.
-    At start the file is read and rewritten with its last ``keep`` ids (temp file, fsync, rename,
-    fsync of the folder).
+    id per line, fsynced before the feedback is applied; mode 0600), so a restarted server refuses
+    them too. At start the file is read and rewritten with its last ``keep`` ids
+    (:func:`memkern.atomic.atomic_write`).
     """
 
     FILE = "feedback-given"
@@ -290,23 +247,7 @@ class _FeedbackLedger:
             self._rewrite()
 
     def _rewrite(self) -> None:
-        folder = os.path.dirname(self.path)
-        tmp = os.path.join(folder, f".{self.FILE}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "w", encoding="ascii") as f:
-                f.writelines(f"{rid}\n" for rid in self._ids)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        atomic_write(self.path, "".join(f"{rid}\n" for rid in self._ids))
 
     def __contains__(self, rid: str) -> bool:
         with self._lock:
@@ -319,6 +260,7 @@ class _FeedbackLedger:
                 folder = os.path.dirname(self.path)
                 if not os.path.isdir(folder):
                     os.makedirs(folder, mode=0o700, exist_ok=True)
+                    fsync_dir(os.path.dirname(folder))
                 new = not os.path.exists(self.path)
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
@@ -327,11 +269,7 @@ class _FeedbackLedger:
                 finally:
                     os.close(fd)
                 if new:  # the new file's directory entry
-                    dfd = os.open(folder, os.O_RDONLY)
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
+                    fsync_dir(folder)
             self._ids[rid] = None
             while len(self._ids) > self.keep:
                 self._ids.popitem(last=False)
@@ -463,11 +401,14 @@ class MemoryService:
 
     # ------------------------------------------------------------------ validation
     def check_messages(self, messages: Any, arg: str = "messages", max_chars: int | None = None) -> list[dict]:
-        """Turn dicts (``role``, ``content`` str; other keys kept); a str is one user message.
+        """Turn dicts (``role``, default ``"user"``, and ``content`` str; other keys kept); a str is
+        one user message.
 
-        Each ``content`` holds at most ``max_text_chars`` characters (``max_chars``, when given,
-        bounds their sum), each ``role`` at most ``max_field_chars``; the other keys of a message
-        are JSON of at most ``max_meta_bytes``; all text is UTF-8 (no lone surrogates)."""
+        Each ``content`` is non-blank and holds at most ``max_text_chars`` characters
+        (``max_chars``, when given, bounds their sum); the other keys of a message are JSON of at
+        most ``max_meta_bytes``; everything keeps to the shared bounds
+        (:func:`memkern.extract.validate_turns`, :func:`memkern.validate.check_turn`: ``role``
+        length, UTF-8, JSON nesting)."""
         lim = self.limits
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
@@ -485,10 +426,7 @@ class MemoryService:
                 raise bad_arg(arg, f"contents of at most {max_chars} characters in all", f"more ({total} by "
                               f"{arg}[{i}])")
             t = dict(t)
-            role = t.setdefault("role", "user")
-            if len(role) > lim.max_field_chars:
-                raise bad_arg(f"{arg}[{i}].role", f"at most {lim.max_field_chars} characters", f"{len(role)} characters")
-            _check_utf8(role, f"{arg}[{i}].role")
+            t.setdefault("role", "user")
             extra = {k: v for k, v in t.items() if k not in ("role", "content")}
             if extra:
                 _check_json_size(extra, f"{arg}[{i}]", lim.max_meta_bytes)
