@@ -43,7 +43,6 @@ or too long fields get 422. Errors are JSON ``{"detail": "<argument>: expected .
 500 anything else (nothing half-written: every argument is checked first).
 """
 import asyncio
-import hmac
 import json
 import logging
 from typing import Any, Iterable, Mapping, Optional, Union
@@ -51,7 +50,6 @@ from typing import Any, Iterable, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from . import scopes as S
 from .scopes import KeyRing
 from .service import BusyError, ConflictError, MemoryService
 
