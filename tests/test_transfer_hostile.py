@@ -240,3 +240,18 @@ def test_a_damaged_reranker_file_never_blocks_the_namespace(tmp_path, caplog):
         assert reranker_file(path, "u", ".pt.damaged").read_bytes() == garbage
         assert Reranker.load_checked(rr, 16).dim == 16  # the fresh one was saved in its place
         caplog.clear()
+
+
+def test_import_never_creates_a_store_inside_another(tmp_path, capsys):
+    src = _store(tmp_path / "S")
+    export_store(src, tmp_path / "x.jsonl")
+    before = _files(src)
+    for target in (src / "rerankers", src / "nested", src / "snapdir" / "deeper"):
+        with pytest.raises(MemkernValueError, match=r"^store: expected a path outside every memkern store folder"):
+            import_store(target, tmp_path / "x.jsonl")
+    assert cli.main(["import", "--store", str(src / "nested"), "--in", str(tmp_path / "x.jsonl")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert _files(src) == before and not (src / "nested").exists()
+    import_store(tmp_path / "beside", tmp_path / "x.jsonl")  # beside it is fine
+    with MemoryStore(tmp_path / "beside") as s:
+        assert s.count("alice") == 2

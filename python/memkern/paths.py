@@ -102,20 +102,23 @@ def _identity(p: str) -> tuple[int, int] | None:
 
 
 def check_outside_stores(target: str | os.PathLike, store: str | os.PathLike | None = None,
-                         arg: str = "path") -> Path:
+                         arg: str = "path", *, folder: bool = False) -> Path:
     """``target`` as a :class:`~pathlib.Path` if writing a file there cannot touch a store's files,
     else a :class:`~memkern.MemkernValueError` naming ``arg``.
 
     Refused: a path inside the folder of ``store`` (symbolic links resolved; folders and files
     compared by device and inode, so case folding, bind mounts and hard links to a store file are
     caught), a path inside any other memkern store folder (one holding ``CURRENT`` or
-    ``wal.log``), and an existing directory.
+    ``wal.log``), and an existing directory (with ``folder=True``, ``target`` is a folder to
+    create or replace, e.g. an import's new store: only the folders above it are checked).
     """
     raw = os.fspath(target)
     if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise bad_arg(arg, "a file path without NUL characters", raw)
     path = Path(raw).expanduser()
-    if path.is_dir():
+    if folder:
+        path = Path(os.path.abspath(path))
+    elif path.is_dir():
         raise bad_arg(arg, "a file path (not a directory)", str(path))
     dirs: set = set()
     files: set = set()
@@ -132,13 +135,15 @@ def check_outside_stores(target: str | os.PathLike, store: str | os.PathLike | N
                     files.add(ident)
     why = f"a path outside the store folder {root}" if root else "a path outside every memkern store folder"
     # The folder the file would land in, and every folder above it (the real ones).
-    starts = {os.path.realpath(str(path.parent)), str(path.absolute().parent),
-              os.path.dirname(os.path.realpath(str(path)))}  # the last: where a link at `path` points
+    starts = {os.path.realpath(str(path.parent)), str(path.absolute().parent)}
+    if not folder:
+        starts.add(os.path.dirname(os.path.realpath(str(path))))  # where a link at `path` points
     for start in starts:
         here = start
         while True:
             if _identity(here) in dirs or (os.path.isdir(here) and _is_store_dir(here)):
-                raise bad_arg(arg, why + " (export never writes into a store)", str(path))
+                raise bad_arg(arg, why + (" (a store is never created inside another)" if folder else
+                                          " (export never writes into a store)"), str(path))
             up = os.path.dirname(here)
             if up == here:
                 break

@@ -785,7 +785,7 @@ class MemoryStore:
         turn_embeddings : array-like float32 ``[len(turns), d]``, optional
             Also store each turn as a turn record linked to this topic (two-level memory).
         event_time : float, optional
-            The conversation's own time (unix seconds, ``|t| <= 1e12``), kept as
+            The conversation's own time (unix seconds, years 1-9999: ``MIN_TIME <= t <= MAX_TIME``), kept as
             ``Record.event_time`` (also on the turn records) for ``search(time_range=...)`` and
             the recency prior.
         """

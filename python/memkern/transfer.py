@@ -905,7 +905,7 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
     if not isinstance(target, (str, os.PathLike)):
         raise bad_arg("target", "a store directory path or an InMemoryStore", type(target).__name__,
                       MemkernTypeError)
-    path = Path(target)
+    path = check_outside_stores(target, arg="store", folder=True)
     existing = path.is_dir() and ((path / "CURRENT").exists() or (path / "wal.log").exists())
     if path.exists() and not existing and (not path.is_dir() or any(path.iterdir())):
         raise bad_arg("store", "a memkern store directory, or a new one (absent or empty)", str(path))

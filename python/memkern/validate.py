@@ -53,7 +53,7 @@ import numpy as np
 from .errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
 
 __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "is_real",
-           "check_time", "check_text", "check_utf8", "check_namespace_str", "check_json", "json_text", "check_turn", "parse_json",
+           "check_time", "check_text", "check_utf8", "check_namespace_str", "check_id", "check_json", "json_text", "check_turn", "parse_json",
            "iso_time", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
            "MAX_NAME_CHARS", "MAX_ID_CHARS", "MAX_NAMESPACE_CHARS", "MAX_JSON_DEPTH", "MAX_OBJECT_KEYS",
            "MAX_KEY_CHARS", "MAX_JSON_BYTES", "MAX_JSON_INT", "MAX_DOCUMENT_DEPTH", "MAX_INT_DIGITS",
@@ -291,6 +291,20 @@ def check_namespace_str(value: Any, name: str = "namespace") -> str:
     if not value:
         raise bad_arg(name, "a non-empty str", value)
     return check_text(name, value, max_chars=MAX_NAMESPACE_CHARS)
+
+
+def check_id(name: str, value: Any) -> str:
+    """A caller's id (a session id, a turn id) as a str: a non-empty str of at most
+    :data:`MAX_ID_CHARS` characters (valid UTF-8), or an int (not bool) of at most 40 digits,
+    converted; else an error naming ``name``."""
+    if is_int(value):
+        v = int(value)
+        if abs(v) < 10 ** MAX_INT_DIGITS:
+            return str(v)
+        raise bad_arg(name, f"a str id or an int of at most {MAX_INT_DIGITS} digits", _short(v))
+    if not isinstance(value, str):
+        raise bad_arg(name, "a str or int id", type(value).__name__, MemkernTypeError)
+    return check_text(name, value, max_chars=MAX_ID_CHARS, nonempty=True)
 
 
 def check_time(name: str, value: Any, *, none_ok: bool = False, type_error: bool = True,

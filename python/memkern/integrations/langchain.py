@@ -37,7 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.langchain needs LangChain: pip install 'memkern[langchain]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from ..validate import check_int, check_namespace_str
+from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
 from . import filters as F
 from ._common import (TIME_KEYS, EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw,
                       release_store, time_kw)
@@ -64,7 +64,7 @@ class MemkernEmbeddings(Embeddings):
         return self._fn(check_texts(texts, "texts"), kind="passage").tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        return self._fn([check_text(text, "text")], kind="query")[0].tolist()
+        return self._fn([check_text(text, "text", MAX_QUERY_CHARS)], kind="query")[0].tolist()
 
 
 def _check_namespace(namespace: Any) -> str:
@@ -135,7 +135,7 @@ class MemkernVectorStore(VectorStore):
             d = None if ids is None else ids[i]
             if d is None:
                 d = str(uuid.uuid4())
-            check_text(d, f"ids[{i}]")
+            check_text(d, f"ids[{i}]", MAX_ID_CHARS)
             if not d:
                 raise bad_arg(f"ids[{i}]", "a non-empty str", d)
             out_ids.append(d)
@@ -206,7 +206,7 @@ class MemkernVectorStore(VectorStore):
         k = _check_k(k)
         F.parse(filter, "filter")
         tkw = pop_time_kw(self.store, kwargs)
-        q = self._embed([check_text(query, "query")], kind="query")[0]
+        q = self._embed([check_text(query, "query", MAX_QUERY_CHARS)], kind="query")[0]
         _, scores, recs = self._search(q, k, filter, tkw)
         return [(self._doc(r), float(s)) for r, s in zip(recs, scores.tolist())]
 
@@ -294,7 +294,7 @@ class MemkernRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         vs: MemkernVectorStore = self.vectorstore
-        q = vs._embed([check_text(query, "query")], kind="query")[0]
+        q = vs._embed([check_text(query, "query", MAX_QUERY_CHARS)], kind="query")[0]
         want = self.candidates if self.reranker is not None else self.k
         tkw = time_kw(vs.store, self.time_range, self.time_field, self.recency, self.recency_weight, self.now)
         ids, scores, recs = vs._search(q, want, self.filter, tkw)
@@ -345,7 +345,7 @@ class MemkernRetriever(BaseRetriever):
                 if retrieval_id is None:
                     retrieval_id = c.metadata.get("memkern_retrieval_id")
                 c = c.id
-            cited_ids.append(check_text(c, f"cited[{i}]"))
+            cited_ids.append(check_text(c, f"cited[{i}]", MAX_ID_CHARS))
         if retrieval_id is None:
             retrieval_id = self.last_retrieval_id
         if retrieval_id is None:

@@ -67,6 +67,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.langgraph needs LangGraph: pip install 'memkern[langgraph]'") from e
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS
 from . import filters as F
 from ._common import (apply_writes, as_embed_fn, check_text, in_time_range, open_store, placeholder, release_store,
                       time_kw)
@@ -217,11 +218,11 @@ class MemkernStore(BaseStore):
         where = f"ops[{i}]"
         if isinstance(op, GetOp):
             ns = encode_namespace(op.namespace, f"{where}.namespace")
-            check_text(op.key, f"{where}.key")
+            check_text(op.key, f"{where}.key", MAX_ID_CHARS)
             return ("get", ns, op.key)
         if isinstance(op, PutOp):
             ns = encode_namespace(op.namespace, f"{where}.namespace")
-            check_text(op.key, f"{where}.key")
+            check_text(op.key, f"{where}.key", MAX_ID_CHARS)
             if op.ttl is not None and op.ttl is not NOT_PROVIDED:
                 raise bad_arg(f"{where}.ttl", "None (MemkernStore does not expire items)", op.ttl)
             if op.value is None:
@@ -249,7 +250,7 @@ class MemkernStore(BaseStore):
             limit = _check_count(op.limit, f"{where}.limit", 0)
             offset = _check_count(op.offset, f"{where}.offset", 0)
             if op.query is not None:
-                check_text(op.query, f"{where}.query")
+                check_text(op.query, f"{where}.query", MAX_QUERY_CHARS)
             return ("search", prefix, tree, limit, offset, op.query or None)
         if isinstance(op, ListNamespacesOp):
             for j, c in enumerate(op.match_conditions or ()):

@@ -41,6 +41,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.llamaindex needs LlamaIndex: pip install 'memkern[llamaindex]'") from e
 
 from ..errors import MemkernTypeError, bad_arg
+from ..validate import MAX_ID_CHARS
 from . import filters as F
 from ._common import apply_writes, check_text, check_texts, open_store, pop_time_kw, release_store
 from .values import check_json_value
@@ -170,7 +171,7 @@ class MemkernVectorStore(BasePydanticVectorStore):
                 raise bad_arg(f"nodes[{i}].metadata", f"no reserved key {ID_KEY!r}", ID_KEY)
             meta = node_to_metadata_dict(node, remove_text=True, flat_metadata=self.flat_metadata)
             meta[ID_KEY] = node.node_id
-            check_text(node.node_id, f"nodes[{i}].node_id")
+            check_text(node.node_id, f"nodes[{i}].node_id", MAX_ID_CHARS)
             rows.append(v)
             texts.append(check_text(node.get_content(), f"nodes[{i}].text"))
             metas.append(meta)
@@ -203,7 +204,7 @@ class MemkernVectorStore(BasePydanticVectorStore):
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node of document ``ref_doc_id``."""
-        check_text(ref_doc_id, "ref_doc_id")
+        check_text(ref_doc_id, "ref_doc_id", MAX_ID_CHARS)
         self._delete_records(self._scan(F.cond("ref_doc_id", "eq", ref_doc_id, "ref_doc_id")))
 
     def delete_nodes(self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None,

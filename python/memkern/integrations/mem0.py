@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.mem0 needs mem0: pip install 'memkern[mem0]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, bad_arg
-from ..validate import check_int, check_namespace_str
+from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
 from . import filters as F
 
 
@@ -268,7 +268,7 @@ class MemkernVectorStore(VectorStoreBase):
                           f"length {len(ids)}" if isinstance(ids, (list, tuple)) else type(ids).__name__)
         rows = [self._vec(v, f"vectors[{i}]") for i, v in enumerate(vectors)]
         pays = [self._payload(None if payloads is None else payloads[i], f"payloads[{i}]") for i in range(n)]
-        out = [str(uuid.uuid4()) if ids is None or ids[i] is None else check_text(ids[i], f"ids[{i}]")
+        out = [str(uuid.uuid4()) if ids is None or ids[i] is None else check_text(ids[i], f"ids[{i}]", MAX_ID_CHARS)
                for i in range(n)]
         if len(set(out)) != n:
             raise bad_arg("ids", "distinct ids", sorted({x for x in out if out.count(x) > 1}))
@@ -288,7 +288,7 @@ class MemkernVectorStore(VectorStoreBase):
         return out
 
     def _rid(self, vector_id: Any) -> int:
-        vid = check_text(vector_id if not isinstance(vector_id, uuid.UUID) else str(vector_id), "vector_id")
+        vid = check_text(vector_id if not isinstance(vector_id, uuid.UUID) else str(vector_id), "vector_id", MAX_ID_CHARS)
         rid = self._ids.get(vid)
         if rid is None:
             raise MemkernKeyError(f"vector_id: unknown id {vid!r} in collection {self.collection_name!r}")
@@ -318,7 +318,7 @@ class MemkernVectorStore(VectorStoreBase):
 
     def get(self, vector_id: Any) -> OutputData | None:
         vid = str(vector_id) if isinstance(vector_id, uuid.UUID) else vector_id
-        check_text(vid, "vector_id")
+        check_text(vid, "vector_id", MAX_ID_CHARS)
         rid = self._ids.get(vid)
         if rid is None:
             return None
@@ -355,7 +355,7 @@ class MemkernVectorStore(VectorStoreBase):
             return None
         top_k = _check_top_k(top_k)
         tree = to_filter(filters)
-        check_text(query, "query")
+        check_text(query, "query", MAX_QUERY_CHARS)
         if self.namespace not in self.store.namespaces():
             return []
         _, scores, recs = F.search(self.store, self.namespace, None, top_k, tree, mode="lexical", texts=[query])

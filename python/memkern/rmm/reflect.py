@@ -8,6 +8,7 @@ of the session is embedded once and stored as its own turn record.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
 from typing import Any, Sequence
@@ -18,6 +19,7 @@ from ..errors import MemkernTypeError, bad_arg
 from ..extract import Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
 from ..template import event_seconds, parse_date
+from ..validate import check_id
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
@@ -102,12 +104,14 @@ class ReflectStage:
             sid = session_ids[i]
             if sid is None:
                 sid = f"s{int(time.time() * 1000)}-{i}"
-            sid = str(sid)
-            date = dates[i] if dates[i] is not None else timestamps[i]
+            sid = check_id("session_id" if n == 1 else f"session_ids[{i}]", sid)
             if dates[i] is not None:
                 et = event_seconds(dates[i], "date" if n == 1 else f"dates[{i}]")
+                if isinstance(dates[i], _dt.date):  # stored in turns and meta as JSON: ISO 8601 text
+                    dates[i] = dates[i].isoformat()
             else:  # the legacy free-text timestamp dates the records only when it reads as a date
                 et = event_seconds(timestamps[i], "timestamp") if parse_date(timestamps[i]) is not None else None
+            date = dates[i] if dates[i] is not None else timestamps[i]
             annotated = []
             for j, t in enumerate(turns):
                 t = dict(t)
