@@ -1,11 +1,12 @@
-"""The short version of the server attack classes (``bench/attack/http.py``, ``mcp.py``,
-``scopes.py``): a few dozen fresh random hostile cases each against a real ``memkern serve`` /
-``memkern mcp`` process, every target at 0. The seed is in the failure message (rerun one with
-``bench/attack/<class>.py``'s ``campaign(random.Random(seed), n, workdir)``)."""
+"""The server attack classes (``bench/attack/http.py``, ``mcp.py``, ``scopes.py``) with fresh
+random variants: ``tests/test_attack_short.py`` runs every class with a fixed seed; here the
+server classes run once more with a new seed each time, against real ``memkern serve`` /
+``memkern mcp`` processes, every target at 0. The seed is in the failure message (replay it with
+``bench/attack/run.py --classes <class> --seed <seed>``)."""
 from __future__ import annotations
 
-import importlib.util
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,29 +16,25 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("mcp")
 
-ATTACK = Path(__file__).resolve().parents[1] / "bench" / "attack"
-TARGETS = ("non_memkern_exceptions", "http_500", "hangs", "cross_scope", "lost")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from attack import run as R  # noqa: E402
+from attack.common import COUNTS, FAIL_COUNTS  # noqa: E402
+
+SERVER_CLASSES = ("http", "mcp", "scopes")
 
 
-def _load(name: str):
-    # by path, under a unique name: "http" / "mcp" on sys.path would shadow the stdlib and the mcp package
-    spec = importlib.util.spec_from_file_location(f"memkern_attack_{name}", ATTACK / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def test_the_runner_finds_the_server_classes():
+    found = R.discover()
+    assert set(SERVER_CLASSES) <= set(found)
+    assert all(found[c].__name__ == f"attack.{c}" for c in SERVER_CLASSES)  # never shadowing http / mcp
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("attack")  # shared: the tiny chat model is built once
-
-
-@pytest.mark.parametrize("name, n", [("http", 40), ("mcp", 40), ("scopes", 40)])
-def test_attack_class_meets_every_target(workdir, name, n):
-    mod = _load(name)
-    assert mod.CLASS == name
-    seed = random.SystemRandom().randrange(1 << 32)
-    out = mod.campaign(random.Random(seed), n, workdir / name)
-    assert set(out) == {"cases", *TARGETS, "examples"}
-    assert out["cases"] == n
-    assert all(out[k] == 0 for k in TARGETS), (f"seed {seed}", out)
+@pytest.mark.parametrize("name", SERVER_CLASSES)
+def test_server_attack_class_with_a_fresh_seed(tmp_path, name):
+    seed = random.SystemRandom().randrange(2 ** 31)
+    res = R.run_class(R.discover()[name], seed, 30, tmp_path)
+    assert all(isinstance(res[k], int) for k in COUNTS) and res["cases"] == 30, res
+    failed = {k: res[k] for k in FAIL_COUNTS if res[k]}
+    assert not failed and not res.get("crashed"), \
+        f"attack class {name!r} (seed {seed}): {failed}\n" + "\n".join(res["examples"])

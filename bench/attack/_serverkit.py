@@ -174,15 +174,25 @@ def free_port() -> int:
 
 
 def tiny_chat(workdir: Path) -> Path:
-    """A tiny random-weight chat model folder (memkern.models.chat_hf.tiny_chat_model), made once:
-    respond runs the real tokenizer and generate path in milliseconds."""
-    folder = workdir / "tiny-chat"
+    """A tiny random-weight chat model folder (memkern.models.chat_hf.tiny_chat_model, seed 0),
+    built once into the model cache (``memkern.paths.cache_dir("models", ...)``): respond runs the
+    real tokenizer and generate path in milliseconds. ``workdir`` holds the build until it is
+    moved into place."""
+    from memkern.paths import cache_dir
+
+    folder = cache_dir("models", "tiny-chat-seed0")
     if not (folder / "config.json").exists():
+        tmp = workdir / "tiny-chat-build"
         code = ("import sys\nfrom memkern.models.chat_hf import tiny_chat_model\n"
                 "m = tiny_chat_model(seed=0, max_new_tokens=16)\n"
                 "m.model.save_pretrained(sys.argv[1]); m.tokenizer.save_pretrained(sys.argv[1])\n")
-        subprocess.run([sys.executable, "-c", code, str(folder)], env=ENV, check=True, timeout=600,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-c", code, str(tmp)], env=ENV, check=True, timeout=600, capture_output=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(tmp, folder)  # atomic; another campaign may have won
+        except OSError:
+            if not (folder / "config.json").exists():
+                raise
     return folder
 
 
