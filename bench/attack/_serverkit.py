@@ -1,9 +1,7 @@
 """Shared pieces of the server attack classes (``http``, ``mcp``, ``scopes``): a real
-``memkern serve`` / ``memkern mcp`` process on loopback, hostile value generators, and the ledger
-of acknowledged writes checked against the store when the campaign ends.
-
-Loaded by file path (``_kit()`` in each class module), never as ``http`` / ``mcp`` on
-``sys.path``, where those names would shadow the standard library and the ``mcp`` package.
+``memkern serve`` / ``memkern mcp`` process on loopback, hostile request values, and the ledger
+of acknowledged writes checked against the store when the campaign ends. The tally is
+:class:`attack.common.Tally`.
 """
 from __future__ import annotations
 
@@ -16,9 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .common import Tally
 
 #: Seconds a request may take before it counts as a hang.
 HANG_S = 30.0
@@ -31,27 +30,15 @@ ENV.pop("MEMKERN_API_KEY", None)
 
 
 # ------------------------------------------------------------------ results
-@dataclass
-class Tally:
-    """What :func:`campaign` returns, with up to 5 short failure examples."""
+#: Failure examples a server class returns.
+MAX_EXAMPLES = 5
 
-    cases: int = 0
-    non_memkern_exceptions: int = 0
-    http_500: int = 0
-    hangs: int = 0
-    cross_scope: int = 0
-    lost: int = 0
-    examples: list = field(default_factory=list)
 
-    def fail(self, kind: str, text: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        if len(self.examples) < 5:
-            self.examples.append(f"{kind}: {text[:300]}")
-
-    def as_dict(self) -> dict:
-        return {"cases": self.cases, "non_memkern_exceptions": self.non_memkern_exceptions,
-                "http_500": self.http_500, "hangs": self.hangs, "cross_scope": self.cross_scope, "lost": self.lost,
-                "examples": list(self.examples)}
+def result(tally: Tally) -> dict:
+    """The campaign's counts (:meth:`attack.common.Tally.result`), at most 5 examples."""
+    out = tally.result()
+    out["examples"] = out["examples"][:MAX_EXAMPLES]
+    return out
 
 
 def tracebacks(log_path: Path) -> list[str]:

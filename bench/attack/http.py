@@ -14,29 +14,18 @@ answer within 30 s; a half-open request not closed within its timeout), ``cross_
 route that answered 200 for a memory outside the request's scope, a list / search result outside
 it), ``lost`` (an acknowledged add / update / delete not in the store when it is reopened).
 
-Run one campaign: ``python -m bench.attack.http [N]`` from the repository root.
+Run it: ``.venv/bin/python bench/attack/run.py --classes http --n 1000``.
 """
 from __future__ import annotations
 
-import importlib.util
-import json
 import pathlib
 import random
 import socket
-import sys
 import time
 
+from . import _serverkit
+
 CLASS = "http"
-
-
-def _kit():
-    name = "memkern_attack_serverkit"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name("_serverkit.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 def _seed_foreign(store: pathlib.Path, rng: random.Random) -> dict[int, str]:
@@ -358,7 +347,7 @@ def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
     :mod:`bench.attack` (module docstring)."""
     import httpx
 
-    K = _kit()
+    K = _serverkit
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     store = workdir / "http-store"
@@ -409,14 +398,5 @@ def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
     for tb in serve.tracebacks():
         run.tally.fail("non_memkern_exceptions", f"server log: {tb}")
     run.ledger.check(store, run.tally)
-    return run.tally.as_dict()
+    return K.result(run.tally)
 
-
-if __name__ == "__main__":
-    import tempfile
-
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    seed = random.SystemRandom().randrange(1 << 32)
-    with tempfile.TemporaryDirectory() as d:
-        out = campaign(random.Random(seed), n, pathlib.Path(d))
-    print(json.dumps({"class": CLASS, "seed": seed, **out}, indent=2))

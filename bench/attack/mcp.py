@@ -15,11 +15,10 @@ tool that succeeded on a memory outside the call's scope, a list / search result
 ``lost`` (an acknowledged add / update / delete missing when the store is reopened). ``http_500``
 stays 0 (no HTTP here).
 
-Run one campaign: ``python -m bench.attack.mcp [N]`` from the repository root.
+Run it: ``.venv/bin/python bench/attack/run.py --classes mcp --n 1000``.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import random
@@ -28,17 +27,9 @@ import sys
 import threading
 import time
 
+from . import _serverkit
+
 CLASS = "mcp"
-
-
-def _kit():
-    name = "memkern_attack_serverkit"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name("_serverkit.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 class _Proc:
@@ -352,7 +343,7 @@ class _Run:
 def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
     """``n`` hostile lines against a fresh ``memkern mcp`` in ``workdir``; the counts of
     :mod:`bench.attack` (module docstring)."""
-    K = _kit()
+    K = _serverkit
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     store = workdir / "mcp-store"
@@ -385,14 +376,5 @@ def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
         for tb in K.tracebacks(log):
             run.tally.fail("non_memkern_exceptions", f"server log: {tb}")
     run.ledger.check(store, run.tally)
-    return run.tally.as_dict()
+    return K.result(run.tally)
 
-
-if __name__ == "__main__":
-    import tempfile
-
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    seed = random.SystemRandom().randrange(1 << 32)
-    with tempfile.TemporaryDirectory() as d:
-        out = campaign(random.Random(seed), n, pathlib.Path(d))
-    print(json.dumps({"class": CLASS, "seed": seed, **out}, indent=2))

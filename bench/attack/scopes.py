@@ -15,27 +15,17 @@ body differs from an unknown id's (existence leaks), an add or a feedback landin
 at the end any record whose state differs from what the allowed, acknowledged writes imply.
 ``http_500``, ``non_memkern_exceptions``, ``hangs``, ``lost``: as in the ``http`` class.
 
-Run one campaign: ``python -m bench.attack.scopes [N]`` from the repository root.
+Run it: ``.venv/bin/python bench/attack/run.py --classes scopes --n 1000``.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import random
-import sys
+
+from . import _serverkit
 
 CLASS = "scopes"
-
-
-def _kit():
-    name = "memkern_attack_serverkit"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, pathlib.Path(__file__).with_name("_serverkit.py"))
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
 
 
 def _name(rng: random.Random, n: int = 6) -> str:
@@ -51,7 +41,7 @@ def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
     import memkern
     from memkern.server import scopes as S
 
-    K = _kit()
+    K = _serverkit
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     store = workdir / "scopes-store"
@@ -232,14 +222,5 @@ def campaign(rng: random.Random, n: int, workdir: pathlib.Path) -> dict:
             if got != want:
                 kind = "cross_scope" if rid in seeded and rid not in touched else "lost"
                 tally.fail(kind, f"record {rid}: expected {want!r:.100}, found {got!r:.100}")
-    return tally.as_dict()
+    return K.result(tally)
 
-
-if __name__ == "__main__":
-    import tempfile
-
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    seed = random.SystemRandom().randrange(1 << 32)
-    with tempfile.TemporaryDirectory() as d:
-        out = campaign(random.Random(seed), n, pathlib.Path(d))
-    print(json.dumps({"class": CLASS, "seed": seed, **out}, indent=2))
