@@ -77,10 +77,11 @@ def test_mcp_server_over_stdio_from_the_readme_config(tmp_path):
                     only_run = _payload(await s.call_tool("search_memories", {"query": "pets", "user_id": "alice",
                                                                                "run_id": "s2"}))
                     assert [x["id"] for x in only_run["results"]] == [cat]
-                    assert _payload(await s.call_tool("get_memory", {"memory_id": mid}))["user_id"] == "alice"
-                    up = _payload(await s.call_tool("update_memory", {"memory_id": cat, "text": "My cat Miso is 3."}))
+                    assert _payload(await s.call_tool("get_memory", {"memory_id": mid, "user_id": "alice"}))["user_id"] == "alice"
+                    up = _payload(await s.call_tool("update_memory", {"memory_id": cat, "text": "My cat Miso is 3.",
+                                                                      "user_id": "alice"}))
                     assert up["version"] == 2 and up["memory"] == "My cat Miso is 3."
-                    hist = _payload(await s.call_tool("memory_history", {"memory_id": cat}))["results"]
+                    hist = _payload(await s.call_tool("memory_history", {"memory_id": cat, "user_id": "alice"}))["results"]
                     assert [h["new_memory"] for h in hist] == ["My cat is called Miso.", "My cat Miso is 3."]
                     listed = _payload(await s.call_tool("list_memories", {"user_id": "alice"}))["results"]
                     assert sorted(x["id"] for x in listed) == sorted([mid, cat])
@@ -98,8 +99,8 @@ def test_mcp_server_over_stdio_from_the_readme_config(tmp_path):
                     assert isinstance(resp["answer"], str) and [m["id"] for m in resp["memories"]] == [mid]
                     assert len(resp["rewards"]) == 1
 
-                    assert _payload(await s.call_tool("delete_memory", {"memory_id": cat}))["deleted"] is True
-                    r = await s.call_tool("get_memory", {"memory_id": cat})
+                    assert _payload(await s.call_tool("delete_memory", {"memory_id": cat, "user_id": "alice"}))["deleted"] is True
+                    r = await s.call_tool("get_memory", {"memory_id": cat, "user_id": "alice"})
                     assert r.is_error and str(cat) in r.content[0].text
         return mid
 

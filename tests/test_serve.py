@@ -92,7 +92,8 @@ def test_add_get_search_update_history_delete_round_trip(client, store):
     assert [r["event"] for r in res] == ["ADD"]
     mid = res[0]["id"]
     _raw_add(client, "My sister plays the cello")
-    got = client.get(f"/v1/memories/{mid}").json()
+    A = {"user_id": "alice"}
+    got = client.get(f"/v1/memories/{mid}", params=A).json()
     assert got["memory"] == "I moved to Berlin last week" and got["user_id"] == "alice"
     assert got["metadata"] == {"source": "chat"} and got["namespace"] == "u:alice"
     # search: mem0's shape, best first, scores are the store's cosine scores
@@ -104,18 +105,18 @@ def test_add_get_search_update_history_delete_round_trip(client, store):
     q = HashEmbedder(64).encode(["where did I move? Berlin"])[0]
     assert results[0]["score"] == pytest.approx(float(store.embeddings([mid])[0] @ q), abs=1e-5)
     # update: a new version, re-embedded (search now finds the new text)
-    r = client.put(f"/v1/memories/{mid}", json={"text": "I moved to Munich in May"})
+    r = client.put(f"/v1/memories/{mid}", json={"text": "I moved to Munich in May", "user_id": "alice"})
     assert r.status_code == 200 and r.json()["version"] == 2
     top = client.post("/v1/memories/search", json={"query": "Munich", "user_id": "alice", "limit": 1}).json()
     assert top["results"][0]["id"] == mid and top["results"][0]["memory"] == "I moved to Munich in May"
-    hist = client.get(f"/v1/memories/{mid}/history").json()["results"]
+    hist = client.get(f"/v1/memories/{mid}/history", params=A).json()["results"]
     assert [(h["version"], h["event"], h["old_memory"], h["new_memory"]) for h in hist] == [
         (1, "ADD", None, "I moved to Berlin last week"), (2, "UPDATE", "I moved to Berlin last week", "I moved to Munich in May")]
     # delete: 404 afterwards, with the argument named
-    assert client.delete(f"/v1/memories/{mid}").json() == {"id": mid, "deleted": True}
-    r = client.get(f"/v1/memories/{mid}")
+    assert client.delete(f"/v1/memories/{mid}", params=A).json() == {"id": mid, "deleted": True}
+    r = client.get(f"/v1/memories/{mid}", params=A)
     assert r.status_code == 404 and r.json()["error"] == "MemkernKeyError" and str(mid) in r.json()["detail"]
-    assert client.delete(f"/v1/memories/{mid}").status_code == 404
+    assert client.delete(f"/v1/memories/{mid}", params=A).status_code == 404
     listed = client.get("/v1/memories", params={"user_id": "alice"}).json()["results"]
     assert [x["memory"] for x in listed] == ["My sister plays the cello"]
 
@@ -220,14 +221,14 @@ def test_bad_search_update_and_id_requests(client, store):
         assert r.status_code == 200 and r.json()["results"] == []
     else:
         assert r.status_code == 422 and r.json()["detail"].startswith("filters: expected none")
-    r = client.get("/v1/memories/abc")
+    r = client.get("/v1/memories/abc", params={"user_id": "alice"})
     assert r.status_code == 422 and "memory_id" in r.json()["detail"]
-    assert client.get("/v1/memories/999999").status_code == 404
-    r = client.put(f"/v1/memories/{mid}", json={})
+    assert client.get("/v1/memories/999999", params={"user_id": "alice"}).status_code == 404
+    r = client.put(f"/v1/memories/{mid}", json={"user_id": "alice"})
     assert r.status_code == 422 and "text/metadata" in r.json()["detail"]
-    r = client.put(f"/v1/memories/{mid}", json={"text": 5})
+    r = client.put(f"/v1/memories/{mid}", json={"text": 5, "user_id": "alice"})
     assert r.status_code == 422 and "text" in r.json()["detail"]
-    r = client.put(f"/v1/memories/{mid}", content=b"{not json", headers={"content-type": "application/json"})
+    r = client.put(f"/v1/memories/{mid}", params={"user_id": "alice"}, content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422
     assert store.get(mid).version == 1 and store.get(mid).summary == "I like jazz"
 
@@ -376,11 +377,11 @@ def test_respond_and_feedback(tmp_path):
             assert {m["id"] for m in out["memories"]} <= set(store.ids("u:eve").tolist())
             rmm = svc._rmms["u:eve"]
             assert rmm.pending == 1
+            bad = c.post("/v1/feedback", json={"response_id": out["response_id"], "rewards": [1.0]})
+            assert bad.status_code == 422 and "rewards" in bad.json()["detail"]  # refused: not spent
             fb = c.post("/v1/feedback", json={"response_id": out["response_id"], "rewards": [1.0, -1.0]})
             assert fb.status_code == 200 and fb.json()["applied"] is True
             assert rmm.n_updates == 1 and rmm.pending == 0  # batch_size 2: citation rewards + feedback
-            bad = c.post("/v1/feedback", json={"response_id": out["response_id"], "rewards": [1.0]})
-            assert bad.status_code == 422 and "rewards" in bad.json()["detail"]
             bad = c.post("/v1/feedback", json={"response_id": "nope", "rewards": [1.0, 1.0]})
             assert bad.status_code == 404 and "response_id" in bad.json()["detail"]
             bad = c.post("/v1/respond", json={"query": " ", "user_id": "eve"})

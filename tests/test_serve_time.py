@@ -59,7 +59,7 @@ def test_http_date_time_range_recency_and_filters(client, service):
                     user="bob")[0]["id"]
     assert service.store.get(old).event_time == MAY8 and service.store.get(new).event_time == JUN1
     assert service.store.get(inferred).event_time == MAY8 + 86400 + 13 * 3600 + 56 * 60
-    got = client.get(f"/v1/memories/{old}").json()
+    got = client.get(f"/v1/memories/{old}", params={"user_id": "alice"}).json()
     assert got["event_time"].startswith("2023-05-08T00:00:00")
 
     def search(user="alice", **kw):
@@ -192,7 +192,7 @@ def test_serve_and_mcp_run_through_from_args(tmp_path, monkeypatch, command):
 
         import memkern.server.app as app_mod
 
-        monkeypatch.setattr(app_mod, "create_app", lambda service, api_key=None: stop())
+        monkeypatch.setattr(app_mod, "create_app", lambda service, **kw: stop())
         monkeypatch.setattr(uvicorn, "Config", stop)
         from memkern.commands import serve as cmd
     else:

@@ -18,7 +18,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from ..server.mcp import build_server
+        from ..server.mcp import build_server, run_stdio
     except ImportError as e:  # pragma: no cover - the extra is part of the test set-up
         raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
     try:
@@ -28,5 +28,5 @@ def run(args: argparse.Namespace) -> int:
     from ..server.service import MemoryService
 
     with MemoryService.from_args(args) as service:
-        build_server(service).run()
+        run_stdio(build_server(service))
     return 0

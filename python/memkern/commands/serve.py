@@ -1,19 +1,24 @@
 """``memkern serve``: the store over HTTP (FastAPI + uvicorn; ``pip install memkern[serve]``).
 
 mem0-shaped routes (``/v1/memories``, search, get / update / delete / history), ``/v1/respond``
-(the RMM loop) and ``/v1/feedback``; see :mod:`memkern.server.app`. Without an API key
-(``--api-key`` or ``$MEMKERN_API_KEY``) it binds only to a loopback address.
+(the RMM loop) and ``/v1/feedback``; see :mod:`memkern.server.app`. API keys come from
+``$MEMKERN_API_KEY`` (one key, any scope) and ``--api-key-file`` (one key a line, optionally
+bound to a scope: ``KEY user_id=alice``); never from the command line, where ``ps`` shows them.
+Without a key it binds only to a loopback address and answers only loopback ``Host`` /
+``Origin`` names.
 """
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import os
 
 from ..errors import bad_arg
 from . import _common as C
 
 LOOPBACK_NAMES = ("localhost",)
+log = logging.getLogger("memkern")
 
 
 def is_loopback(host: str) -> bool:
@@ -46,48 +51,94 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
                         "at a time)")
     p.add_argument("--max-limit", type=C.positive_int, default=d.max_limit,
                    help=f"largest search / list limit (default {d.max_limit})")
+    p.add_argument("--max-body-bytes", type=C.positive_int, default=d.max_body_bytes,
+                   help=f"largest request (HTTP body / MCP message; default {d.max_body_bytes}; larger ones are "
+                        "refused)")
+    p.add_argument("--max-respond-chars", type=C.positive_int, default=d.max_respond_chars,
+                   help=f"characters of a respond's query and session turns together (default {d.max_respond_chars})")
+    p.add_argument("--max-pending-responds", type=C.positive_int, default=d.max_pending_responds,
+                   help=f"responds running or waiting for the chat model at once (default {d.max_pending_responds}; "
+                        "one more is refused as busy)")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from ..server.service import Limits
-
     add_server_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other "
                    "than a loopback address needs an API key)")
     p.add_argument("--port", type=C.nonneg_int, default=8000, help="port (default 8000; 0: any free port)")
-    p.add_argument("--api-key", default=None, metavar="KEY",
-                   help="required as 'Authorization: Bearer KEY' or 'X-API-Key: KEY' (default: $MEMKERN_API_KEY)")
-    p.add_argument("--max-body-bytes", type=C.positive_int, default=Limits().max_body_bytes,
-                   help=f"largest request body (default {Limits().max_body_bytes}; larger ones get 413)")
+    p.add_argument("--api-key", default=None, metavar="KEY", help=argparse.SUPPRESS)  # refused: shows in ps
+    p.add_argument("--api-key-file", default=None, metavar="PATH",
+                   help="API keys, one a line: 'KEY' (any scope) or 'KEY user_id=ID [agent_id=ID] [run_id=ID]' "
+                        "(held to that scope); with $MEMKERN_API_KEY, one more key for any scope")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a Host / Origin name answered (repeatable; default without a key: 127.0.0.1, localhost, "
+                        "::1; with a key: any)")
+    p.add_argument("--header-timeout", type=C.positive_float, default=10.0,
+                   help="seconds a client may take to send a request's headers (default 10)")
+    p.add_argument("--body-timeout", type=C.positive_float, default=30.0,
+                   help="seconds a client may take to send a request's body (default 30; 408 after)")
+    p.add_argument("--max-concurrent", type=C.positive_int, default=64,
+                   help="requests handled at once (default 64; 503 beyond)")
+    p.add_argument("--max-connections", type=C.positive_int, default=256,
+                   help="open connections (default 256; refused beyond)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
-def api_key_of(args) -> str | None:
-    """The API key (``--api-key``, else ``$MEMKERN_API_KEY``); an empty one is refused."""
-    key = args.api_key if args.api_key is not None else os.environ.get("MEMKERN_API_KEY")
-    if key is not None and not key.strip():
-        raise bad_arg("--api-key", "a non-empty key", key)
-    return key
+def keys_of(args):
+    """The server's :class:`~memkern.server.app.KeyRing` (``$MEMKERN_API_KEY`` and
+    ``--api-key-file``), or ``None`` without keys. ``--api-key`` is refused (a key on the command
+    line is visible to every local user in ``ps``)."""
+    from ..server.scopes import KeyRing
+
+    if args.api_key is not None:
+        raise bad_arg("--api-key", "the key in $MEMKERN_API_KEY or in a file given with --api-key-file (a key "
+                      "on the command line shows in ps)", "--api-key")
+    keys: dict = {}
+    if args.api_key_file is not None:
+        path = os.path.expanduser(args.api_key_file)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            mode = os.stat(path).st_mode
+        except (OSError, UnicodeDecodeError) as e:
+            raise bad_arg("--api-key-file", "a readable UTF-8 file of keys", f"{args.api_key_file}: {e}") from None
+        if mode & 0o077:
+            log.warning("serve: %s is readable by other users (chmod 600 it)", args.api_key_file)
+        keys.update(KeyRing.parse(text, "--api-key-file").items())
+    env = os.environ.get("MEMKERN_API_KEY")
+    if env is not None:
+        if not env.strip():
+            raise bad_arg("$MEMKERN_API_KEY", "a non-empty key", env)
+        keys[env.strip()] = None
+    return KeyRing(keys) if keys else None
 
 
 def run(args: argparse.Namespace) -> int:
-    key = api_key_of(args)
-    if key is None and not is_loopback(args.host):
-        raise bad_arg("--api-key", f"an API key (--api-key or $MEMKERN_API_KEY) to bind beyond localhost "
+    keys = keys_of(args)
+    if keys is None and not is_loopback(args.host):
+        raise bad_arg("--api-key-file", f"an API key ($MEMKERN_API_KEY or --api-key-file) to bind beyond localhost "
                       f"(--host {args.host})", None)
     try:
         import uvicorn
 
-        from ..server.app import create_app
+        from ..server.app import create_app, uvicorn_config
     except ImportError as e:
         raise bad_arg("memkern serve", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
     from ..server.service import MemoryService
 
+    hosts = args.allowed_host
+    if hosts is None and keys is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        from ..server.app import LOOPBACK_HOSTS
+
+        hosts = sorted(LOOPBACK_HOSTS | {args.host.strip("[]").lower()})
     with MemoryService.from_args(args) as service:
-        app = create_app(service, api_key=key)
+        app = create_app(service, api_keys=keys, allowed_hosts=hosts, body_timeout=args.body_timeout,
+                         max_concurrent=args.max_concurrent)
         print(f"memkern serve: store {C.store_path(args)} on http://{args.host}:{args.port}"
-              f" ({'API key required' if key else 'no API key: localhost only'})", flush=True)
-        server = _server_class(uvicorn)(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
+              f" ({'API key required' if keys else 'no API key: localhost only'})", flush=True)
+        server = _server_class(uvicorn)(uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                                       header_timeout=args.header_timeout,
+                                                       max_connections=args.max_connections))
         server.run()
     return 0
 

@@ -11,11 +11,11 @@ from .scopes import Scope, decode, encode, make_scope
 from .service import Limits, MemoryService
 
 
-def create_app(service, api_key=None):
+def create_app(service, api_key=None, **kw):
     """The HTTP app (see :mod:`memkern.server.app`); needs ``memkern[serve]``."""
     from .app import create_app as _create
 
-    return _create(service, api_key=api_key)
+    return _create(service, api_key=api_key, **kw)
 
 
 __all__ = ["Limits", "MemoryService", "Scope", "create_app", "decode", "encode", "make_scope"]

@@ -17,13 +17,18 @@ matched by a scope.
 Reads that take a scope (search, list) match every scope that *contains* the given ids, as mem0
 does: ``user_id=alice`` finds the memories of ``u:alice``, ``u:alice:r:s1`` and
 ``u:alice:a:planner``; ``user_id=alice, run_id=s1`` finds only ``u:alice:r:s1`` (and
-``u:alice:a:*:r:s1``). Writes (add, respond) go to the exact scope given.
+``u:alice:a:*:r:s1``). Writes (add, respond) go to the exact scope given. Reads and writes of one
+memory by id (get, update, delete, history) need a scope too, and reach only a memory of an
+encoded scope that the given ids contain.
+
+:class:`KeyRing` holds a server's API keys, each for any scope or bound to one.
 """
 from __future__ import annotations
 
+import hmac
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from ..paths import check_namespace
@@ -118,3 +123,73 @@ def matching(namespaces: Iterable[str], scope: Scope) -> list[str]:
         if s is not None and scope.contains(s):
             out.append(ns)
     return out
+
+
+class KeyRing:
+    """The API keys a server accepts, each bound to a scope or to none (``None``: any scope).
+
+    Parameters
+    ----------
+    keys : mapping of str to Scope or None
+        Key text to its scope. A bound key's requests are held to its scope: every id it fixes
+        is filled into a request that leaves it out, and a request that names another value gets
+        403 (:class:`memkern.server.app.ScopeForbidden`).
+    """
+
+    def __init__(self, keys: Mapping[str, Scope | None]):
+        if not isinstance(keys, Mapping) or not keys:
+            raise bad_arg("api_keys", "a non-empty mapping of key to scope (or None)", keys)
+        self._keys: list[tuple[bytes, Scope | None]] = []
+        for k, scope in keys.items():
+            if not isinstance(k, str) or not k.strip() or k != k.strip() or not k.isascii() or not k.isprintable():
+                raise bad_arg("api_keys", "keys of printable ASCII without surrounding blanks", "an invalid key")
+            if scope is not None and (not isinstance(scope, Scope) or scope.empty):
+                raise bad_arg(f"api_keys[{k[:4]}...]", "a non-empty Scope or None", scope)
+            if scope is not None:
+                encode(scope)  # validates the ids
+            self._keys.append((k.encode("ascii"), scope))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "api key file") -> "KeyRing":
+        """Keys from text, one a line: ``KEY`` (any scope) or ``KEY user_id=ID [agent_id=ID]
+        [run_id=ID]`` (bound); blank lines and ``#`` comments are skipped."""
+        keys: dict[str, Scope | None] = {}
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, *fields = line.split()
+            ids: dict[str, str] = {}
+            for f in fields:
+                name, eq, value = f.partition("=")
+                if not eq or name not in ("user_id", "agent_id", "run_id") or name in ids:
+                    raise bad_arg(f"{source} line {n}", "KEY [user_id=ID] [agent_id=ID] [run_id=ID]",
+                                  f"a field {name!r}")
+                ids[name] = value
+            if key in keys:
+                raise bad_arg(f"{source} line {n}", "each key once", "a repeated key")
+            keys[key] = make_scope(**ids) if ids else None
+        if not keys:
+            raise bad_arg(source, "at least one key", "none")
+        return cls(keys)
+
+    def items(self) -> list[tuple[str, Scope | None]]:
+        """``(key, scope)`` pairs, in the order given."""
+        return [(k.decode("ascii"), s) for k, s in self._keys]
+
+    def match(self, headers: Mapping[bytes, bytes]) -> tuple[bool, Scope | None]:
+        """``(authorized, the key's scope)`` for a request's headers (every key compared, in
+        constant time)."""
+        offered = []
+        auth = headers.get(b"authorization", b"")
+        if auth[:7].lower() == b"bearer ":
+            offered.append(auth[7:].strip())
+        key = headers.get(b"x-api-key")
+        if key is not None:
+            offered.append(key.strip())
+        found, scope = False, None
+        for got in offered:
+            for want, s in self._keys:
+                if hmac.compare_digest(got, want) and not found:
+                    found, scope = True, s
+        return found, scope

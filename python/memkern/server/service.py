@@ -20,9 +20,11 @@ Every argument is validated before anything is written, with the same messages a
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import itertools
+import json
 import logging
+import math
+import os
 import threading
 import uuid
 from collections import OrderedDict, deque
@@ -36,11 +38,13 @@ from ..extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..template import event_seconds, time_range_seconds
+from ..atomic import atomic_write, fsync_dir
+from ..validate import check_json, check_text, iso_time
 from . import scopes as S
 
 log = logging.getLogger("memkern")
 
-__all__ = ["Limits", "MemoryService"]
+__all__ = ["BusyError", "ConflictError", "Limits", "MemoryService"]
 
 
 @dataclass(frozen=True)
@@ -50,19 +54,41 @@ class Limits:
     Attributes
     ----------
     max_body_bytes : int
-        HTTP request body (413 beyond it).
+        HTTP request body, MCP request line (413 / a tool error beyond it).
     max_messages : int
         Messages in one add / turns in one ``session_turns``.
     max_text_chars : int
-        Characters of one message's content, a query or a memory text.
+        Characters of one message's content, a search query or a memory text.
     max_limit : int
         Largest ``limit`` of a search or a listing.
+    max_meta_bytes : int
+        ``metadata``, and the keys of one message other than ``role`` / ``content``, as compact
+        JSON (UTF-8 bytes). Every value also keeps to the bounds every entry point shares
+        (:mod:`memkern.validate`: a ``role`` of at most ``MAX_NAME_CHARS``, JSON nesting, key
+        counts, int64 ints, UTF-8 text).
+    max_respond_chars : int
+        Characters of a respond's query plus its ``session_turns`` contents (the prompt the chat
+        model reads grows with them).
+    max_pending_responds : int
+        Responds running or waiting for the chat model at once; one more is refused with
+        :class:`BusyError` (HTTP 503) instead of queueing behind them.
     """
 
     max_body_bytes: int = 1 << 20
     max_messages: int = 256
     max_text_chars: int = 32_768
     max_limit: int = 1000
+    max_meta_bytes: int = 16_384
+    max_respond_chars: int = 4096
+    max_pending_responds: int = 4
+
+
+class ConflictError(MemkernValueError):
+    """The request repeats one that may happen only once (feedback on a response): HTTP 409."""
+
+
+class BusyError(MemkernError):
+    """The server is at a concurrency limit; retry later: HTTP 503."""
 
 
 class _Request:
@@ -162,24 +188,91 @@ class _Locked:
             return self._inner.count_tokens(text)
 
 
-def _iso(t: float) -> str:
-    return _dt.datetime.fromtimestamp(float(t), tz=_dt.timezone.utc).isoformat()
-
-
 def _check_text(value: Any, arg: str, limit: int) -> str:
-    if not isinstance(value, str):
-        raise bad_arg(arg, "a str", type(value).__name__, MemkernTypeError)
-    if not value.strip():
-        raise bad_arg(arg, "a non-empty text", value)
-    if len(value) > limit:
-        raise bad_arg(arg, f"at most {limit} characters", f"{len(value)} characters")
-    return value
+    """A non-blank str of at most ``limit`` characters, valid UTF-8 (:func:`memkern.validate.check_text`)."""
+    return check_text(arg, value, max_chars=limit, nonempty=True)
 
 
 def _check_limit(value: Any, arg: str, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
         raise bad_arg(arg, f"an int in 1..{hi}", value)
     return value
+
+
+def _check_json_size(value: Any, arg: str, limit: int) -> None:
+    """``value`` a JSON value every entry point takes (:func:`memkern.validate.check_json`) and at
+    most ``limit`` bytes as compact JSON."""
+    check_json(value, arg)
+    n = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if n > limit:
+        raise bad_arg(arg, f"at most {limit} bytes of JSON", f"{n} bytes")
+
+
+def _check_memory_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << 63):
+        raise bad_arg("memory_id", "a memory id (an int >= 0)", value)
+    return value
+
+
+def _unknown_memory(memory_id: int) -> MemkernKeyError:
+    """The one error of an id that is unknown, deleted or outside the caller's scope (the same
+    message in every case, so a caller learns nothing about other scopes' ids)."""
+    return MemkernKeyError(f"memory_id: expected the id of a memory in the given scope, got {memory_id}")
+
+
+class _FeedbackLedger:
+    """The response ids whose feedback was accepted: once per response.
+
+    Kept in memory and, for a store on disk, appended to ``<store>/server/feedback-given`` (one
+    id per line, fsynced before the feedback is applied; mode 0600), so a restarted server refuses
+    them too. At start the file is read and rewritten with its last ``keep`` ids
+    (:func:`memkern.atomic.atomic_write`).
+    """
+
+    FILE = "feedback-given"
+
+    def __init__(self, store_path: Any, keep: int):
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.keep = max(int(keep), 1)
+        self.path = None if not store_path else os.path.join(os.fspath(store_path), "server", self.FILE)
+        if self.path is not None and os.path.exists(self.path):
+            with open(self.path, encoding="ascii", errors="replace") as f:
+                for line in f:
+                    rid = line.strip()
+                    if len(rid) == 32 and all(c in "0123456789abcdef" for c in rid):  # a torn last line is skipped
+                        self._ids[rid] = None
+            while len(self._ids) > self.keep:
+                self._ids.popitem(last=False)
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        atomic_write(self.path, "".join(f"{rid}\n" for rid in self._ids))
+
+    def __contains__(self, rid: str) -> bool:
+        with self._lock:
+            return rid in self._ids
+
+    def add(self, rid: str) -> None:
+        """Record ``rid`` (durably, for a store on disk) before its feedback is applied."""
+        with self._lock:
+            if self.path is not None:
+                folder = os.path.dirname(self.path)
+                if not os.path.isdir(folder):
+                    os.makedirs(folder, mode=0o700, exist_ok=True)
+                    fsync_dir(os.path.dirname(folder))
+                new = not os.path.exists(self.path)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, f"{rid}\n".encode("ascii"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if new:  # the new file's directory entry
+                    fsync_dir(folder)
+            self._ids[rid] = None
+            while len(self._ids) > self.keep:
+                self._ids.popitem(last=False)
 
 
 class MemoryService:
@@ -229,6 +322,8 @@ class MemoryService:
         self._responses: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._responses_guard = threading.Lock()
         self.max_responses = int(max_responses)
+        self._feedback_given = _FeedbackLedger(getattr(store, "path", None), keep=16 * self.max_responses)
+        self._respond_slots = threading.BoundedSemaphore(self.limits.max_pending_responds)
         self._counter = itertools.count()
 
     @classmethod
@@ -239,8 +334,7 @@ class MemoryService:
 
         Sets the torch threads (``--threads``), builds the ``--embedder`` (``None``: the offline
         default on first use) and ``--chat-model``, opens the store (``--store``, created with the
-        embedder's width), and applies the ``Limits`` options (``--max-body-bytes`` when the command
-        has it). On exit the kept RMMs are saved (:meth:`close`) and then the store is closed.
+        embedder's width), and applies the ``Limits`` options. On exit the kept RMMs are saved (:meth:`close`) and then the store is closed.
         """
         from ..commands import _common as C
 
@@ -255,8 +349,9 @@ class MemoryService:
             from ..models import ChatModel
 
             chat = ChatModel(args.chat_model)
-        limits = Limits(max_body_bytes=getattr(args, "max_body_bytes", Limits().max_body_bytes),
-                        max_messages=args.max_messages, max_text_chars=args.max_text_chars, max_limit=args.max_limit)
+        limits = Limits(max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
+                        max_text_chars=args.max_text_chars, max_limit=args.max_limit,
+                        max_respond_chars=args.max_respond_chars, max_pending_responds=args.max_pending_responds)
         with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
             service = cls(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
             try:
@@ -305,33 +400,58 @@ class MemoryService:
             return lock
 
     # ------------------------------------------------------------------ validation
-    def check_messages(self, messages: Any, arg: str = "messages") -> list[dict]:
-        """Turn dicts (``role``, ``content`` str; other keys kept); a str is one user message."""
+    def check_messages(self, messages: Any, arg: str = "messages", max_chars: int | None = None) -> list[dict]:
+        """Turn dicts (``role``, default ``"user"``, and ``content`` str; other keys kept); a str is
+        one user message.
+
+        Each ``content`` is non-blank and holds at most ``max_text_chars`` characters
+        (``max_chars``, when given, bounds their sum); the other keys of a message are JSON of at
+        most ``max_meta_bytes``; everything keeps to the shared bounds
+        (:func:`memkern.extract.validate_turns`, :func:`memkern.validate.check_turn`: ``role``
+        length, UTF-8, JSON nesting)."""
+        lim = self.limits
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
+        if isinstance(messages, list) and len(messages) > lim.max_messages:
+            raise bad_arg(arg, f"at most {lim.max_messages} messages", f"{len(messages)} messages")
         turns = validate_turns(messages, arg)
         if not turns:
             raise bad_arg(arg, "at least one message", "[]")
-        if len(turns) > self.limits.max_messages:
-            raise bad_arg(arg, f"at most {self.limits.max_messages} messages", f"{len(turns)} messages")
         out = []
+        total = 0
         for i, t in enumerate(turns):
-            _check_text(t["content"], f"{arg}[{i}].content", self.limits.max_text_chars)
+            _check_text(t["content"], f"{arg}[{i}].content", lim.max_text_chars)
+            total += len(t["content"])
+            if max_chars is not None and total > max_chars:
+                raise bad_arg(arg, f"contents of at most {max_chars} characters in all", f"more ({total} by "
+                              f"{arg}[{i}])")
             t = dict(t)
             t.setdefault("role", "user")
+            extra = {k: v for k, v in t.items() if k not in ("role", "content")}
+            if extra:
+                _check_json_size(extra, f"{arg}[{i}]", lim.max_meta_bytes)
             out.append(t)
         return out
+
+    def check_metadata(self, metadata: Any, arg: str = "metadata") -> dict | None:
+        """``None`` or a JSON object of at most ``max_meta_bytes`` (compact JSON)."""
+        if metadata is None:
+            return None
+        if not isinstance(metadata, dict):
+            raise bad_arg(arg, "a JSON object", type(metadata).__name__, MemkernTypeError)
+        _check_json_size(metadata, arg, self.limits.max_meta_bytes)
+        return metadata
 
     def _record_json(self, r: Any, score: float | None = None) -> dict:
         scope = S.decode(r.namespace)
         d = {"id": int(r.id), "memory": r.summary}
         if score is not None:
-            d["score"] = float(score)
+            d["score"] = float(score) if math.isfinite(score) else None
         d.update(
             (scope or S.Scope()).as_dict(),
             namespace=r.namespace, metadata=dict(r.meta or {}), version=int(r.version), status=r.status,
-            created_at=_iso(r.created_at), updated_at=_iso(r.updated_at),
-            event_time=None if getattr(r, "event_time", None) is None else _iso(r.event_time),
+            created_at=iso_time(r.created_at), updated_at=iso_time(r.updated_at),
+            event_time=iso_time(getattr(r, "event_time", None)),
         )
         return d
 
@@ -348,8 +468,16 @@ class MemoryService:
         :meth:`memkern.MemoryStore.search`; a store whose ``search`` lacks one raises
         :class:`MemkernValueError` naming it.
         """
-        if filters is not None and not isinstance(filters, dict):
-            raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
+        if filters is not None:
+            if not isinstance(filters, dict):
+                raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
+            _check_json_size(filters, "filters", self.limits.max_meta_bytes)
+        if not isinstance(time_field, str):
+            raise bad_arg("time_field", '"event", "created" or "updated"', type(time_field).__name__,
+                          MemkernTypeError)
+        if time_range is not None and not isinstance(time_range, (list, tuple)):
+            raise bad_arg("time_range", "a [start, end] pair of dates or unix seconds (either may be null)",
+                          type(time_range).__name__, MemkernTypeError)
         try:
             kw = check_search_filters(filters or None, time_range_seconds(time_range), time_field, recency,
                                       recency_weight, now)
@@ -381,8 +509,7 @@ class MemoryService:
         scope = S.make_scope(user_id, agent_id, run_id)
         ns = S.encode(scope)
         turns = self.check_messages(messages)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise bad_arg("metadata", "a JSON object", type(metadata).__name__, MemkernTypeError)
+        metadata = self.check_metadata(metadata)
         if not isinstance(infer, bool):
             raise bad_arg("infer", "a bool", infer, MemkernTypeError)
         et = event_seconds(date, "date")
@@ -420,7 +547,7 @@ class MemoryService:
         query = _check_text(query, "query", self.limits.max_text_chars)
         limit = _check_limit(limit, "limit", self.limits.max_limit)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not np.isfinite(threshold)):
+                                      or not math.isfinite(threshold)):
             raise bad_arg("threshold", "a finite number or null", threshold)
         kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
         namespaces = S.matching(self.store.namespaces(), scope)
@@ -431,7 +558,7 @@ class MemoryService:
         for ns in namespaces:
             ids, scores = self.store.search(ns, q, k=limit, **kw)
             ids, scores = np.asarray(ids)[0], np.asarray(scores)[0]
-            keep = ids >= 0
+            keep = (ids >= 0) & np.isfinite(scores)
             hits += zip(scores[keep].tolist(), ids[keep].tolist())
         hits.sort(key=lambda h: (-h[0], h[1]))
         if threshold is not None:
@@ -446,54 +573,88 @@ class MemoryService:
         return {"results": out}
 
     def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100) -> dict:
-        """Every active memory of the matching scopes, by id: ``{"results": [...]}`` (at most ``limit``)."""
+        """The active memories of the matching scopes with the ``limit`` smallest ids, by id:
+        ``{"results": [...]}``. Only those ``limit`` records are read (the id lists are native
+        arrays, merged before any record is fetched)."""
         scope = S.make_scope(user_id, agent_id, run_id)
         limit = _check_limit(limit, "limit", self.limits.max_limit)
+        parts = [np.asarray(self.store.ids(ns), dtype=np.int64) for ns in S.matching(self.store.namespaces(), scope)]
+        if not parts:
+            return {"results": []}
+        ids = np.concatenate(parts)
+        if len(ids) > limit:
+            ids = np.partition(ids, limit - 1)[:limit]
         out = []
-        for ns in S.matching(self.store.namespaces(), scope):
-            for rid in np.asarray(self.store.ids(ns)).tolist():
-                try:
-                    out.append(self.store.get(int(rid)))
-                except KeyError:
-                    continue
-        out.sort(key=lambda r: r.id)
-        return {"results": [self._record_json(r) for r in out[:limit]]}
+        for rid in np.sort(ids).tolist():
+            try:
+                out.append(self._record_json(self.store.get(int(rid))))
+            except KeyError:  # deleted since the id list was read
+                continue
+        return {"results": out}
 
-    def get(self, memory_id: int) -> dict:
-        """One memory (its current version); an unknown id raises :class:`MemkernKeyError`."""
-        return self._record_json(self.store.get(memory_id))
+    def owned(self, memory_id: Any, *, user_id=None, agent_id=None, run_id=None, history: bool = False) -> Any:
+        """The record ``memory_id`` (its versions with ``history``), if it belongs to a server
+        scope that contains the given ids (at least one required), else the same
+        :class:`MemkernKeyError` as an unknown id: a caller never learns whether an id outside
+        its scope exists, nor reaches a namespace that is not a scope (``memkern ingest -n``'s,
+        a framework adapter's)."""
+        scope = S.make_scope(user_id, agent_id, run_id)
+        memory_id = _check_memory_id(memory_id)
+        try:
+            found = self.store.history(memory_id) if history else self.store.get(memory_id)
+        except KeyError:
+            raise _unknown_memory(memory_id) from None
+        rec = found[-1] if history else found
+        s = S.decode(rec.namespace)
+        if s is None or not scope.contains(s):
+            raise _unknown_memory(memory_id)
+        return found
 
-    def update(self, memory_id: int, *, text: str | None = None, metadata: dict | None = None) -> dict:
-        """A new version of the memory with ``text`` (re-embedded) and/or ``metadata`` replaced."""
+    def get(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+        """One memory (its current version) of the caller's scope (:meth:`owned`)."""
+        return self._record_json(self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
+
+    def update(self, memory_id: int, *, text: str | None = None, metadata: dict | None = None, user_id=None,
+               agent_id=None, run_id=None) -> dict:
+        """A new version of the memory (of the caller's scope, :meth:`owned`) with ``text``
+        (re-embedded) and/or ``metadata`` replaced."""
+        scope = dict(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        rec = self.owned(memory_id, **scope)
         if text is None and metadata is None:
             raise bad_arg("text/metadata", "at least one of them", None)
         if text is not None:
             text = _check_text(text, "text", self.limits.max_text_chars)
-        if metadata is not None and not isinstance(metadata, dict):
-            raise bad_arg("metadata", "a JSON object", type(metadata).__name__, MemkernTypeError)
-        ns = self.store.get(memory_id).namespace
+        metadata = self.check_metadata(metadata)
         emb = self._embed([text])[0] if text is not None else None
-        with self.ns_lock(ns):
-            self.store.update(memory_id, summary=text, embedding=emb, meta=metadata)
-        return self.get(memory_id)
+        with self.ns_lock(rec.namespace):
+            try:
+                self.store.update(memory_id, summary=text, embedding=emb, meta=metadata)
+            except KeyError:  # deleted meanwhile
+                raise _unknown_memory(memory_id) from None
+        return self.get(memory_id, **scope)
 
-    def delete(self, memory_id: int) -> dict:
-        """Delete the memory (gone from search and get at once; from the files at the next compaction)."""
-        ns = self.store.get(memory_id).namespace
-        with self.ns_lock(ns):
-            self.store.delete(memory_id)
+    def delete(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+        """Delete the memory (of the caller's scope, :meth:`owned`): gone from search and get at
+        once, from the files at the next compaction."""
+        rec = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        with self.ns_lock(rec.namespace):
+            try:
+                self.store.delete(memory_id)
+            except KeyError:  # deleted meanwhile
+                raise _unknown_memory(memory_id) from None
         return {"id": int(memory_id), "deleted": True}
 
-    def history(self, memory_id: int) -> dict:
-        """Every version of the memory, oldest first, with the event that made it."""
-        versions = self.store.history(memory_id)
+    def history(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+        """Every version of the memory (of the caller's scope, :meth:`owned`), oldest first, with
+        the event that made it."""
+        versions = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id, history=True)
         out = []
         prev = None
         for v in versions:
             out.append({
                 "memory_id": int(v.id), "version": int(v.version), "event": "ADD" if prev is None else "UPDATE",
                 "old_memory": prev, "new_memory": v.summary, "metadata": dict(v.meta or {}),
-                "created_at": _iso(v.created_at), "updated_at": _iso(v.updated_at),
+                "created_at": iso_time(v.created_at), "updated_at": iso_time(v.updated_at),
             })
             prev = v.summary
         return {"results": out}
@@ -530,17 +691,29 @@ class MemoryService:
         citations (the citations train the namespace's reranker). Returns the answer, the memories
         shown and a ``response_id`` for :meth:`feedback`. ``filters`` / ``time_range`` /
         ``time_field`` / ``recency`` / ``recency_weight`` / ``now`` (as in :meth:`search`) limit
-        the first-stage search; the reranker chooses among the memories that pass."""
+        the first-stage search; the reranker chooses among the memories that pass.
+
+        The query and the ``session_turns`` contents hold at most ``limits.max_respond_chars``
+        characters together (the prompt grows with them); at most
+        ``limits.max_pending_responds`` responds run or wait at once (one more raises
+        :class:`BusyError`)."""
         scope = S.make_scope(user_id, agent_id, run_id)
         ns = S.encode(scope)
-        query = _check_text(query, "query", self.limits.max_text_chars)
+        budget = self.limits.max_respond_chars
+        query = _check_text(query, "query", min(budget, self.limits.max_text_chars))
         if session_turns is not None:
-            session_turns = self.check_messages(session_turns, "session_turns")
+            session_turns = self.check_messages(session_turns, "session_turns", max_chars=budget - len(query))
         kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
-        with self.ns_lock(ns):
-            rmm = self._rmm(ns)
-            resp = rmm.respond(query, session_turns=session_turns, **kw)
-            memories = [self._record_json(self.store.get(i)) for i in resp.memory_ids]
+        if not self._respond_slots.acquire(blocking=False):
+            raise BusyError(f"respond: expected at most {self.limits.max_pending_responds} responds at once, got "
+                            "one more (retry later)")
+        try:
+            with self.ns_lock(ns):
+                rmm = self._rmm(ns)
+                resp = rmm.respond(query, session_turns=session_turns, **kw)
+                memories = [self._record_json(self.store.get(i)) for i in resp.memory_ids]
+        finally:
+            self._respond_slots.release()
         rid = uuid.uuid4().hex
         with self._responses_guard:
             self._responses[rid] = (ns, resp)
@@ -550,20 +723,39 @@ class MemoryService:
                 "rewards": list(resp.rewards), "memories": memories, "citation_source": resp.citation_source,
                 "timings": dict(resp.timings)}
 
-    def feedback(self, response_id: Any, rewards: Any) -> dict:
+    def feedback(self, response_id: Any, rewards: Any, *, scope: S.Scope | None = None) -> dict:
         """Explicit feedback on an earlier response: ``rewards`` (one number in [-1, 1] per memory
-        shown, in order) train the namespace's reranker like the model's citations do."""
+        shown, in order) train the namespace's reranker like the model's citations do.
+
+        Accepted once per response: a second call raises :class:`ConflictError` (HTTP 409), also
+        after a restart (the accepted ids are kept under the store's folder). ``scope``: the
+        caller's own scope (an API key bound to one); a response of another scope is unknown."""
         if not isinstance(response_id, str):
             raise bad_arg("response_id", "a str", type(response_id).__name__, MemkernTypeError)
+        unknown = bad_arg("response_id", "the id of one of this server's recent responses",
+                          response_id[:64] + ("..." if len(response_id) > 64 else ""), MemkernKeyError)
         with self._responses_guard:
             entry = self._responses.get(response_id)
+        if entry is not None and scope is not None and not scope.contains(S.decode(entry[0]) or S.Scope()):
+            raise unknown
+        if response_id in self._feedback_given:
+            raise ConflictError(f"response_id: expected a response without feedback yet, got {response_id!r}, "
+                                "whose feedback was already accepted")
         if entry is None:
-            raise bad_arg("response_id", "the id of one of this server's recent responses", response_id,
-                          MemkernKeyError)
+            raise unknown
         ns, resp = entry
         with self.ns_lock(ns):
+            if response_id in self._feedback_given:  # a concurrent call won
+                raise ConflictError(f"response_id: expected a response without feedback yet, got {response_id!r}, "
+                                    "whose feedback was already accepted")
             rmm = self._rmm(ns)
-            applied = rmm.feedback(resp, rewards)  # validates rewards (one per memory shown, in [-1, 1])
+            n = len(resp.memory_ids)
+            if (isinstance(rewards, (str, bytes)) or not isinstance(rewards, (list, tuple)) or len(rewards) != n
+                    or not all(not isinstance(r, bool) and isinstance(r, (int, float)) and -1.0 <= r <= 1.0
+                               for r in rewards)):
+                raise bad_arg("rewards", f"{n} numbers in [-1, 1] (one per memory shown)", rewards)
+            self._feedback_given.add(response_id)  # durable before the reranker sees it
+            applied = rmm.feedback(resp, rewards)
         if not applied:
             return {"response_id": response_id, "applied": False,
                     "reason": "the reranker made no choice for this response (every candidate was shown)"}
