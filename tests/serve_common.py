@@ -1,4 +1,4 @@
-"""Helpers shared by the server tests (test_serve_scopes, test_serve_hardening, test_attack_server):
+"""Helpers shared by the server tests (test_serve_scopes, test_serve_hardening):
 a real uvicorn server (memkern's guarded protocol) in a thread, the tests' API key, a hash
 embedder service over a real MemoryStore, and raw socket requests."""
 from __future__ import annotations

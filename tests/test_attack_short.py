@@ -26,7 +26,9 @@ CLASSES = sorted(R.discover())
 
 
 def test_every_class_module_is_found():
-    assert {"imports", "filters", "dates", "ingest"} <= set(CLASSES)
+    assert {"imports", "filters", "dates", "ingest", "http", "mcp", "scopes"} <= set(CLASSES)
+    found = R.discover()
+    assert all(found[c].__name__ == f"attack.{c}" for c in ("http", "mcp"))  # never shadowing the stdlib's
 
 
 @pytest.mark.parametrize("name", CLASSES)
