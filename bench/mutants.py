@@ -889,8 +889,8 @@ CATALOGUE: list[Mutant] = [
            "               r.created_at = 0;",
            "a moved record loses its created_at", ("tests/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("filter-bitmap-over-sparse-ids", "distributed", "csrc/store/query.cpp",
-           "      if (scan.empty() || words <= 8 * scan.size() + 1024) {",
-           "      if (true) {",
+           "        if (words <= 8 * scan.size() + 1024) {",
+           "        if (true) {",
            "a filtered search allocates a bitmap over the whole id span (ids from several shard ranges: "
            "terabytes)", ("tests/test_distributed.py::test_filtered_search_over_shard_ranges_and_imported_ids",)),
     Mutant("sharded-route-ignores-moves", "distributed", "python/memkern/distributed/sharded.py",
