@@ -282,7 +282,7 @@ void Store::snapshot_locked() {
   // leaves the store exactly as it was.
   try {
     if (exists(dir)) remove_tree(dir);
-    if (::mkdir(dir.c_str(), 0755) != 0) throw IOError("create " + dir + ": " + std::strerror(errno));
+    if (::mkdir(dir.c_str(), io::kDirMode) != 0) throw IOError("create " + dir + ": " + std::strerror(errno));
     std::vector<GraphFile> graphs;
     for (uint32_t i = 0; i < ns_.size(); ++i)
       for (uint8_t l = 0; l < kNumLevels; ++l)

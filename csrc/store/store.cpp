@@ -53,9 +53,9 @@ const char* metric_name(Metric m) {
 // ------------------------------------------------------------------------------- open / close
 
 Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
+  if (::mkdir(path.c_str(), io::kDirMode) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
   std::string lock = path + "/LOCK";
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, io::kFileMode);
   if (lock_fd_ < 0) throw IOError("open " + lock + ": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd_);

@@ -72,7 +72,7 @@ void fsync_path(const std::string& path, bool directory) {
 
 void write_temp(const std::string& dir, const std::string& name, const std::string& data) {
   std::string tmp = dir + "/" + name + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, io::kFileMode);
   if (fd < 0) throw IOError("create " + tmp + ": " + errno_text());
   try {
     io::write_all(fd, data.data(), data.size(), tmp);

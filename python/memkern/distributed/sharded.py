@@ -83,9 +83,10 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def _write_atomic(path: Path, write: Any) -> None:
-    """``write(binary file)`` into ``path`` through a fsynced temporary file renamed into place."""
+    """``write(binary file)`` into ``path`` through a fsynced temporary file renamed into place
+    (mode 0600, like every file a store writes)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         write(f)
         f.flush()
         os.fsync(f.fileno())
@@ -263,7 +264,7 @@ class ShardedStore:
         self._closed = True
         _check_store_options(store_options)
         self._path = Path(path)
-        self._path.mkdir(parents=True, exist_ok=True)
+        self._path.mkdir(mode=0o700, parents=True, exist_ok=True)
         man = self._path / "manifest.json"
         if man.exists():
             m = json.loads(man.read_text())
@@ -688,7 +689,7 @@ class ShardedStore:
             _write_json_atomic(jpath, journal)
         self._start_actors(max(journal["from"], journal["to"]))
         parts = self._path / "moved.parts"
-        parts.mkdir(exist_ok=True)
+        parts.mkdir(mode=0o700, exist_ok=True)
         for mi, mv in enumerate(journal["moves"]):
             ns, src, dst = mv["ns"], mv["src"], mv["dst"]
             if mv["state"] == "pending":
