@@ -331,7 +331,12 @@ void gate_at(const char* point) {
   if (g.point.empty() || g.point != point) return;
   g.reached = true;
   g.cv.notify_all();
-  g.cv.wait(lk, [&] { return g.released && !g.forever; });
+  if (g.forever) {
+    g.cv.wait(lk, [] { return false; });
+  } else {
+    // At most two minutes: a test that forgets to release cannot hang the process.
+    g.cv.wait_for(lk, std::chrono::seconds(120), [&] { return g.released; });
+  }
   g.point.clear();  // one stop per arming
 }
 
