@@ -342,16 +342,12 @@ std::string Store::last_snapshot_error() const {
   return last_snapshot_error_;
 }
 
-uint64_t Store::snapshot_failures() const {
-  std::shared_lock<std::shared_mutex> lk(mu_);
-  return snapshot_failures_;
-}
+uint64_t Store::snapshot_failures() const { return snapshot_failures_.load(); }
 
 bool Store::take_unreported_snapshot_failure() {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  if (snapshot_failures_ == reported_failures_) return false;
-  reported_failures_ = snapshot_failures_;
-  return true;
+  // Lock-free: it runs after every write call with the GIL held, and must not wait for a snapshot.
+  uint64_t now = snapshot_failures_.load();
+  return reported_failures_.exchange(now) != now;
 }
 
 uint64_t Store::generation() const {

@@ -186,7 +186,7 @@ WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, 
   for (uint64_t y = off + 1; y + hs <= size; ++y) {
     uint32_t len;
     std::memcpy(&len, data.data() + y, 4);
-    if (len > size - y - hs) continue;  // cheap pre-check before the header checksum
+    if (len == 0 || len > size - y - hs) continue;  // cheap pre-checks (zeros, most garbage) before the checksum
     Framed later;
     const char* ignored;
     if (parse_entry(data.data(), size, y, h.format, &later, &ignored) && later.synced > off)

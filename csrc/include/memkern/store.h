@@ -315,10 +315,10 @@ class Store {
   uint64_t store_id_ = 0;
   bool opened_before_ = false;      // LOCK held a pid: a store was created in this directory before
   uint64_t snapshot_retry_at_ = 0;  // after a failed automatic snapshot: retry at this many ops
-  uint64_t snapshot_failures_ = 0;
+  std::atomic<uint64_t> snapshot_failures_{0};  // read without the lock after every write call
   std::string last_snapshot_error_;
   std::string poison_;
-  uint64_t reported_failures_ = 0;
+  std::atomic<uint64_t> reported_failures_{0};
   // The log chain: files before the last one (complete and synced), the last one's generation.
   std::vector<std::string> chain_;
   uint64_t log_gen_ = 0;
