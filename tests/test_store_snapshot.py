@@ -334,9 +334,10 @@ def test_store_of_the_previous_format_reads_and_rewrites(tmp_path):
         check(s, 1)
 
 
-def test_close_after_one_write_to_many_namespaces_is_fast(tmp_path):
-    """2,000 namespaces: close() after one write writes one blob and the manifest (the old
-    layout rewrote every index file); its time stays far below the full snapshot's."""
+def test_close_after_one_write_to_many_namespaces_writes_one_namespace(tmp_path):
+    """2,000 namespaces: close() after one write copies one namespace into a small new pack and
+    links the rest (the old layout rewrote every index file, one fsync each). Times are printed,
+    not asserted (shared machines); bench_namespaces.py --snapshot-stall measures them."""
     p = tmp_path / "s"
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, D)).astype(np.float32)
@@ -346,10 +347,14 @@ def test_close_after_one_write_to_many_namespaces_is_fast(tmp_path):
         t0 = time.perf_counter()
         s.snapshot()
         full = time.perf_counter() - t0
+        st_full = s._native.last_snapshot_stats
     s = MemoryStore(p, snapshot_every=0)
     s.add("user-7", "one more", x[0])
     t0 = time.perf_counter()
     s.close()
     one = time.perf_counter() - t0
-    assert len(list(snapshot_dir(p).iterdir())) == 3  # records.bin and two packs, for 2,000 namespaces
-    assert one < max(0.5 * full, 0.05), (one, full)
+    st = s._native.last_snapshot_stats
+    print(f"full snapshot {full:.3f} s ({st_full['bytes']} bytes), close after one write {one:.3f} s ({st['bytes']} bytes)")
+    assert st_full["copied"] == 2000 and st["copied"] == 1 and st["linked"] == 1
+    assert st["bytes"] < 2000 < st_full["bytes"] / 100
+    assert sorted(f.name for f in snapshot_dir(p).iterdir()) == ["pack-1.bin", "pack-2.bin", "records.bin"]

@@ -397,9 +397,24 @@ void register_store(py::module_& m) {
       })
       .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
       .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())
+      .def("snapshot_async", &Store::snapshot_async, py::call_guard<py::gil_scoped_release>())
       .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
       .def("wait_snapshot", [](Store& s) { write_call(s, [&] { s.wait_snapshot(); }); })
       .def_property_readonly("log_files", &Store::log_files)
+      .def_property_readonly("last_snapshot_stats", [](const Store& s) {
+        memkern::SnapshotStats st = s.last_snapshot_stats();
+        py::dict d;
+        d["total_s"] = st.total_s;
+        d["rotation_hold_s"] = st.rotation_hold_s;  // writer lock held to rotate the log
+        d["switch_hold_s"] = st.switch_hold_s;      // writer lock held to switch generations
+        d["max_batch_hold_s"] = st.max_batch_hold_s;  // reader lock held by the longest batch of copies
+        d["batches"] = st.batches;
+        d["copied"] = st.copied;
+        d["copied_by_writers"] = st.copied_by_writers;
+        d["linked"] = st.linked;
+        d["bytes"] = st.bytes;
+        return d;
+      })
       .def("close", [](Store& s) { write_call(s, [&] { s.close(); }); })
       .def("memory_bytes", &Store::memory_bytes)
       .def("index_kind", [](const Store& s, const std::string& ns, memkern::Level level) { return s.index_kind(ns, level); })

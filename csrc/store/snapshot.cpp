@@ -586,6 +586,7 @@ struct Store::SnapJob {
   std::vector<int64_t> orphans;
   std::map<uint64_t, uint64_t> packs, new_packs;
   std::set<uint32_t> moved;              // clean namespaces whose blob was rewritten (retired pack)
+  SnapshotStats stats;
 };
 
 std::unique_ptr<Store::NsImage> Store::copy_namespace(uint32_t i) const {
@@ -630,6 +631,12 @@ void Store::before_change(uint32_t nsi) {
   if (!job_ || nsi >= job_->state.size() || job_->state[nsi] != SnapJob::kToCopy) return;
   job_->images[nsi] = copy_namespace(nsi);
   job_->state[nsi] = SnapJob::kCopied;
+  ++job_->stats.copied_by_writers;
+}
+
+SnapshotStats Store::last_snapshot_stats() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  return last_stats_;
 }
 
 namespace {
@@ -655,6 +662,7 @@ class PackWriter {
   void put(const void* p, size_t n) {
     crc_ = crc32_update(crc_, p, n);
     w_->put(p, n);
+    if (w_->bytes() - paced_ >= kPace) pace();
   }
   template <typename T>
   void pod(const T& v) {
@@ -680,11 +688,30 @@ class PackWriter {
   }
 
  private:
+  // Streams the file to disk as it is written (start writeback of the last window, wait for the
+  // one before), so dirty pages never pile up: the log's fsyncs of concurrent writes do not queue
+  // behind hundreds of MB of snapshot, and the final fsync is short. Best effort (the fsync in
+  // finish() is what is checked).
+  void pace() {
+    w_->flush();
+    const uint64_t end = w_->bytes();
+#ifdef __linux__
+    if (paced_ > prev_)
+      ::sync_file_range(fd_, static_cast<off_t>(prev_), static_cast<off_t>(paced_ - prev_),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    ::sync_file_range(fd_, static_cast<off_t>(paced_), static_cast<off_t>(end - paced_), SYNC_FILE_RANGE_WRITE);
+#endif
+    prev_ = paced_;
+    paced_ = end;
+  }
+
+  static constexpr uint64_t kPace = 2u << 20;
   std::string file_;
   int fd_ = -1;
   std::unique_ptr<io::FdWriter> w_;
   uint32_t crc_ = 0;
   uint64_t start_ = 0;
+  uint64_t paced_ = 0, prev_ = 0;  // [prev_, paced_): writeback started; [0, prev_): waited for
 };
 
 // `to` becomes a hard link of `from` (an unchanged file of the previous snapshot); where the file
@@ -720,8 +747,10 @@ std::string read_blob(const std::string& file, const BlobRef& r) {
   return out;
 }
 
-constexpr size_t kBatchBytes = 8u << 20;       // copied under one hold of the reader lock, at most about
-constexpr double kBatchSeconds = 0.002;
+// Copied under one hold of the reader lock, at most about (a hold is also what a preempted
+// snapshot thread makes writers wait: keep it short).
+constexpr size_t kBatchBytes = 1u << 20;
+constexpr double kBatchSeconds = 0.0005;
 
 }  // namespace
 
@@ -751,8 +780,10 @@ void Store::run_snapshot(bool compacting) {
   }
   // 2. Rotation: from here on writes go to the new log; snapshot N holds the state at this point.
   auto job = std::make_unique<SnapJob>();
+  const double t_start = now_s();
   {
     std::unique_lock<std::shared_mutex> lk(mu_);
+    const double t_locked = now_s();
     try {
       check_writable();
       if (wal_.synced_end() < wal_.end()) wal_.sync();  // the earlier file of a chain is complete and synced
@@ -799,6 +830,7 @@ void Store::run_snapshot(bool compacting) {
     job->orphans = job->compacting ? std::vector<int64_t>{} : orphan_tombstones_;
     if (!job->compacting) job->packs = packs_;
     job_ = job.get();
+    job->stats.rotation_hold_s = now_s() - t_locked;
   }
   gate_at("rotated");
   const std::string dir = path_ + "/" + snapshot_dir_name(N);
@@ -818,9 +850,22 @@ void Store::run_snapshot(bool compacting) {
   }
   // From the rename of CURRENT on, generation N is the store.
   gate_at("switched");
+  // The switch durable before the new log replaces wal.log (the older log the switch retires):
+  // without it a power loss could keep the rename of the log but not CURRENT's. The new log then
+  // takes the steady-state name (its fd stays open; if the rename fails it keeps its own name:
+  // a reopen finds it by its header). If this fsync fails, nothing older is removed.
+  std::string sync_error;
+  try {
+    fsync_path(path_, true);
+  } catch (const std::exception& e) {
+    sync_error = e.what();
+  }
+  const std::string steady = path_ + "/wal.log";
+  const bool renamed = sync_error.empty() && io::rename(new_log.c_str(), steady.c_str()) == 0;
   std::string active;
   {
     std::unique_lock<std::shared_mutex> lk(mu_);
+    const double t_locked = now_s();
     generation_ = N;
     store_id_ = id;
     for (uint32_t i = 0; i < job->names.size(); ++i) {
@@ -845,13 +890,15 @@ void Store::run_snapshot(bool compacting) {
     snapshot_retry_at_ = 0;
     job_ = nullptr;
     chain_.clear();
-    // The new log takes the steady-state name (if this rename fails it keeps its own: a reopen
-    // finds it by its header).
-    const std::string steady = path_ + "/wal.log";
-    if (io::rename(wal_.file().c_str(), steady.c_str()) == 0) wal_.set_file_name(steady);
+    if (renamed) wal_.set_file_name(steady);
     active = wal_.file();
+    job->stats.switch_hold_s = now_s() - t_locked;
+    job->stats.total_s = now_s() - t_start;
+    last_stats_ = job->stats;
   }
-  // Everything durable before the files of older generations go (if this fsync fails they stay;
+  if (!sync_error.empty())
+    throw IOError("snapshot " + std::to_string(N) + " is in place, but " + sync_error + "; the files it replaces are kept");
+  // The rename durable before the files of older generations go (if this fsync fails they stay;
   // the next snapshot or open removes them).
   fsync_path(path_, true);
   const std::string active_name = active.substr(active.rfind('/') + 1);
@@ -889,6 +936,7 @@ void Store::write_snapshot_files(SnapJob& job, const std::string& dir) {
         uint32_t crc;
         io::write_file_checked(dir + "/" + name, "graph file",
                                [&](io::FdWriter& w) { w.put(im.level[l].data(), im.level[l].size()); }, &size, &crc);
+        job.stats.bytes += size;
         pw.str(name);
         pw.pod<uint64_t>(size);
         pw.pod<uint32_t>(crc);
@@ -914,6 +962,9 @@ void Store::write_snapshot_files(SnapJob& job, const std::string& dir) {
         bytes += im->bytes();
         batch.emplace_back(i, std::move(im));
       } while (k < job.to_copy.size() && bytes < kBatchBytes && now_s() - t0 < kBatchSeconds);
+      job.stats.max_batch_hold_s = std::max(job.stats.max_batch_hold_s, now_s() - t0);
+      ++job.stats.batches;
+      job.stats.copied += batch.size();
     }
     for (auto& b : batch) write_image(b.first, *b.second);
   }
@@ -928,16 +979,21 @@ void Store::write_snapshot_files(SnapJob& job, const std::string& dir) {
     job.moved.insert(i);
   }
   job.new_packs[N] = pw.finish();
+  job.stats.bytes += job.new_packs[N];
   // Files kept from the live snapshot: hard links.
   for (const auto& pk : job.packs)
     if (!retire.count(pk.first) && live[pk.first] > 0) {
       link_or_copy(from + "/" + pack_file_name(pk.first), dir + "/" + pack_file_name(pk.first));
       job.new_packs[pk.first] = pk.second;
+      ++job.stats.linked;
     }
   for (uint32_t i = 0; i < job.state.size(); ++i)
     if (job.state[i] == SnapJob::kClean)
       for (uint8_t l = 0; l < kNumLevels; ++l)
-        if (!job.graphs[i][l].empty()) link_or_copy(from + "/" + job.graphs[i][l], dir + "/" + job.graphs[i][l]);
+        if (!job.graphs[i][l].empty()) {
+          link_or_copy(from + "/" + job.graphs[i][l], dir + "/" + job.graphs[i][l]);
+          ++job.stats.linked;
+        }
   // 4. The manifest, then the switch.
   Manifest m;
   m.params = job.params;
@@ -961,6 +1017,12 @@ void Store::snapshot() {
   }
   std::lock_guard<std::mutex> run(snap_run_mu_);
   run_snapshot();
+}
+
+void Store::snapshot_async() {
+  std::unique_lock<std::shared_mutex> lk(mu_);
+  check_writable();
+  request_snapshot();
 }
 
 void Store::auto_snapshot() {

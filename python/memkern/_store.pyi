@@ -137,6 +137,8 @@ class Store:
     def poisoned(self) -> str: ...  # why writes are refused until a reopen ("" if they are not)
     @property
     def log_files(self) -> list[str]: ...  # the log chain, oldest first (the last one takes the appends)
+    @property
+    def last_snapshot_stats(self) -> dict[str, float]: ...  # lock hold times and sizes of the last snapshot
     def add(
         self,
         namespace: str,
@@ -236,6 +238,7 @@ class Store:
     def count(self, namespace: str, include_invalidated: bool, level: Level) -> int: ...
     def flush(self) -> None: ...
     def snapshot(self) -> None: ...
+    def snapshot_async(self) -> None: ...  # hand a snapshot to the background thread, return at once
     def compact(self) -> None: ...
     def wait_snapshot(self) -> None: ...  # until the background snapshot in progress (if any) ends
     def close(self) -> None: ...

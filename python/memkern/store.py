@@ -1315,11 +1315,20 @@ class MemoryStore:
         """Force the log to disk (fsync)."""
         self._n().flush()
 
-    def snapshot(self) -> None:
-        """Write a snapshot now, in this thread (after the background one, if one is running), and
-        retire the log files it holds. Other threads' calls go on meanwhile. Raises on failure
-        (nothing is lost: the log keeps every write)."""
-        self._n().snapshot()
+    def snapshot(self, wait: bool = True) -> None:
+        """Write a snapshot now and retire the log files it holds; other threads' calls go on
+        meanwhile.
+
+        ``wait=True``: in this thread (after the background one, if one is running); raises on
+        failure (nothing is lost: the log keeps every write). ``wait=False``: hand it to the
+        background thread, as the automatic snapshot does, and return at once; a failure is then
+        reported like the automatic one's (:attr:`last_snapshot_error`, a warning)."""
+        if not isinstance(wait, bool):
+            raise bad_arg("wait", "a bool", type(wait).__name__, MemkernTypeError)
+        if wait:
+            self._n().snapshot()
+        else:
+            self._n().snapshot_async()
 
     def compact(self) -> None:
         """Remove deleted records and their vectors (graphs holding deleted points are rebuilt),

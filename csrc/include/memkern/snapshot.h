@@ -68,7 +68,8 @@
 //      unchanged namespaces keep their blobs (packs and graphs hard-linked), all synced;
 //   4. records.bin (synced), the directory synced, CURRENT.tmp (synced), rename it over CURRENT
 //      (the switch: from here generation N is the store), the directory synced;
-//   5. rename wal-<N>.log to wal.log (the fd stays open), sync the directory, remove the older
+//   5. once that sync returned (else a power loss could keep this rename but not CURRENT's),
+//      rename wal-<N>.log to wal.log (the fd stays open), sync the directory, remove the older
 //      logs and snapshot directories.
 // A crash anywhere loses nothing acknowledged: before step 4's rename the store is snapshot G
 // plus the whole chain (the new file included); after it, snapshot N plus wal-<N>.log / wal.log.

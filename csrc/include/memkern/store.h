@@ -99,6 +99,13 @@ struct SearchSpec {
   size_t candidates = 50;       // depth of each first-stage list when fusing or re-scoring
 };
 
+// What the last snapshot cost (for benchmarks): how long it held the writer lock (rotation,
+// switch) and the reader lock (the longest batch of namespace copies), and what it wrote.
+struct SnapshotStats {
+  double total_s = 0, rotation_hold_s = 0, switch_hold_s = 0, max_batch_hold_s = 0;
+  uint64_t batches = 0, copied = 0, copied_by_writers = 0, linked = 0, bytes = 0;
+};
+
 // A copy of one record (what get() returns), with a copy of its current vector.
 struct RecordView {
   Record rec;
@@ -184,6 +191,9 @@ class Store {
   // retires the log files it holds; other calls go on meanwhile. Raises on failure (nothing lost:
   // the log chain keeps every write).
   void snapshot();
+  // Hands a snapshot to the background thread and returns at once (what the automatic one does);
+  // a failure is recorded like the automatic one's.
+  void snapshot_async();
   void compact();   // drop deleted records and their vectors from the graphs, then snapshot
   // Waits for the background snapshot in progress (if any) to end.
   void wait_snapshot();
@@ -205,6 +215,7 @@ class Store {
   // Why the last automatic snapshot failed ("" when it succeeded or none ran), and how many failed.
   std::string last_snapshot_error() const;
   uint64_t snapshot_failures() const;
+  SnapshotStats last_snapshot_stats() const;
   // True once per failure of an automatic snapshot not reported yet (the bindings log a warning).
   bool take_unreported_snapshot_failure();
   // Files of the log chain (snapshot.h, "Logs"), oldest first; the last one takes the appends.
@@ -325,6 +336,7 @@ class Store {
   std::vector<int64_t> orphan_tombstones_;  // deleted ids from a format 1-2 snapshot (namespace unknown)
   std::map<uint64_t, uint64_t> packs_;      // pack files of the live snapshot: number -> size
   SnapJob* job_ = nullptr;                  // the snapshot between its start and its switch (under mu_)
+  SnapshotStats last_stats_;
   // The background snapshot thread (started by the first automatic snapshot).
   std::thread snap_thread_;
   std::mutex snap_mu_;                      // guards the three flags below
