@@ -358,3 +358,29 @@ def test_close_after_one_write_to_many_namespaces_writes_one_namespace(tmp_path)
     assert st_full["copied"] == 2000 and st["copied"] == 1 and st["linked"] == 1
     assert st["bytes"] < 2000 < st_full["bytes"] / 100
     assert sorted(f.name for f in snapshot_dir(p).iterdir()) == ["pack-1.bin", "pack-2.bin", "records.bin"]
+
+
+def test_snapshot_wait_false_hands_it_to_the_background_thread(tmp_path):
+    from memkern import MemkernTypeError
+    from memkern.inmemory import InMemoryStore
+
+    p = tmp_path / "s"
+    s = MemoryStore(p, dim=D, snapshot_every=0)
+    s.add("u", "a", emb(0))
+    native()._test_snapshot_gate("copied")
+    s.snapshot(wait=False)  # returns while the snapshot is held
+    try:
+        assert native()._test_wait_snapshot_gate(30.0)
+        s.add("u", "b", emb(1))
+    finally:
+        native()._test_release_snapshot_gate()
+    s._native.wait_snapshot()
+    assert s._native.generation == 1 and s.last_snapshot_error is None
+    with pytest.raises(MemkernTypeError, match="wait"):
+        s.snapshot(wait="no")
+    s.close()
+    with MemoryStore(p) as s2:
+        assert [s2.get(int(i)).summary for i in s2.ids("u")] == ["a", "b"]
+    m = InMemoryStore(D)
+    m.add("u", "a", emb(0))
+    m.snapshot(wait=False)  # nothing to write, same signature
