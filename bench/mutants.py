@@ -349,7 +349,8 @@ CATALOGUE: list[Mutant] = [
            "parse_entry(data.data(), size, y, h.format, &later, &ignored) && later.synced > off)",
            "parse_entry(data.data(), size, y, h.format, &later, &ignored) && later.synced >= off)",
            "damage at the first unsynced byte with a later unsynced entry intact (pages persisted out of order) "
-           "makes the store unopenable", T_CPP),
+           "makes the store unopenable",
+           T_CPP + ("tests/test_store_durability.py::test_page_level_crash_images_of_the_log_tail",)),
     Mutant("wal-torn-tail-refused", "durability", "csrc/store/wal.cpp",
            "  scan->torn = true;\n  scan->why = why;\n  return h;\n",
            "  rd.fail(std::string(\"torn tail: \") + why);\n",
