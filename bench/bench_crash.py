@@ -4,10 +4,14 @@ every acknowledged write survives (issue 10).
 Each trial forks a child (the parent has ``memkern`` imported, so a trial costs milliseconds, not
 an interpreter start) that opens the store, optionally arms the test-only fault injector
 (``memkern._store._test_set_fault``: a short write, a failed write, fsync or rename, once or from
-the Nth call on), and runs random writes: add, add_batch, merge, update, invalidate, delete,
-snapshot, compact. Before each call it reports an intent line on a pipe, after it an ack (the call
-returned) or a failure (the call raised). The parent SIGKILLs the child after a random delay,
-then opens the store itself and checks:
+the Nth call on), optionally holds the next snapshot at one of its steps (``_test_snapshot_gate``:
+just after the log rotation, after the namespaces are copied, before or just after the switch of
+CURRENT) while the writes go on, and runs random writes over three namespaces: add, add_batch,
+merge, update, invalidate, delete, snapshot, compact (automatic snapshots, every
+``snapshot_every`` operations, are written by the store's background thread meanwhile). Before
+each call it reports an intent line on a pipe, after it an ack (the call returned) or a failure
+(the call raised). The parent SIGKILLs the child after a random delay, then opens the store itself
+and checks:
 
 * every acknowledged write is there, exactly (summary, embedding, status, version);
 * every failed write left nothing (a failed add is absent, a failed merge/update/invalidate/delete
@@ -38,13 +42,17 @@ import numpy as np
 D = 16
 # one-shot faults weigh most: after one, the store must go on working (a sticky one fails all later calls)
 FAULTS = ["short:{n}", "short:{n}", "write:{n}", "fsync:{n}", "rename:{n}", "short:{n}+", "fsync:{n}+"]
+# where a trial may hold the next snapshot (memkern/snapshot.h), so that the kill lands inside it
+GATES = ["rotated", "copied", "written", "switched"]
+NS = ("u", "v", "w")
 
 
 def emb(j: int) -> np.ndarray:
     return np.random.default_rng(j).standard_normal(D).astype(np.float32)
 
 
-def _child(path: str, seed: int, start_j: int, fault: str, fsync: str, snapshot_every: int, wfd: int) -> None:
+def _child(path: str, seed: int, start_j: int, fault: str, fsync: str, snapshot_every: int, wfd: int,
+           gate: str = "") -> None:
     """The writer (runs in the forked child until it is killed)."""
     from memkern import MemkernError, _store
     from memkern.store import MemoryStore
@@ -59,16 +67,23 @@ def _child(path: str, seed: int, start_j: int, fault: str, fsync: str, snapshot_
         os._exit(3)
     if fault:
         _store._test_set_fault(fault)
+    if gate:
+        _store._test_snapshot_gate(gate)  # never released: the snapshot waits there for the kill
     rng = np.random.default_rng(seed)
-    live = [int(i) for i in s.ids("u", include_invalidated=True)]
-    active = [int(i) for i in s.ids("u")]
+    live = [int(i) for ns in NS for i in s.ids(ns, include_invalidated=True)]
+    active = [int(i) for ns in NS for i in s.ids(ns)]
     j = start_j
+    held = False
     while True:
+        if gate and not held and _store._test_wait_snapshot_gate(0.0):
+            held = True
+            say("G")
+        ns = NS[int(rng.integers(len(NS)))]
         r = rng.random()
         if r < 0.4 or len(live) < 3:
-            op, args = "add", (j,)
+            op, args = "add", (j, NS.index(ns))
         elif r < 0.55:
-            op, args = "batch", (j, int(rng.integers(2, 5)))
+            op, args = "batch", (j, int(rng.integers(2, 5)), NS.index(ns))
         elif r < 0.67:
             op, args = "merge", (live[int(rng.integers(len(live)))], j)
         elif r < 0.77:
@@ -84,13 +99,13 @@ def _child(path: str, seed: int, start_j: int, fault: str, fsync: str, snapshot_
         say("I " + " ".join(map(str, (op, *args))))
         try:
             if op == "add":
-                i = s.add("u", f"r{j}", emb(j), [{"role": "user", "content": f"c{j}"}], {"j": j})
+                i = s.add(ns, f"r{j}", emb(j), [{"role": "user", "content": f"c{j}"}], {"j": j})
                 res = [i]
                 live.append(i)
                 active.append(i)
             elif op == "batch":
                 n = args[1]
-                ids = s.add_batch("u", [f"r{j + t}" for t in range(n)], np.stack([emb(j + t) for t in range(n)]),
+                ids = s.add_batch(ns, [f"r{j + t}" for t in range(n)], np.stack([emb(j + t) for t in range(n)]),
                                   metas=[{"j": j + t} for t in range(n)])
                 res = [int(x) for x in ids]
                 live.extend(res)
@@ -136,6 +151,7 @@ class Rec:
     j: int
     status: str = "active"
     version: int = 1
+    ns: str = "u"
 
 
 @dataclass
@@ -153,6 +169,7 @@ class Stats:
     failed: int = 0
     faults_fired: int = 0
     poisoned: int = 0
+    held_snapshots: int = 0  # trials killed while a snapshot was held at a gate
     killed_in_flight: int = 0
     in_flight_landed: int = 0
     problems: list = field(default_factory=list)
@@ -161,10 +178,10 @@ class Stats:
 def _apply(exp: Expected, op: str, args: list[int], res: list[int]) -> None:
     """An acknowledged operation."""
     if op == "add":
-        exp.recs[res[0]] = Rec(f"r{args[0]}", args[0])
+        exp.recs[res[0]] = Rec(f"r{args[0]}", args[0], ns=NS[args[1]])
     elif op == "batch":
         for t, i in enumerate(res):
-            exp.recs[i] = Rec(f"r{args[0] + t}", args[0] + t)
+            exp.recs[i] = Rec(f"r{args[0] + t}", args[0] + t, ns=NS[args[2]])
     elif op in ("merge", "update"):
         r = exp.recs[args[0]]
         r.summary, r.j, r.version = f"{op[0]}{args[1]}", args[1], r.version + 1
@@ -181,13 +198,15 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
     uncertain: set[int] = set()
     if in_flight and in_flight[0] in ("merge", "update", "invalidate", "delete"):
         uncertain.add(in_flight[1][0])
+    if not exp.recs and not exp.deleted and not any((path / n).exists() for n in ("CURRENT", "wal.log")):
+        return  # the first writer was killed before it had created the store: nothing to hold
     try:
         s = MemoryStore(path)
     except Exception as e:  # noqa: BLE001
         stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
         return
     try:
-        present = {int(i) for i in s.ids("u", include_invalidated=True)}
+        present = {int(i) for ns in NS for i in s.ids(ns, include_invalidated=True)}
         want = set(exp.recs) - uncertain
         lost = want - present
         if lost:
@@ -200,9 +219,10 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
         vecs = s.embeddings(ids) if ids else np.zeros((0, D), np.float32)
         for i, r, v in zip(ids, recs, vecs):
             e = exp.recs[i]
-            if (r.summary, r.status, r.version) != (e.summary, e.status, e.version) or not np.array_equal(v, emb(e.j)):
-                stats.problems.append(f"trial {trial}: record {i} is {(r.summary, r.status, r.version)}, "
-                                      f"acknowledged {(e.summary, e.status, e.version)}")
+            if (r.summary, r.status, r.version, r.namespace) != (e.summary, e.status, e.version, e.ns) or \
+                    not np.array_equal(v, emb(e.j)):
+                stats.problems.append(f"trial {trial}: record {i} is {(r.summary, r.status, r.version, r.namespace)}, "
+                                      f"acknowledged {(e.summary, e.status, e.version, e.ns)}")
         extra = present - set(exp.recs) - uncertain - exp.deleted
         if extra and not (in_flight and in_flight[0] in ("add", "batch")):
             stats.problems.append(f"trial {trial}: records nobody acknowledged: {sorted(extra)[:10]}")
@@ -213,7 +233,7 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
                 stats.problems.append(f"trial {trial}: in-flight record {i} is damaged")
             if j in exp.failed_js:
                 stats.problems.append(f"trial {trial}: record {i} of an add that raised is there")
-            exp.recs[i] = Rec(r.summary, j)
+            exp.recs[i] = Rec(r.summary, j, ns=r.namespace)
         for i in uncertain:  # the in-flight change: either state is fine, adopt what is there
             if i in present:
                 r = s.get(i)
@@ -221,7 +241,7 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
                 j = int(r.summary[1:]) if r.summary[1:].isdigit() else (old.j if old else 0)
                 if old and (r.summary, r.status, r.version) != (old.summary, old.status, old.version):
                     stats.in_flight_landed += 1
-                exp.recs[i] = Rec(r.summary, j, r.status, r.version)
+                exp.recs[i] = Rec(r.summary, j, r.status, r.version, r.namespace)
                 if not np.array_equal(r.embedding, emb(j)):
                     stats.problems.append(f"trial {trial}: in-flight change of {i} is damaged")
             else:
@@ -236,11 +256,12 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
 
 def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: int = 25, fsync: str = "always",
                  snapshot_every: tuple[int, ...] = (7, 1000), fault_rate: float = 0.4, max_kill_s: float = 0.2,
-                 log=print) -> Stats:
+                 gate_rate: float = 0.3, log=print) -> Stats:
     """Runs `trials` SIGKILL trials under `root`; returns the statistics (problems must be empty).
     Each store takes its ``snapshot_every`` from the given choices in turn: frequent snapshots put
     kills inside snapshots, rare ones leave long logs (where garbage from a failed append would
-    stay until the next open)."""
+    stay until the next open). A ``gate_rate`` share of the trials holds the next snapshot at a
+    random step (GATES) while the writes go on."""
     import memkern.store  # noqa: F401 - imported once, before the forks
 
     rng = np.random.default_rng(seed)
@@ -256,12 +277,13 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
         fault = ""
         if rng.random() < fault_rate:
             fault = FAULTS[int(rng.integers(len(FAULTS)))].format(n=int(rng.integers(1, 12)))
+        gate = GATES[int(rng.integers(len(GATES)))] if rng.random() < gate_rate else ""
         rfd, wfd = os.pipe()
         pid = os.fork()
         if pid == 0:  # child
             try:
                 os.close(rfd)
-                _child(str(path), int(rng.integers(2**31)) + trial, exp.next_j, fault, fsync, every, wfd)
+                _child(str(path), int(rng.integers(2**31)) + trial, exp.next_j, fault, fsync, every, wfd, gate)
             finally:
                 os._exit(1)
         os.close(wfd)
@@ -291,8 +313,10 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
             parts = ln.split()
             if parts[0] == "I":
                 in_flight = (parts[1], [int(x) for x in parts[2:]])
-                if parts[1] in ("add", "merge", "update"):
-                    exp.next_j = max(exp.next_j, in_flight[1][-1] + 1)
+                if parts[1] == "add":  # add j ns
+                    exp.next_j = max(exp.next_j, in_flight[1][0] + 1)
+                elif parts[1] in ("merge", "update"):  # merge id j
+                    exp.next_j = max(exp.next_j, in_flight[1][1] + 1)
                 elif parts[1] == "batch":
                     exp.next_j = max(exp.next_j, in_flight[1][0] + in_flight[1][1])
             elif parts[0] == "A":
@@ -309,6 +333,8 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
                 in_flight = None  # it raised: nothing of it may be there (checked by _verify)
             elif parts[0] == "P":
                 stats.poisoned += 1
+            elif parts[0] == "G":
+                stats.held_snapshots += 1
             elif parts[0] == "E":
                 stats.problems.append(f"trial {trial}: {ln}")
         stats.faults_fired += fired
@@ -337,25 +363,28 @@ def main() -> None:
     ap.add_argument("--fsync", default="always", choices=["always", "batch", "never"])
     ap.add_argument("--trials-per-store", type=int, default=25)
     ap.add_argument("--fault-rate", type=float, default=0.4)
+    ap.add_argument("--gate-rate", type=float, default=0.3, help="share of trials that hold a snapshot at a step")
     ap.add_argument("--json", help="write the summary here")
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="memkern-crash-"))
     t0 = time.perf_counter()
     try:
         st = run_campaign(a.trials, root, seed=a.seed, fsync=a.fsync, trials_per_store=a.trials_per_store,
-                          fault_rate=a.fault_rate)
+                          fault_rate=a.fault_rate, gate_rate=a.gate_rate)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     dt = time.perf_counter() - t0
     summary = {
         "trials": st.trials, "fsync": a.fsync, "seed": a.seed, "acknowledged_ops": st.acked,
         "raised_ops": st.failed, "faults_fired": st.faults_fired, "poisoned_stores": st.poisoned,
+        "kills_during_a_held_snapshot": st.held_snapshots,
         "kills_mid_call": st.killed_in_flight, "in_flight_that_landed": st.in_flight_landed,
         "problems": st.problems, "seconds": round(dt, 1),
     }
     print(json.dumps(summary, indent=1))
     print(f"{st.trials} SIGKILL trials in {dt:.0f} s: {st.acked} acknowledged operations, {st.failed} raised "
           f"(injected faults fired {st.faults_fired} times, {st.poisoned} stores refused writes until reopened), "
+          f"{st.held_snapshots} kills while a snapshot was held at a step, "
           f"{st.killed_in_flight} kills inside a call; acknowledged writes lost or damaged: "
           f"{'NONE' if not st.problems else len(st.problems)}")
     if a.json:

@@ -23,6 +23,17 @@ Run: ``OMP_NUM_THREADS=1 python bench/bench_namespaces.py [--namespaces 1000] [-
 [--queries 500] [--json out.json] [--write-section]``. ``MEMKERN_BENCH_PEERS=hnswlib,faiss``
 restricts the peers; a missing peer is skipped with a message. Also a part of ``memkern bench``
 (``--parts namespaces``).
+
+``--snapshot-stall`` measures instead what a snapshot costs the calls around it, at
+``--namespaces`` (10,000 for the issue's figure) x ``--per`` records under ``fsync="always"``: after
+a bulk load (every namespace changed since the last snapshot: a full one), one reader thread
+(single queries on random namespaces) and one writer thread (``add`` to random namespaces) run for
+``--window`` seconds, then ``snapshot(wait=False)`` hands the snapshot to the background thread
+(the path of the automatic snapshot: the write that reaches ``snapshot_every`` does the same) while
+the threads go on, then ``--window`` seconds more: their p50 / p99 / worst latencies in each window,
+the handing-off call's own time, how long the snapshot took and what it wrote; then, with every
+namespace clean, ``close()`` after one write, a reopen, and ``close()`` after one more write.
+``--write-section`` writes ``bench/sections/namespaces-snapshot.md``.
 """
 from __future__ import annotations
 
@@ -457,15 +468,166 @@ def format_tables(res: dict) -> str:
     return "\n".join(L)
 
 
+# ============================================================================ snapshot stall
+def run_snapshot_stall(n_ns: int = 10_000, per: int = 20, window_s: float = 3.0, log=print,
+                       tmp: Path | None = None) -> dict:
+    """Latency of concurrent calls before, during and after a background snapshot of every
+    namespace, and close() times (see the module docstring). Returns the raw numbers."""
+    import threading
+    import time
+
+    from memkern.store import MemoryStore
+
+    own_tmp = tmp is None
+    tmp = Path(tempfile.mkdtemp(prefix="memkern-snapstall-")) if own_tmp else Path(tmp)
+    path = tmp / "s"
+    rng = np.random.default_rng(0)
+    x = make_data(n_ns, per)
+    res: dict = {"machine": machine_info(), "namespaces": n_ns, "per": per, "dim": D, "fsync": "always",
+                 "window_s": window_s, "version": package_version("memkern")}
+    try:
+        s = MemoryStore(path, dim=D, metric="ip", fsync="always", snapshot_every=0, num_threads=1)
+        log(f"bulk load: {n_ns} namespaces x {per} records (fsync=always) ...")
+        t0 = time.perf_counter()
+        for i in range(n_ns):
+            s.add_batch(ns_name(i), [f"r{i}.{j}" for j in range(per)], x[i * per:(i + 1) * per])
+        res["load_s"] = time.perf_counter() - t0
+        lat = {"read": [], "write": []}   # (start time, seconds)
+        stop = threading.Event()
+        q = make_data(256, 1, seed=3)
+        w_vec = make_data(256, 1, seed=4)
+
+        def reader():
+            r = np.random.default_rng(1)
+            k = 0
+            while not stop.is_set():
+                a = time.perf_counter()
+                s.search(ns_name(int(r.integers(n_ns))), q[k % 256], k=10)
+                lat["read"].append((a, time.perf_counter() - a))
+                k += 1
+
+        def writer():
+            r = np.random.default_rng(2)
+            k = 0
+            while not stop.is_set():
+                a = time.perf_counter()
+                s.add(ns_name(int(r.integers(n_ns))), f"w{k}", w_vec[k % 256])
+                lat["write"].append((a, time.perf_counter() - a))
+                k += 1
+                time.sleep(0.002)  # a writer that is not saturating the disk by itself
+
+        threads = [threading.Thread(target=reader), threading.Thread(target=writer)]
+        for t in threads:
+            t.start()
+        time.sleep(window_s)
+        t_trig = time.perf_counter()
+        s.snapshot(wait=False)  # the background thread snapshots all n_ns namespaces from here
+        t_ret = time.perf_counter()
+        s._native.wait_snapshot()
+        t_done = time.perf_counter()
+        time.sleep(window_s)
+        stop.set()
+        for t in threads:
+            t.join()
+        t_end = time.perf_counter()
+        assert s._native.generation == 1 and not s.last_snapshot_error, s.last_snapshot_error
+        assert t_done - t_trig > 0.01, "the snapshot did not run in the window"
+        res["trigger_call_s"] = t_ret - t_trig
+        res["background_snapshot_s"] = t_done - t_trig
+        res["snapshot_stats"] = dict(s._native.last_snapshot_stats)
+        windows = {"before": (t_trig - window_s, t_trig), "during": (t_trig, t_done), "after": (t_done, t_end)}
+        res["windows"] = {}
+        for wname, (lo, hi) in windows.items():
+            row = {}
+            for kind, xs in lat.items():
+                d = np.array([dt for a, dt in xs if lo <= a < hi] or [np.nan])
+                row[kind] = {"calls": int(np.isfinite(d).sum()), "max_ms": 1e3 * float(np.nanmax(d)),
+                             "p99_ms": 1e3 * float(np.nanpercentile(d, 99)), "p50_ms": 1e3 * float(np.nanmedian(d))}
+            res["windows"][wname] = row
+        snap = next(path.glob("snap-*"))
+        res["snapshot_files"] = sorted(f.name for f in snap.iterdir())
+        res["snapshot_bytes"] = dir_bytes(snap)
+        # close() after one write (incremental: one namespace), reopen, and again
+        s.snapshot()  # the writer thread changed many namespaces: start from a clean store
+        s.add(ns_name(5), "one more", w_vec[0])
+        a = time.perf_counter()
+        s.close()
+        res["close_after_one_write_s"] = time.perf_counter() - a
+        a = time.perf_counter()
+        s = MemoryStore(path)
+        res["open_s"] = time.perf_counter() - a
+        s.add(ns_name(7), "one more", w_vec[1])
+        a = time.perf_counter()
+        s.close()
+        res["close_after_reopen_and_one_write_s"] = time.perf_counter() - a
+        res["files_after"] = sorted(f.name for f in next(path.glob("snap-*")).iterdir())
+    finally:
+        if own_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def format_snapshot_stall(res: dict) -> str:
+    w = res["windows"]
+    st = res["snapshot_stats"]
+    L = [f"{res['namespaces']:,} namespaces x {res['per']} records x {res['dim']}-d, `fsync=\"always\"`, one store. "
+         f"A reader thread (single queries, k = 10, random namespaces) and a writer thread (`add` to random "
+         f"namespaces, 2 ms apart) run for {res['window_s']:.0f} s after a bulk load, then `snapshot(wait=False)` "
+         f"hands the snapshot of all {res['namespaces']:,} namespaces (all changed since the last one: a full "
+         "snapshot) to the background thread, as the write that reaches `snapshot_every` does, while the threads "
+         f"go on, then {res['window_s']:.0f} s more. Latencies are per call, from the calling thread (GIL, "
+         "scheduling and disk contention included).", "",
+         "| window | reads | read p50 / p99 / max (ms) | writes | write p50 / p99 / max (ms) |", "|---|---|---|---|---|"]
+    for name in ("before", "during", "after"):
+        r, wr = w[name]["read"], w[name]["write"]
+        L.append(f"| {name} the snapshot | {r['calls']:,} | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} / {r['max_ms']:.1f} | "
+                 f"{wr['calls']:,} | {wr['p50_ms']:.2f} / {wr['p99_ms']:.2f} / {wr['max_ms']:.1f} |")
+    L += ["", f"- The call that handed the snapshot over returned in {1e3 * res['trigger_call_s']:.1f} ms; the "
+          f"background snapshot took {res['background_snapshot_s']:.2f} s and wrote {len(res['snapshot_files'])} "
+          f"files ({', '.join(res['snapshot_files'])}; {res['snapshot_bytes'] / 1e6:.0f} MB).",
+          f"- Locks the snapshot held (measured inside it): the writer lock {1e3 * st['rotation_hold_s']:.2f} ms to "
+          f"rotate the log and {1e3 * st['switch_hold_s']:.2f} ms to switch generations; the reader lock at most "
+          f"{1e3 * st['max_batch_hold_s']:.2f} ms per batch of namespace copies ({st['batches']:,} batches, "
+          f"{st['copied']:,} namespaces; {st['copied_by_writers']:,} of them copied first by a write that reached "
+          "them before the snapshot did). So a read waits at most the writer-lock holds for the snapshot, a write at "
+          "most one batch; the rest of the latency above is the machine's (scheduling, the GIL, the disk).",
+          f"- `close()` after one more write: {1e3 * res['close_after_one_write_s']:.0f} ms; reopen "
+          f"{res['open_s']:.2f} s; `close()` after a write in the reopened store: "
+          f"{1e3 * res['close_after_reopen_and_one_write_s']:.0f} ms (each writes one namespace's blob, the "
+          "manifest, and hard links).",
+          f"- Bulk load of {res['namespaces']:,} namespaces (one `add_batch` each, fsync each): {res['load_s']:.1f} s."]
+    return "\n".join(L)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--namespaces", type=int, default=1000)
     ap.add_argument("--per", type=int, default=20)
     ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--snapshot-stall", action="store_true",
+                    help="measure the calls around a background snapshot and close() instead (see the docstring)")
+    ap.add_argument("--window", type=float, default=3.0, help="--snapshot-stall: seconds before and after")
     ap.add_argument("--json", default=None, help="raw numbers (default bench/results/namespaces.json)")
     ap.add_argument("--write-section", action="store_true",
                     help="write bench/sections/namespaces.md (then `memkern bench --assemble`)")
     a = ap.parse_args(argv)
+    if a.snapshot_stall:
+        res = run_snapshot_stall(a.namespaces, a.per, a.window)
+        md = format_snapshot_stall(res)
+        print(md)
+        js = Path(a.json) if a.json else Path(__file__).resolve().parent / "results" / "namespaces-snapshot.json"
+        js.parent.mkdir(parents=True, exist_ok=True)
+        js.write_text(json.dumps(to_jsonable(res), indent=1, default=str))
+        if a.write_section:
+            import report
+
+            cmd = (f"OMP_NUM_THREADS=1 python bench/bench_namespaces.py --snapshot-stall --namespaces {a.namespaces} "
+                   f"--per {a.per} --window {a.window:g} --write-section")
+            p = report.write_section("namespaces-snapshot", "Snapshots off the write path at many namespaces "
+                                     "(`bench/bench_namespaces.py --snapshot-stall`)", md, cmd, res["machine"],
+                                     raw_json="bench/results/namespaces-snapshot.json")
+            print(f"wrote {p}")
+        return 0
     if a.per < K:
         ap.error(f"--per: expected at least {K} records per namespace (the peers answer top-{K}), got {a.per}")
     res = run(a.namespaces, a.per, a.queries)

@@ -231,6 +231,7 @@ SECTIONS = (
     "store",               # bench_store.py: one namespace, memkern vs hnswlib + dict
     "many-tenants",        # bench_store.py: exact index per small namespace, crossover
     "namespaces",          # bench_namespaces.py --write-section: many small namespaces vs peers
+    "namespaces-snapshot", # bench_namespaces.py --snapshot-stall --write-section: calls around a snapshot, close()
     "reranker-kernels",    # bench_reranker.py, gpu_check.py (the reranker engineer's)
     "rmm-latency",         # bench_rmm.py
     "memreread",           # bench_memreread.py

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -487,7 +488,9 @@ def test_snapshot_every_truncates_log(tmp_path):
     with MemoryStore(p, dim=D, snapshot_every=10) as s:
         for i in range(25):
             s.add("u", f"t{i}", vecs(1, i)[0])
-        assert (p / "CURRENT").exists()
+            s._native.wait_snapshot()  # the automatic snapshot is written by a background thread
+        assert (p / "CURRENT").exists() and s._native.generation == 2
+        assert [Path(f).name for f in s._native.log_files] == ["wal.log"]
         assert os.path.getsize(p / "wal.log") < 5 * (D * 4 + 200)
     with MemoryStore(p) as s:
         assert s.count("u") == 25 and s.get(24).summary == "t24"

@@ -274,8 +274,8 @@ def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
     rng = np.random.default_rng(5)
     cases = []
     snap = next(p for p in corrupt_src.iterdir() if p.name.startswith("snap-"))
-    graph = next(snap.glob("g0_0.*")).name  # g0_0.flat (small namespace, exact index) or g0_0.hnsw
-    for f in ["CURRENT", f"{snap.name}/records.bin", f"{snap.name}/{graph}"]:
+    pack = next(snap.glob("pack-*.bin")).name  # the namespace's blob: records and its flat index
+    for f in ["CURRENT", f"{snap.name}/records.bin", f"{snap.name}/{pack}"]:
         size = (corrupt_src / f).stat().st_size
         for at in sorted(set([0, 1, 7, size // 3, size - 5, size - 1] + rng.integers(0, size, 4).tolist())):
             cases.append({"file": f, "kind": "truncate", "at": int(at)})
@@ -290,13 +290,14 @@ def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
 def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
     wal = corrupt_src / "wal.log"
     data = wal.read_bytes()
-    # entry boundaries: 44-byte header, then [len u32][crc u32][crc u32][payload]
+    # entry boundaries: 44-byte header, then [len u32][crc u32][synced u64][crc u32][payload]
     offs, off = [], 44
     while off < len(data):
         offs.append(off)
         (n,) = struct.unpack_from("<I", data, off)
-        assert zlib.crc32(data[off + 12: off + 12 + n]) == struct.unpack_from("<I", data, off + 4)[0]
-        off += 12 + n
+        assert zlib.crc32(data[off + 20: off + 20 + n]) == struct.unpack_from("<I", data, off + 4)[0]
+        assert struct.unpack_from("<Q", data, off + 8)[0] == off  # fsync "always": all before it synced
+        off += 20 + n
     assert off == len(data) and len(offs) == 10
     last = offs[-1]
     cases = [
@@ -310,27 +311,29 @@ def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
         {"file": "wal.log", "kind": "replace", "at": len(data), "hex": "00" * 12},
         {"file": "wal.log", "kind": "replace", "at": len(data), "hex": "00" * 5000},
         # a zero-filled tail where the last entry's payload should be: its length runs past the end
-        {"file": "wal.log", "kind": "truncate", "at": last + 12, "then_zeros": 7},
-        # a bit flip in the LAST entry, complete by its length: damage, not a torn write
+        {"file": "wal.log", "kind": "truncate", "at": last + 20, "then_zeros": 7},
+        # a bit flip in the LAST entry, complete by its length: nothing written after it proves
+        # it was synced, and a torn write leaves such bytes (pages persisted out of order): cut
         {"file": "wal.log", "kind": "flip", "at": len(data) - 2, "bit": 3},
-        # a bad entry followed by more entries is corruption, never silent loss
+        # a bad entry followed by entries written after it was synced is corruption, never loss
         {"file": "wal.log", "kind": "flip", "at": offs[2] + 40, "bit": 0},
         {"file": "wal.log", "kind": "flip", "at": offs[2] + 1, "bit": 5},  # its length field
-        {"file": "wal.log", "kind": "flip", "at": offs[2] + 9, "bit": 2},  # its header crc
+        {"file": "wal.log", "kind": "flip", "at": offs[2] + 17, "bit": 2},  # its header crc
+        {"file": "wal.log", "kind": "flip", "at": offs[2] + 9, "bit": 2},  # its sync watermark
         # bad headers
         {"file": "wal.log", "kind": "truncate", "at": 20},
         {"file": "wal.log", "kind": "flip", "at": 2, "bit": 1},
         {"file": "wal.log", "kind": "flip", "at": 30, "bit": 1},
     ]
     results = _run_cases(corrupt_src, tmp_path / "w", cases)
-    expect_ids = [list(range(39))] * 3 + [list(range(35))] + [list(range(40))] * 2 + [list(range(39))]
+    expect_ids = [list(range(39))] * 3 + [list(range(35))] + [list(range(40))] * 2 + [list(range(39))] * 2
     n_ok = len(expect_ids)
     for c, r, ids in zip(cases[:n_ok], results[:n_ok], expect_ids):
         assert r == {"result": "opened", "ids": ids, "intact": True}, (c, r)
     for c, r in zip(cases[n_ok:], results[n_ok:]):
         assert r["result"] == "corrupted", (c, r)
         assert "wal.log" in r["msg"], r
-    assert "fails its checksum" in results[n_ok]["msg"], results[n_ok]
+    assert "fails its checksum" in results[n_ok]["msg"] and "synced" in results[n_ok]["msg"], results[n_ok]
 
 
 def test_format_version_checked(corrupt_src, tmp_path):
@@ -426,6 +429,8 @@ import numpy as np
 from memkern import StoreCorruptedError
 from memkern.store import MemoryStore
 src, work, target, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sys.path.insert(0, sys.argv[6])
+import store_files as sf
 rng = np.random.default_rng(seed)
 D = %d
 out = {"corrupted": 0, "opened": 0, "corrupted_on_use": 0, "other": []}
@@ -438,35 +443,36 @@ for it in range(n):
         for _ in range(int(rng.integers(1, 4))):
             data[int(rng.integers(20, len(data) - 4))] = int(rng.integers(256))
         struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])))
+        open(f, "wb").write(bytes(data))
     elif target == "graph":  # hostile graph bytes under a valid size + checksum in the snapshot
-        snap = next(os.path.join(work, d) for d in os.listdir(work) if d.startswith("snap-"))
-        names = sorted(n for n in os.listdir(snap) if n.endswith((".hnsw", ".flat")))
+        snap = sf.snapshot_dir(work)
+        names = sorted(n for n in os.listdir(snap) if n.endswith(".hnsw"))
         name = names[int(rng.integers(len(names)))]
-        f = os.path.join(snap, name)
-        data = bytearray(open(f, "rb").read())
+        data = bytearray((snap / name).read_bytes())
         for _ in range(int(rng.integers(1, 6))):
             at = int(rng.integers(len(data))) if rng.random() < 0.5 else int(rng.integers(min(96, len(data))))
             data[at] = int(rng.integers(256))
-        rec = bytearray(open(os.path.join(snap, "records.bin"), "rb").read())
-        key = struct.pack("<Q", len(name)) + name.encode()
-        at = bytes(rec).index(key) + len(key)
-        struct.pack_into("<QI", rec, at, len(data), zlib.crc32(bytes(data)))
-        struct.pack_into("<I", rec, len(rec) - 4, zlib.crc32(bytes(rec[:-4])))
-        open(os.path.join(snap, "records.bin"), "wb").write(bytes(rec))
+        sf.set_graph(work, name, bytes(data))
+    elif target == "blob":  # a namespace blob (records, tombstones, flat rows) under a valid checksum
+        snap = sf.snapshot_dir(work)
+        m = sf.read_manifest(snap)
+        i = int(rng.integers(len(m.blobs)))
+        data = bytearray(sf.blob_bytes(snap, m.blobs[i]))
+        for _ in range(int(rng.integers(1, 4))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        if rng.random() < 0.2:
+            data = data[: int(rng.integers(len(data)))]
+        sf.replace_blob(snap, m, i, bytes(data))
     else:
         f = os.path.join(work, "wal.log")
         data = bytearray(open(f, "rb").read())
-        offs, off = [], 44
-        while off < len(data):
-            offs.append(off)
-            off += 12 + struct.unpack_from("<I", data, off)[0]
-        o = offs[int(rng.integers(len(offs)))]
-        ln = struct.unpack_from("<I", data, o)[0]
+        ents = sf.log_entries(f)
+        o, hs, ln = ents[int(rng.integers(len(ents)))]
         for _ in range(int(rng.integers(1, 4))):
-            data[o + 12 + int(rng.integers(ln))] = int(rng.integers(256))
-        struct.pack_into("<I", data, o + 4, zlib.crc32(bytes(data[o + 12:o + 12 + ln])))
-        struct.pack_into("<I", data, o + 8, zlib.crc32(bytes(data[o:o + 8])))
-    open(f, "wb").write(bytes(data))
+            data[o + hs + int(rng.integers(ln))] = int(rng.integers(256))
+        struct.pack_into("<I", data, o + 4, zlib.crc32(bytes(data[o + hs:o + hs + ln])))
+        struct.pack_into("<I", data, o + hs - 4, zlib.crc32(bytes(data[o:o + hs - 4])))
+        open(f, "wb").write(bytes(data))
     try:
         s = MemoryStore(work)
     except StoreCorruptedError:
@@ -496,17 +502,77 @@ print(json.dumps(out))
 """ % D
 
 
-@pytest.mark.parametrize("target", ["records", "wal", "graph"])
+@pytest.mark.parametrize("target", ["records", "wal", "graph", "blob"])
 def test_fuzz_with_valid_checksums(tmp_path, target):
     """Random byte changes whose checksums are recomputed (so only the parser's own bounds and
     consistency checks stand between the bytes and memory): the process never crashes, and
     opening either fails with StoreCorruptedError or gives a store that works."""
     src = tmp_path / "src"
     subprocess.run([sys.executable, "-c", FUZZ_MAKE, str(src)], check=True)
-    proc = subprocess.run([sys.executable, "-c", FUZZ_RUNNER, str(src), str(tmp_path / "w"), target, "120", "7"],
+    proc = subprocess.run([sys.executable, "-c", FUZZ_RUNNER, str(src), str(tmp_path / "w"), target, "120", "7",
+                           str(Path(__file__).resolve().parent)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"crashed (rc {proc.returncode}): {proc.stderr[-3000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     print(target, out)
     assert not out["other"], out["other"][:5]
     assert out["corrupted"] > 0
+
+
+# ------------------------------------------------------------------------------- page-level crash images
+
+PAGE_WRITER = r"""
+import os, sys, numpy as np
+from memkern.store import MemoryStore
+D = %d
+s = MemoryStore(sys.argv[1], dim=D, fsync=sys.argv[2], snapshot_every=0, fsync_interval=3600.0)
+for j in range(7):  # entries of ~3-9 KiB: most straddle 4 KiB pages
+    s.add("u", f"r{j} " + "x" * (3000 + 1000 * j), np.random.default_rng(j).standard_normal(D).astype(np.float32))
+os._exit(0)  # no close: a crash image of the log is made from the file as written
+""" % D
+
+
+@pytest.mark.parametrize("fsync", ["always", "batch"])
+def test_page_level_crash_images_of_the_log_tail(tmp_path, fsync):
+    """What an OS crash or power loss can leave of the log: every byte synced before it, and each
+    4 KiB page holding later bytes either persisted or not (zeroed, or a file system's stale
+    blocks), in any subset (any persistence order). Under fsync="always" only the last entry was
+    in flight; under "batch" (no sync since the open) every entry was. Every image opens (never
+    refused), with the records of a prefix of the entries that keeps every synced one."""
+    import shutil
+
+    from store_files import log_entries
+
+    src = tmp_path / "src"
+    subprocess.run([sys.executable, "-c", PAGE_WRITER, str(src), fsync], check=True)
+    wal = src / "wal.log"
+    data = wal.read_bytes()
+    ents = log_entries(wal)
+    assert len(ents) == 7
+    # synced before the crash: every entry but the last ("always"), or the header only ("batch")
+    synced_end = ents[-1][0] if fsync == "always" else ents[0][0]
+    assert all(struct.unpack_from("<Q", data, o + 8)[0] <= synced_end for o, _, _ in ents)
+    first = synced_end // 4096
+    pages = list(range(first, (len(data) + 4095) // 4096))
+    rng = np.random.default_rng(0)
+    masks = range(1 << len(pages)) if len(pages) <= 6 else rng.integers(0, 1 << len(pages), 64)
+    seen = set()
+    for mask in masks:
+        for stale in (False, True):
+            img = bytearray(data)
+            for k, pg in enumerate(pages):
+                if int(mask) >> k & 1:
+                    continue  # this page reached the disk
+                lo, hi = max(pg * 4096, synced_end), min(len(img), (pg + 1) * 4096)
+                img[lo:hi] = rng.integers(0, 256, hi - lo, dtype=np.uint8).tobytes() if stale else bytes(hi - lo)
+            w = tmp_path / "w"
+            shutil.rmtree(w, ignore_errors=True)
+            shutil.copytree(src, w)
+            (w / "wal.log").write_bytes(bytes(img))
+            with MemoryStore(w) as s:
+                got = [s.get(int(i)).summary.split()[0] for i in s.ids("u")]
+            n = len(got)
+            assert got == [f"r{j}" for j in range(n)], (mask, stale, got)  # a prefix, in order
+            assert n >= sum(1 for o, h, ln in ents if o + h + ln <= synced_end), (mask, stale, n)
+            seen.add(n)
+    assert len(seen) > 1  # images that keep more and fewer entries were both drawn

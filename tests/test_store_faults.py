@@ -27,20 +27,15 @@ from memkern import MemkernError, StoreCorruptedError
 from memkern.store import MemoryStore
 
 from store_faults_common import D, _no_fault, emb, native  # noqa: E402,F401  (_no_fault: autouse)
+from store_files import entry_count, set_graph  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def log_entries(path: Path) -> int:
-    """Walks wal.log: every entry intact and back to back up to the end of the file (no garbage
-    left by a failed write). Returns the number of entries."""
-    data = (path / "wal.log").read_bytes()
-    off, n = 44, 0
-    while off < len(data):
-        ln, pcrc, ecrc = struct.unpack_from("<III", data, off)
-        assert zlib.crc32(data[off:off + 8]) == ecrc, f"bad entry header at {off}"
-        assert off + 12 + ln <= len(data) and zlib.crc32(data[off + 12:off + 12 + ln]) == pcrc, f"bad entry at {off}"
-        off += 12 + ln
-        n += 1
-    return n
+    """Walks the log chain: every entry intact and back to back up to the end of each file (no
+    garbage left by a failed write). Returns the number of entries."""
+    return entry_count(path)
 
 
 def state(s: MemoryStore) -> dict:
@@ -98,10 +93,13 @@ def _one_run(base: Path, work: Path, op: str, spec: str, fsync: str) -> tuple[st
     faults0 = counters()["faults"]
     native()._test_set_fault(spec)
     try:
-        OPS[op](s)
-        raised = None
-    except MemkernError as e:
-        raised = e
+        try:
+            OPS[op](s)
+            raised = None
+        except MemkernError as e:
+            raised = e
+        if not s.closed:
+            s._native.wait_snapshot()  # the automatic snapshot the op triggered, under the same fault
     finally:
         native()._test_set_fault("")
     fired = counters()["faults"] > faults0
@@ -166,8 +164,10 @@ def test_every_write_under_every_fault(tmp_path, fsync):
     for op in ("add", "add_batch", "merge", "update", "invalidate", "delete"):
         assert runs[(op, "write", 1)] == "raised" and runs[(op, "fsync", 1)] == "raised", op
         assert runs[(op, "short", 1)] == "raised", op
-    # ...but a failed automatic snapshot after a logged write does not fail the write.
+    # ...but a failed automatic snapshot after a logged write does not fail the write (its first
+    # rename: the next log file; its first write: that file's header; later ones: the pack).
     assert runs[("add", "rename", 1)] == "ok" and runs[("add", "write", 2)] == "ok"
+    assert all(runs[("add", k, n)] == "ok" for k in KINDS for n in range(2, 6) if ("add", k, n) in runs)
     print(f"{len(runs)} fault runs: {sum(v == 'raised' for v in runs.values())} raised, "
           f"{sum(v == 'ok' for v in runs.values())} returned")
 
@@ -240,15 +240,18 @@ def test_automatic_snapshot_failure_is_reported_not_raised(tmp_path, caplog):
     s.add("u", "a", emb(0))
     native()._test_set_fault("rename:1+")
     with caplog.at_level(logging.WARNING, logger="memkern"):
-        i = s.add("u", "b", emb(1))  # triggers the snapshot, whose renames fail
+        i = s.add("u", "b", emb(1))  # triggers the (background) snapshot, whose renames fail
+        s._native.wait_snapshot()  # reports the failure, like the next write would
     assert s.get(i).summary == "b"
     assert s.last_snapshot_error and "rename" in s.last_snapshot_error
     assert any("automatic snapshot failed" in r.getMessage() for r in caplog.records)
     gen = s._native.generation
     native()._test_set_fault("")
     s.add("u", "c", emb(2))  # one op later: no retry yet (retried snapshot_every ops later)
+    s._native.wait_snapshot()
     assert s._native.generation == gen
     s.add("u", "d", emb(3))
+    s._native.wait_snapshot()
     assert s._native.generation == gen + 1 and s.last_snapshot_error is None
     del s
     with MemoryStore(p) as s2:
@@ -267,26 +270,37 @@ def test_close_with_failing_snapshot_keeps_the_log(tmp_path):
         assert s2.ids("u").tolist() == ids and s2._native.replayed_entries == 4
 
 
-def test_snapshot_switch_failure_poisons_until_reopen(tmp_path):
-    """CURRENT switched but the new log could not be put in place: the old log must never be
-    appended to again (a reopen ignores it), so writes are refused until the store is reopened."""
+@pytest.mark.parametrize("n, switched", [(3, False), (4, True)])
+def test_snapshot_rename_failures_keep_every_write(tmp_path, n, switched):
+    """The renames of a snapshot: the next log file, records.bin, CURRENT (the switch), then the new
+    log to wal.log. A failed CURRENT rename leaves the old generation and a chain of two logs; a
+    failed log rename after the switch leaves the new log under its own name. Either way writes go
+    on (nothing is poisoned) and every write reopens."""
     p = tmp_path / "s"
     s = MemoryStore(p, dim=D, snapshot_every=0)
     a = s.add("u", "a", emb(0))
-    # renames in a snapshot: records.bin.tmp, CURRENT.tmp, wal.log.tmp -> the third is the log's
-    native()._test_set_fault("rename:3")
-    with pytest.raises(MemkernError, match="new log"):
-        s.snapshot()
-    assert s._native.poisoned
-    with pytest.raises(MemkernError, match="reopened"):
-        s.add("u", "b", emb(1))
-    assert s.get(a).summary == "a"  # reads still work
+    gen = s._native.generation
+    native()._test_set_fault(f"rename:{n}")
+    if switched:
+        s.snapshot()  # the switch happened: the snapshot succeeded
+        assert s._native.generation == gen + 1
+    else:
+        with pytest.raises(MemkernError, match="CURRENT"):
+            s.snapshot()
+        assert s._native.generation == gen
+    native()._test_set_fault("")
+    assert not s._native.poisoned
+    assert [Path(f).name for f in s._native.log_files] == (["wal-1.log"] if switched else ["wal.log", "wal-1.log"])
+    b = s.add("u", "b", emb(1))
+    shutil.copytree(p, tmp_path / "crash")
     s.close()
-    with MemoryStore(p) as s2:
-        assert s2.ids("u").tolist() == [a]
-        s2.add("u", "c", emb(2))
-    with MemoryStore(p) as s3:
-        assert [s3.get(int(k)).summary for k in s3.ids("u")] == ["a", "c"]
+    for q in (tmp_path / "crash", p):
+        with MemoryStore(q) as s2:
+            assert [s2.get(int(k)).summary for k in s2.ids("u")] == ["a", "b"] and s2.ids("u").tolist() == [a, b]
+            s2.add("u", "c", emb(2))
+        with MemoryStore(q) as s3:
+            assert [s3.get(int(k)).summary for k in s3.ids("u")] == ["a", "b", "c"]
+            assert [Path(f).name for f in s3._native.log_files] == ["wal.log"]
 
 
 # ----------------------------------------------------------------------------- sync counter
@@ -408,27 +422,27 @@ def test_stale_log_is_refused(tmp_path):
 
 
 def test_store_of_the_previous_format_opens_and_upgrades(tmp_path):
-    """A store written before store ids (CURRENT format 1, 24 bytes; log format 1 with a zero id)
-    opens, replays its log, and gets an id at its next snapshot."""
+    """A store written before store ids (CURRENT format 1, 24 bytes; log format 1 with a zero id;
+    records.bin format 2 with one index file per namespace level) opens, replays its log, and gets
+    an id and the format-3 snapshot at its next snapshot."""
     p = tmp_path / "s"
-    with MemoryStore(p, dim=D) as s:
-        s.add("u", "x", emb(0))
-    _logged(p, 1, 3)
+    shutil.copytree(DATA / "store_v2" / "store", p)
     cur = (p / "CURRENT").read_bytes()
     magic, _, gen, _ = struct.unpack_from("<8sIQQ", cur)
     old = bytearray(struct.pack("<8sIQ", magic, 1, gen))
     old += struct.pack("<I", zlib.crc32(bytes(old)))
     (p / "CURRENT").write_bytes(bytes(old))
     wal = bytearray((p / "wal.log").read_bytes())
+    assert struct.unpack_from("<I", wal, 8)[0] == 2  # entries framed as in formats 1-2
     struct.pack_into("<I", wal, 8, 1)  # format 1
     struct.pack_into("<Q", wal, 32, 0)  # reserved zero where the id is now
     struct.pack_into("<I", wal, 40, zlib.crc32(bytes(wal[:40])))
     (p / "wal.log").write_bytes(bytes(wal))
     with MemoryStore(p) as s:
-        assert s._native.store_id == 0 and s.count("u") == 3
+        assert s._native.store_id == 0 and s.count("small") == 3 and s._native.replayed_entries == 2
     with MemoryStore(p) as s:  # close wrote a snapshot: now the store has an id
         sid = s._native.store_id
-        assert sid != 0 and s.count("u") == 3
+        assert sid != 0 and s.count("small") == 3 and s._native.replayed_entries == 0
     assert struct.unpack_from("<Q", (p / "CURRENT").read_bytes(), 20)[0] == sid
 
 
@@ -457,16 +471,7 @@ HDR = struct.Struct("<QQQQQQiIQQQdQ")  # hnswlib 0.8 graph file header (96 bytes
 
 
 def _set_graph(store: Path, name: str, data: bytes) -> None:
-    """Replaces graph file `name` and makes the snapshot's size + CRC of it (and records.bin's own
-    CRC) match, as a crafted store would."""
-    snap = next(q for q in store.iterdir() if q.name.startswith("snap-"))
-    (snap / name).write_bytes(data)
-    rec = bytearray((snap / "records.bin").read_bytes())
-    key = struct.pack("<Q", len(name)) + name.encode()
-    at = bytes(rec).index(key) + len(key)
-    struct.pack_into("<QI", rec, at, len(data), zlib.crc32(data))
-    struct.pack_into("<I", rec, len(rec) - 4, zlib.crc32(bytes(rec[:-4])))
-    (snap / "records.bin").write_bytes(bytes(rec))
+    set_graph(store, name, data)
 
 
 def test_crafted_graph_files_give_a_clean_error(tmp_path):
@@ -477,6 +482,7 @@ def test_crafted_graph_files_give_a_clean_error(tmp_path):
     with MemoryStore(src, dim=dim, M=4, snapshot_every=0, flat_limit=0) as s:
         s.add_batch("u", [f"t{i}" for i in range(300)], np.random.default_rng(0).standard_normal((300, dim)).astype(np.float32))
     snap = next(q for q in src.iterdir() if q.name.startswith("snap-"))
+    assert sorted(f.name for f in snap.iterdir()) == ["g0_0.hnsw", "pack-1.bin", "records.bin"]
     g = (snap / "g0_0.hnsw").read_bytes()
     h = list(HDR.unpack_from(g))
     cur, size_data, maxM = h[2], h[3], h[8]
@@ -553,19 +559,29 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGX
 s = MemoryStore(sys.argv[1], dim=384, snapshot_every=100, fsync="never", flat_limit=0)
 e = np.random.default_rng(0).standard_normal((n, 384)).astype(np.float32)
 acked, failed, snap_errors = [], [], set()
-for j in range(n):
+def add(j):
     try:
         acked.append([int(s.add("u", f"r{j}", e[j])), j])
     except MemkernError as ex:
         failed.append(j)
+    s._native.wait_snapshot()
     if s.last_snapshot_error:
         snap_errors.add(s.last_snapshot_error.split(":")[0])
+for j in range(n - 20):
+    add(j)
+chain = len(s._native.log_files)
+# Each snapshot attempt starts a new log file, so no log reached the limit: now it is the active one's size.
+import os
+size = os.path.getsize(s._native.log_files[-1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4000, size + 4000))
+for j in range(n - 20, n):
+    add(j)
 try:
     s.close()
     closed = "ok"
 except MemkernError as ex:
     closed = str(ex)
-print(json.dumps({"acked": acked, "failed": failed, "snap_errors": sorted(snap_errors), "closed": closed}))
+print(json.dumps({"acked": acked, "failed": failed, "snap_errors": sorted(snap_errors), "closed": closed, "chain": chain}))
 """
 
 
@@ -580,6 +596,7 @@ def test_file_size_limit_never_commits_a_cut_graph(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["snap_errors"], "the file size limit never stopped a snapshot"
+    assert out["chain"] > 2, "failed snapshots left no log chain"
     assert out["failed"], "the log never hit the file size limit"
     assert len(out["acked"]) > 600
     e = np.random.default_rng(0).standard_normal((n, 384)).astype(np.float32)

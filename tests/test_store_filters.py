@@ -202,23 +202,26 @@ def test_event_time_persists_and_old_snapshots_open(tmp_path):
             ta = s.get(a)
             assert ta.event_time == 1234.5 and s.get(ta.turn_ids[0]).event_time == 1234.5
             assert s.get(int(b[0])).event_time == 77.0 and s.get(int(b[1])).event_time == 99.0
-    # a store whose snapshot has no event times (format 1) still opens: event_time None
+    # a store whose snapshot has no event times (records.bin format 1) still opens: event_time None
     import struct
     import zlib
+    from pathlib import Path
     old = tmp_path / "old"
-    with MemoryStore(old, dim=D) as s:
-        s.add("u", "x", emb(0))
+    shutil.copytree(Path(__file__).resolve().parent / "data" / "store_v2" / "store", old)
     snap = next(old.glob("snap-*"))
     rec = bytearray((snap / "records.bin").read_bytes())
     assert struct.unpack_from("<I", rec, 8)[0] == 2
     body = rec[20:-4]
-    assert body[-8:] == b"\0" * 8  # the event-time section: 0 entries
-    body = body[:-8]
+    # the event-time section ends the body: u64 count, then (i64 id, f64 time) per record with one
+    n_ev = next(n for n in range(1, 64) if struct.unpack_from("<Q", body, len(body) - 8 - 16 * n)[0] == n)
+    assert n_ev == 11  # "big" 0-8 but the deleted 2, "small"'s topic 9 and its turns 10, 11
+    body = body[:len(body) - 8 - 16 * n_ev]
     new = bytearray(rec[:8]) + struct.pack("<IQ", 1, len(body)) + body
     new += struct.pack("<I", zlib.crc32(bytes(new)))
     (snap / "records.bin").write_bytes(bytes(new))
     with MemoryStore(old) as s:
-        assert s.get(0).event_time is None and s.get(0).summary == "x"
+        assert s.get(0).event_time is None and s.get(0).summary == "big 0 updated"
+        assert s.get(10).event_time is None and s.count("small") == 3
 
 
 def test_recency_prior(make_store):

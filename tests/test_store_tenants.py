@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,46 +224,58 @@ def test_batch_search_with_threads_equals_single_thread(tmp_path, flat_limit):
     assert (results[1][0][0] >= 0).all() and 5 not in results[1][0][0]
 
 
-def _patch_flat_file(store_dir, mutate) -> None:
-    """Rewrites the snapshot's flat index file with mutate(bytes) and fixes both checksums (the
-    file's, recorded in records.bin, and records.bin's own), as a crafted store would."""
+def _patch_v2_flat_file(store_dir, name, mutate) -> None:
+    """Rewrites a format-2 snapshot's flat index file with mutate(bytes) and fixes both checksums
+    (the file's, recorded in records.bin, and records.bin's own), as a crafted store would."""
     import struct
     import zlib
 
     snap = next(p for p in store_dir.iterdir() if p.name.startswith("snap-"))
-    flat = next(snap.glob("g0_0.flat"))
+    flat = snap / name
     data = mutate(bytearray(flat.read_bytes()))
     flat.write_bytes(bytes(data))
     rec = bytearray((snap / "records.bin").read_bytes())
-    name = flat.name.encode()
-    at = rec.rfind(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    key = name.encode()
+    at = rec.rfind(struct.pack("<Q", len(key)) + key) + 8 + len(key)
     struct.pack_into("<QI", rec, at, len(data), zlib.crc32(bytes(data)))
     struct.pack_into("<I", rec, len(rec) - 4, zlib.crc32(bytes(rec[:-4])))
     (snap / "records.bin").write_bytes(bytes(rec))
 
 
+@pytest.mark.parametrize("fmt", ["pack", "v2"])
 @pytest.mark.parametrize("case", ["duplicate label", "negative label", "count too large", "count too small",
                                   "truncated", "nan", "huge norm", "dim"])
-def test_crafted_flat_file_is_a_clean_corruption_error(tmp_path, case):
+def test_crafted_flat_file_is_a_clean_corruption_error(tmp_path, case, fmt):
+    """Hostile flat index rows under valid checksums: in a format-3 namespace blob (pack file), and
+    in a format-2 snapshot's own .flat file (still read)."""
+    import shutil
     import struct
 
     from memkern.errors import StoreCorruptedError
+    from store_files import patch_flat
 
     d = 8
     path = tmp_path / "s"
-    with MemoryStore(path, dim=d) as s:
-        s.add_batch("u", ["a", "b", "c"], np.eye(3, d, dtype=np.float32))
-    hdr, lab = 24, 24 + 3 * 8  # header, labels, then 3 x 8 float32
+    if fmt == "pack":
+        with MemoryStore(path, dim=d) as s:
+            s.add_batch("u", ["a", "b", "c"], np.eye(3, d, dtype=np.float32))
+        rows, n_at, hdr = 3, 0, 8  # u64 n, then labels, then rows x 8 float32
+    else:
+        shutil.copytree(Path(__file__).resolve().parent / "data" / "store_v2" / "store", path)
+        rows, n_at, hdr = 2, 16, 24  # magic, u64 dim, u64 n, then labels, then rows
+    lab = hdr + rows * 8
+    if case == "dim" and fmt == "pack":
+        pytest.skip("a blob's flat rows carry no dim of their own (the manifest's is used)")
 
     def mutate(b: bytearray) -> bytearray:
         if case == "duplicate label":
-            struct.pack_into("<q", b, hdr + 8, 0)
+            struct.pack_into("<q", b, hdr + 8, struct.unpack_from("<q", b, hdr)[0])
         elif case == "negative label":
             struct.pack_into("<q", b, hdr, -5)
         elif case == "count too large":
-            struct.pack_into("<Q", b, 16, 2**61)
+            struct.pack_into("<Q", b, n_at, 2**61)
         elif case == "count too small":
-            struct.pack_into("<Q", b, 16, 2)
+            struct.pack_into("<Q", b, n_at, rows - 1)
         elif case == "truncated":
             del b[-3:]
         elif case == "nan":
@@ -273,6 +286,11 @@ def test_crafted_flat_file_is_a_clean_corruption_error(tmp_path, case):
             struct.pack_into("<Q", b, 8, 4)
         return b
 
-    _patch_flat_file(path, mutate)
-    with pytest.raises(StoreCorruptedError, match="flat index file"):
+    if fmt == "pack":
+        patch_flat(path, 0, 0, mutate)
+        want = "snapshot .*pack-1.bin, namespace 'u'"
+    else:
+        _patch_v2_flat_file(path, "g1_0.flat", mutate)
+        want = "flat index file"
+    with pytest.raises(StoreCorruptedError, match=want):
         MemoryStore(path)

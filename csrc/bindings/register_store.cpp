@@ -78,12 +78,13 @@ std::vector<memkern::NewItem> make_items(const std::vector<std::string>& summari
   return items;
 }
 
-// A write returns normally even when the automatic snapshot after it failed (the write is in the
-// log); the failure is logged here, with the GIL held, on the "memkern" logger.
-void warn_snapshot_failure(const Store& s, uint64_t failures_before) {
-  if (s.snapshot_failures() == failures_before) return;
+// A write returns normally even when an automatic snapshot failed (every write is in the log);
+// the failure (the background thread's, since the last call) is logged here, with the GIL held,
+// on the "memkern" logger.
+void warn_snapshot_failure(Store& s) {
+  if (!s.take_unreported_snapshot_failure()) return;
   py::module_::import("logging").attr("getLogger")("memkern").attr("warning")(
-      "memkern store %s: automatic snapshot failed (%s); the write is in the log and was kept, the snapshot "
+      "memkern store %s: automatic snapshot failed (%s); every write is in the log and was kept, the snapshot "
       "is retried later (MemoryStore.last_snapshot_error)",
       s.path(), s.last_snapshot_error());
 }
@@ -91,20 +92,19 @@ void warn_snapshot_failure(const Store& s, uint64_t failures_before) {
 // Runs a store write with the GIL released, then reports a failed automatic snapshot.
 template <typename F>
 auto write_call(Store& s, F&& f) {
-  uint64_t before = s.snapshot_failures();
   using R = decltype(f());
   if constexpr (std::is_void_v<R>) {
     {
       py::gil_scoped_release nogil;
       f();
     }
-    warn_snapshot_failure(s, before);
+    warn_snapshot_failure(s);
   } else {
     R r = [&] {
       py::gil_scoped_release nogil;
       return f();
     }();
-    warn_snapshot_failure(s, before);
+    warn_snapshot_failure(s);
     return r;
   }
 }
@@ -397,7 +397,24 @@ void register_store(py::module_& m) {
       })
       .def("flush", &Store::flush, py::call_guard<py::gil_scoped_release>())
       .def("snapshot", &Store::snapshot, py::call_guard<py::gil_scoped_release>())
+      .def("snapshot_async", &Store::snapshot_async, py::call_guard<py::gil_scoped_release>())
       .def("compact", &Store::compact, py::call_guard<py::gil_scoped_release>())
+      .def("wait_snapshot", [](Store& s) { write_call(s, [&] { s.wait_snapshot(); }); })
+      .def_property_readonly("log_files", &Store::log_files)
+      .def_property_readonly("last_snapshot_stats", [](const Store& s) {
+        memkern::SnapshotStats st = s.last_snapshot_stats();
+        py::dict d;
+        d["total_s"] = st.total_s;
+        d["rotation_hold_s"] = st.rotation_hold_s;  // writer lock held to rotate the log
+        d["switch_hold_s"] = st.switch_hold_s;      // writer lock held to switch generations
+        d["max_batch_hold_s"] = st.max_batch_hold_s;  // reader lock held by the longest batch of copies
+        d["batches"] = st.batches;
+        d["copied"] = st.copied;
+        d["copied_by_writers"] = st.copied_by_writers;
+        d["linked"] = st.linked;
+        d["bytes"] = st.bytes;
+        return d;
+      })
       .def("close", [](Store& s) { write_call(s, [&] { s.close(); }); })
       .def("memory_bytes", &Store::memory_bytes)
       .def("index_kind", [](const Store& s, const std::string& ns, memkern::Level level) { return s.index_kind(ns, level); })
@@ -419,6 +436,14 @@ void register_store(py::module_& m) {
   m.def("_test_set_fault", &memkern::io::set_fault, py::arg("spec"),
         "TEST ONLY: make the Nth write/short write/fsync/rename of the store fail (\"write:N\", \"short:N\", "
         "\"fsync:N\", \"rename:N\", a trailing '+' for every call from the Nth on; \"\" turns it off).");
+  m.def("_test_snapshot_gate", &memkern::set_snapshot_gate, py::arg("point"),
+        "TEST ONLY: hold the thread writing the next snapshot at \"rotated\", \"copied\", \"written\" or "
+        "\"switched\" (memkern/snapshot.h) until _test_release_snapshot_gate(); \"\" turns it off.");
+  m.def("_test_wait_snapshot_gate", &memkern::wait_snapshot_gate, py::arg("timeout_s"),
+        py::call_guard<py::gil_scoped_release>(),
+        "TEST ONLY: whether a snapshot reached the armed gate within timeout_s seconds.");
+  m.def("_test_release_snapshot_gate", &memkern::release_snapshot_gate,
+        "TEST ONLY: let the snapshot held at the gate go on.");
   m.def("_test_io_counters", [] {
     auto c = memkern::io::counters();
     py::dict d;

@@ -66,13 +66,23 @@ FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file, uint64_t
   // Overflow-safe size check: n rows of (8 + 4 * dim) bytes must fill the rest of the file exactly.
   uint64_t row = 8 + 4 * static_cast<uint64_t>(dim_);
   uint64_t body = buf.size() - 24;
-  if (n > body / row || n * row != body || n > std::numeric_limits<uint32_t>::max())
+  if (n > body / row || n * row != body)
     throw CorruptedError(what + ": size " + std::to_string(buf.size()) + " does not match " + std::to_string(n) +
                          " vectors of dim " + std::to_string(dim_));
+  take(buf.data() + 24, buf.data() + 24 + n * 8, n, what);
+}
+
+FlatIndex::FlatIndex(Space* space, size_t dim, const char* labels, const char* vectors, size_t n, const std::string& what)
+    : dim_(dim), dist_(space->get_dist_func()), dist_param_(space->get_dist_func_param()) {
+  take(labels, vectors, n, what);
+}
+
+void FlatIndex::take(const char* labels, const char* vectors, size_t n, const std::string& what) {
+  if (n > std::numeric_limits<uint32_t>::max()) throw CorruptedError(what + ": " + std::to_string(n) + " vectors");
   labels_.resize(n);
-  std::memcpy(labels_.data(), buf.data() + 24, n * 8);
+  std::memcpy(labels_.data(), labels, n * 8);
   data_.resize(n * dim_);
-  std::memcpy(data_.data(), buf.data() + 24 + n * 8, n * dim_ * sizeof(float));
+  std::memcpy(data_.data(), vectors, n * dim_ * sizeof(float));
   pos_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (labels_[i] < 0) throw CorruptedError(what + ": negative label " + std::to_string(labels_[i]));
@@ -151,14 +161,12 @@ std::vector<std::pair<float, int64_t>> FlatIndex::knn(const float* q, size_t k, 
   return all;
 }
 
-void FlatIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
-  io::write_file_checked(file, "index file", [&](io::FdWriter& w) {
-    w.put(kMagic, 8);
-    w.pod<uint64_t>(dim_);
-    w.pod<uint64_t>(labels_.size());
-    w.put(labels_.data(), labels_.size() * sizeof(int64_t));
-    w.put(data_.data(), labels_.size() * dim_ * sizeof(float));
-  }, size, crc);
+void FlatIndex::serialize(std::string* out) const {
+  uint64_t n = labels_.size();
+  out->reserve(out->size() + 8 + n * (8 + dim_ * sizeof(float)));
+  out->append(reinterpret_cast<const char*>(&n), 8);
+  out->append(reinterpret_cast<const char*>(labels_.data()), n * sizeof(int64_t));
+  out->append(reinterpret_cast<const char*>(data_.data()), n * dim_ * sizeof(float));
 }
 
 size_t FlatIndex::memory_bytes() const {

@@ -154,30 +154,33 @@ namespace {
 constexpr size_t kGraphHeader = 96;
 }
 
-void HnswIndex::save(const std::string& file, uint64_t* size, uint32_t* crc) const {
+void HnswIndex::serialize(std::string* out) const {
   const Graph& g = *g_;
-  io::write_file_checked(file, "graph file", [&](io::FdWriter& w) {
-    size_t cur = g.cur_element_count;
-    w.pod<uint64_t>(g.offsetLevel0_);
-    w.pod<uint64_t>(cur);  // capacity: the loader grows it on demand
-    w.pod<uint64_t>(cur);
-    w.pod<uint64_t>(g.size_data_per_element_);
-    w.pod<uint64_t>(g.label_offset_);
-    w.pod<uint64_t>(g.offsetData_);
-    w.pod<int32_t>(g.maxlevel_);
-    w.pod<uint32_t>(g.enterpoint_node_);
-    w.pod<uint64_t>(g.maxM_);
-    w.pod<uint64_t>(g.maxM0_);
-    w.pod<uint64_t>(g.M_);
-    w.pod<double>(g.mult_);
-    w.pod<uint64_t>(g.ef_construction_);
-    w.put(g.data_level0_memory_, cur * g.size_data_per_element_);
-    for (size_t i = 0; i < cur; ++i) {
-      uint32_t n = g.element_levels_[i] > 0 ? static_cast<uint32_t>(g.size_links_per_element_ * g.element_levels_[i]) : 0;
-      w.pod<uint32_t>(n);
-      if (n) w.put(g.linkLists_[i], n);
-    }
-  }, size, crc);
+  const size_t cur = g.cur_element_count;
+  size_t upper = 0;
+  for (size_t i = 0; i < cur; ++i)
+    if (g.element_levels_[i] > 0) upper += g.size_links_per_element_ * g.element_levels_[i];
+  out->reserve(out->size() + kGraphHeader + cur * (g.size_data_per_element_ + 4) + upper);
+  auto pod = [&](const auto& v) { out->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  pod(static_cast<uint64_t>(g.offsetLevel0_));
+  pod(static_cast<uint64_t>(cur));  // capacity: the loader grows it on demand
+  pod(static_cast<uint64_t>(cur));
+  pod(static_cast<uint64_t>(g.size_data_per_element_));
+  pod(static_cast<uint64_t>(g.label_offset_));
+  pod(static_cast<uint64_t>(g.offsetData_));
+  pod(static_cast<int32_t>(g.maxlevel_));
+  pod(static_cast<uint32_t>(g.enterpoint_node_));
+  pod(static_cast<uint64_t>(g.maxM_));
+  pod(static_cast<uint64_t>(g.maxM0_));
+  pod(static_cast<uint64_t>(g.M_));
+  pod(static_cast<double>(g.mult_));
+  pod(static_cast<uint64_t>(g.ef_construction_));
+  out->append(g.data_level0_memory_, cur * g.size_data_per_element_);
+  for (size_t i = 0; i < cur; ++i) {
+    uint32_t n = g.element_levels_[i] > 0 ? static_cast<uint32_t>(g.size_links_per_element_ * g.element_levels_[i]) : 0;
+    pod(n);
+    if (n) out->append(g.linkLists_[i], n);
+  }
 }
 
 void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string& what) {

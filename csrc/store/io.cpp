@@ -193,7 +193,7 @@ void FdWriter::flush() {
 
 void write_file_checked(const std::string& file, const std::string& what, const std::function<void(FdWriter&)>& body,
                         uint64_t* size, uint32_t* crc) {
-  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kFileMode);
   if (fd < 0) throw IOError("create " + file + ": " + std::strerror(errno));
   try {
     FdWriter w(fd, file);

@@ -415,21 +415,26 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
       // Many matches: the graph search with a bitmap of the allowed ids as its filter functor
       // (built once per call; the per-visit check is then one bit, not a record lookup).
       scan.erase(std::remove_if(scan.begin(), scan.end(), [&](int64_t id) { return id < 0 || !allow(id); }), scan.end());
-      if (!scan.empty()) {
+      if (scan.empty()) {
+        // Every match of that part fails another clause (or is invalidated): no record at this
+        // level passes, so the exact scan of nothing answers (padding; the lexical list is empty
+        // too, its candidates pass the same predicate).
+        use_scan = true;
+      } else {
         auto mm = std::minmax_element(scan.begin(), scan.end());
         bits_lo = *mm.first;
         bits_hi = *mm.second;
+        uint64_t words = static_cast<uint64_t>(bits_hi - bits_lo) / 64 + 1;  // span of the matches, >= 1
+        if (words <= 8 * scan.size() + 1024) {
+          allowed_bits.assign(static_cast<size_t>(words), 0);
+          for (int64_t id : scan) allowed_bits[static_cast<size_t>(id - bits_lo) >> 6] |= uint64_t(1) << ((id - bits_lo) & 63);
+          f = &bit_functor;
+        } else {
+          allowed_set.insert(scan.begin(), scan.end());
+          f = &set_functor;
+        }
+        scan.clear();
       }
-      uint64_t words = static_cast<uint64_t>(bits_hi - bits_lo) / 64 + 1;
-      if (scan.empty() || words <= 8 * scan.size() + 1024) {
-        allowed_bits.assign(static_cast<size_t>(words), 0);
-        for (int64_t id : scan) allowed_bits[static_cast<size_t>(id - bits_lo) >> 6] |= uint64_t(1) << ((id - bits_lo) & 63);
-        f = &bit_functor;
-      } else {
-        allowed_set.insert(scan.begin(), scan.end());
-        f = &set_functor;
-      }
-      scan.clear();
     }
   }
   auto dist = space_->get_dist_func();

@@ -53,9 +53,9 @@ const char* metric_name(Metric m) {
 // ------------------------------------------------------------------------------- open / close
 
 Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
+  if (::mkdir(path.c_str(), io::kDirMode) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
   std::string lock = path + "/LOCK";
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, io::kFileMode);
   if (lock_fd_ < 0) throw IOError("open " + lock + ": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd_);
@@ -110,12 +110,32 @@ void Store::open_or_create(const StoreOptions& opt) {
     throw ValueError("ef_construction: expected 1.." + std::to_string(kMaxEfConstruction) + ", got " +
                      std::to_string(opt.ef_construction));
 
-  io::set_fault_from_env();  // test-only fault injection (memkern/io.h); off unless MEMKERN_FAULT is set
-  const std::string wal_file = path_ + "/wal.log";
+  io::set_fault_from_env();     // test-only fault injection (memkern/io.h); off unless MEMKERN_FAULT is set
+  set_snapshot_gate_from_env();  // test-only (snapshot.h); off unless MEMKERN_SNAPSHOT_GATE is set
   Current cur = read_current(path_);
-  uint64_t gen = cur.generation;
-  bool have_wal = exists(wal_file);
-  bool have_snapshot = gen != kNoGeneration;
+  const bool have_snapshot = cur.generation != kNoGeneration;
+  const uint64_t gen = have_snapshot ? cur.generation : 0;
+  // The log chain (snapshot.h, "Logs"): every log file, by generation.
+  struct LogFile {
+    std::string name;
+    WalHeader h;
+    std::vector<std::string> entries;
+    WalScan scan;
+  };
+  std::vector<LogFile> logs;
+  for (const auto& n : list_dir(path_)) {
+    if (!is_log_file_name(n)) continue;
+    LogFile f;
+    f.name = n;
+    f.h = Wal::read(path_ + "/" + n, &f.entries, &f.scan);
+    logs.push_back(std::move(f));
+  }
+  std::sort(logs.begin(), logs.end(), [](const LogFile& a, const LogFile& b) { return a.h.generation < b.h.generation; });
+  for (size_t i = 1; i < logs.size(); ++i)
+    if (logs[i].h.generation == logs[i - 1].h.generation)
+      throw CorruptedError("store " + path_ + ": two logs of generation " + std::to_string(logs[i].h.generation) + " (" +
+                           logs[i - 1].name + ", " + logs[i].name + ")");
+  const bool have_wal = !logs.empty();
   if (!have_snapshot) {
     for (const auto& n : list_dir(path_))
       if (n.rfind("snap-", 0) == 0 && n.find(".tmp") == std::string::npos && have_wal == false)
@@ -129,37 +149,65 @@ void Store::open_or_create(const StoreOptions& opt) {
     throw CorruptedError("store " + path_ + ": the write-ahead log wal.log is missing (deleted?): the writes made "
                          "since snapshot " + std::to_string(gen) + " would be lost, so the store is not opened; "
                          "restore wal.log");
-  std::vector<std::string> entries;
-  WalScan scan;
-  WalHeader wh;
-  if (have_wal) wh = Wal::read(wal_file, &entries, &scan);
-  torn_tail_ = scan.torn;  // not fatal: the last write was interrupted and never acknowledged
-  if (have_snapshot && have_wal) {
-    // The log must be this store's: same id, and the snapshot's generation (or the one before,
-    // left by a crash between switching CURRENT and replacing the log).
-    bool stale_legacy = wh.store_id == 0 && wh.generation < gen;  // an id-less log the snapshot holds
-    if (wh.store_id != cur.store_id && !stale_legacy)
-      throw CorruptedError("store " + path_ + ": wal.log belongs to another store (its store id " +
-                           std::to_string(wh.store_id) + ", this store's " + std::to_string(cur.store_id) +
-                           "); refusing to replay it");
-    if (wh.generation + 1 < gen)
-      throw CorruptedError("store " + path_ + ": wal.log is from generation " + std::to_string(wh.generation) +
-                           ", older than the snapshot's previous one (" + std::to_string(gen) +
-                           "): the current log was replaced, its writes would be lost");
+  // Every log must be this store's (a log without an id older than the snapshot is an old
+  // store's, which the snapshot holds).
+  if (have_snapshot) {
+    for (const auto& f : logs)
+      if (f.h.store_id != cur.store_id && !(f.h.store_id == 0 && f.h.generation < gen))
+        throw CorruptedError("store " + path_ + ": " + f.name + " belongs to another store (its store id " +
+                             std::to_string(f.h.store_id) + ", this store's " + std::to_string(cur.store_id) +
+                             "); refusing to replay it");
     store_id_ = cur.store_id;
   } else if (have_wal) {
-    store_id_ = wh.store_id;
+    for (const auto& f : logs)
+      if (f.h.store_id != logs[0].h.store_id)
+        throw CorruptedError("store " + path_ + ": " + f.name + " belongs to another store than " + logs[0].name);
+    store_id_ = logs[0].h.store_id;
   } else {
     store_id_ = new_store_id();
   }
+  // The chain: generations gen, gen + 1, ... (older logs are held by the snapshot).
+  std::vector<LogFile*> chain;
+  for (auto& f : logs)
+    if (f.h.generation >= gen) chain.push_back(&f);
+  if (have_wal && chain.empty()) {
+    const uint64_t newest = logs.back().h.generation;
+    if (newest + 1 < gen)
+      throw CorruptedError("store " + path_ + ": wal.log is from generation " + std::to_string(newest) +
+                           ", older than the snapshot's previous one (" + std::to_string(gen) +
+                           "): the current log was replaced, its writes would be lost");
+    // newest == gen - 1: a crash between the switch of CURRENT and the log's replacement in a
+    // format 1-2 store; the snapshot holds its content, a fresh log replaces it.
+  }
+  if (!chain.empty() && chain[0]->h.generation != gen)
+    throw CorruptedError("store " + path_ + ": " +
+                         (have_snapshot ? "the log of snapshot generation " + std::to_string(gen) + " is missing"
+                                        : std::string("log generation ") + std::to_string(chain[0]->h.generation) +
+                                              " but no snapshot (CURRENT missing)") +
+                         " (the oldest log, " + chain[0]->name + ", is of generation " +
+                         std::to_string(chain[0]->h.generation) + "): its writes would be lost");
+  for (size_t i = 1; i < chain.size(); ++i)
+    if (chain[i]->h.generation != chain[i - 1]->h.generation + 1)
+      throw CorruptedError("store " + path_ + ": the log chain has a gap between " + chain[i - 1]->name + " and " +
+                           chain[i]->name + " (generations " + std::to_string(chain[i - 1]->h.generation) + ", " +
+                           std::to_string(chain[i]->h.generation) + ")");
+  // Only the last log that holds entries may have a torn tail: the ones before it were complete
+  // and synced before the next one took its first entry.
+  size_t last_content = 0;
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (chain[i]->scan.file_size > kWalHeaderSize) last_content = i;
+  for (size_t i = 0; i < last_content; ++i)
+    if (chain[i]->scan.torn)
+      throw CorruptedError("store " + path_ + ": write-ahead log " + chain[i]->name + " is damaged at offset " +
+                           std::to_string(chain[i]->scan.good_end) + " (" + chain[i]->scan.why + "), but the newer " +
+                           chain[last_content]->name + " holds entries written after it had been synced: synced "
+                           "data was lost or altered (disk or file-system damage)");
 
   if (have_snapshot) {
     load_snapshot(gen);
     generation_ = gen;
   } else if (have_wal) {
-    if (wh.generation != 0)
-      throw CorruptedError("store " + path_ + ": log generation " + std::to_string(wh.generation) +
-                           " but no snapshot (CURRENT missing)");
+    const WalHeader& wh = chain[0]->h;
     if (wh.dim == 0 || wh.dim > kMaxDim || wh.metric > 2) throw CorruptedError("store " + path_ + ": log header has a bad dim/metric");
     dim_ = wh.dim;
     metric_ = static_cast<Metric>(wh.metric);
@@ -179,33 +227,50 @@ void Store::open_or_create(const StoreOptions& opt) {
   if (!space_) space_.reset(new Space(dim_, metric_));
   zeros_.assign(dim_, 0.0f);
 
-  if (have_wal && (wh.dim != dim_ || wh.metric != static_cast<uint32_t>(metric_)))
-    throw CorruptedError("store " + path_ + ": log header (" + std::to_string(wh.dim) + ") disagrees with the snapshot");
-  bool replay_log = have_wal && wh.generation == generation_;
-  if (have_wal && wh.generation > generation_)
-    throw CorruptedError("store " + path_ + ": log generation " + std::to_string(wh.generation) +
-                         " is newer than snapshot generation " + std::to_string(generation_));
-  if (replay_log) {
-    for (const auto& e : entries) apply(e);
-    replayed_ = entries.size();
-  } else {
-    // No log yet, or a log whose content the snapshot already holds (a crash came between
-    // switching CURRENT and truncating the log).
+  for (const LogFile* f : chain)
+    if (f->h.dim != dim_ || f->h.metric != static_cast<uint32_t>(metric_))
+      throw CorruptedError("store " + path_ + ": log header of " + f->name + " (" + std::to_string(f->h.dim) +
+                           ") disagrees with the snapshot");
+  uint64_t replayed = 0;
+  for (const LogFile* f : chain) {
+    for (const auto& e : f->entries) apply(e);
+    replayed += f->entries.size();
+  }
+  replayed_ = replayed;
+  std::string active;
+  if (chain.empty()) {
+    // No log yet, or a log whose content the snapshot already holds (above).
     WalHeader h;
     h.dim = dim_;
     h.metric = static_cast<uint32_t>(metric_);
     h.generation = generation_;
     h.store_id = store_id_;
     Wal::create(path_, "wal.log", h);
+    active = "wal.log";
+    log_gen_ = generation_;
+  } else {
+    LogFile& tail = *chain[last_content];
+    torn_tail_ = tail.scan.torn;  // not fatal: an interrupted write that was never acknowledged
+    if (tail.scan.torn) Wal::cut(path_ + "/" + tail.name, tail.scan.good_end);  // appends start at a clean boundary
+    active = chain.back()->name;
+    log_gen_ = chain.back()->h.generation;
+    for (size_t i = 0; i + 1 < chain.size(); ++i) chain_.push_back(path_ + "/" + chain[i]->name);
   }
-  if (replay_log && scan.torn) Wal::cut(wal_file, scan.good_end);  // appends start at a clean boundary
-  // Leftovers of an interrupted snapshot.
+  // Leftovers: logs the snapshot holds, an interrupted snapshot's files.
   for (const auto& n : list_dir(path_)) {
     if (n.rfind("snap-", 0) == 0 && n != snapshot_dir_name(generation_)) remove_tree(path_ + "/" + n);
     if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) ::unlink((path_ + "/" + n).c_str());
+    if (is_log_file_name(n) && n != active &&
+        std::find(chain_.begin(), chain_.end(), path_ + "/" + n) == chain_.end())
+      ::unlink((path_ + "/" + n).c_str());
   }
-  wal_.open_append(wal_file);
-  ops_since_snapshot_ = entries.size();
+  wal_.open_append(path_ + "/" + active);
+  try {
+    wal_.sync();  // what the log holds is durable from here on (its entries' sync watermark)
+  } catch (const std::exception&) {
+    // the first sync of a write establishes it instead
+  }
+  ops_since_snapshot_ = replayed;
   last_sync_ = now_s();
   if (opt.id_base < 0 || opt.id_end <= opt.id_base)
     throw ValueError("id_base/id_end: expected 0 <= id_base < id_end, got " + std::to_string(opt.id_base) + ", " +
@@ -219,21 +284,34 @@ void Store::open_or_create(const StoreOptions& opt) {
 }
 
 void Store::close() {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  if (closed_) return;
-  std::string sync_error;
+  stop_snapshot_thread();  // lets a snapshot in progress finish
+  std::lock_guard<std::mutex> run(snap_run_mu_);
+  bool want_snapshot;
+  {
+    std::shared_lock<std::shared_mutex> lk(mu_);
+    if (closed_) return;
+    want_snapshot = poison_.empty() && (ops_since_snapshot_ > 0 || !chain_.empty());
+  }
   bool snapped = false;
-  if (poison_.empty()) {
-    if (ops_since_snapshot_ > 0) {
-      auto_snapshot();  // makes the next open fast (no log replay); the log holds the data anyway
-      snapped = ops_since_snapshot_ == 0;
+  if (want_snapshot) {
+    // Makes the next open fast (no log replay); the log holds the data anyway, so a failure is
+    // recorded, not raised. Only the namespaces changed since the last snapshot are written.
+    try {
+      run_snapshot();
+      snapped = true;
+    } catch (const std::exception& e) {
+      std::unique_lock<std::shared_mutex> lk(mu_);
+      last_snapshot_error_ = e.what();
+      ++snapshot_failures_;
     }
-    if (!snapped && poison_.empty()) {
-      try {
-        wal_.sync();
-      } catch (const std::exception& e) {
-        sync_error = e.what();
-      }
+  }
+  std::unique_lock<std::shared_mutex> lk(mu_);
+  std::string sync_error;
+  if (!snapped && poison_.empty()) {
+    try {
+      wal_.sync();
+    } catch (const std::exception& e) {
+      sync_error = e.what();
     }
   }
   wal_.close();
@@ -264,9 +342,24 @@ std::string Store::last_snapshot_error() const {
   return last_snapshot_error_;
 }
 
-uint64_t Store::snapshot_failures() const {
+uint64_t Store::snapshot_failures() const { return snapshot_failures_.load(); }
+
+bool Store::take_unreported_snapshot_failure() {
+  // Lock-free: it runs after every write call with the GIL held, and must not wait for a snapshot.
+  uint64_t now = snapshot_failures_.load();
+  return reported_failures_.exchange(now) != now;
+}
+
+uint64_t Store::generation() const {
   std::shared_lock<std::shared_mutex> lk(mu_);
-  return snapshot_failures_;
+  return generation_;
+}
+
+std::vector<std::string> Store::log_files() const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  std::vector<std::string> out = chain_;
+  if (wal_.is_open()) out.push_back(wal_.file());
+  return out;
 }
 
 std::string Store::poisoned() const {
@@ -430,9 +523,10 @@ static uint32_t new_item_ops(const std::vector<NewItem>& items) {
   return n;
 }
 
-void Store::commit(const std::string& payload, uint64_t ops) {
+void Store::commit(const std::string& payload, uint64_t ops, uint32_t nsi) {
   // Validation happened before; from here the operation is logged (and synced), then applied:
   // if logging or syncing fails, nothing was applied and the entry is not in the log.
+  before_change(nsi);    // a snapshot copying namespaces gets this one as it was first
   wal_.append(payload);  // a failed or short write is cut back off inside
   dirty_ = true;
   try {
@@ -452,20 +546,8 @@ void Store::commit(const std::string& payload, uint64_t ops) {
     throw;
   }
   ops_since_snapshot_ += ops;
-  if (snapshot_every_ && ops_since_snapshot_ >= snapshot_every_ && ops_since_snapshot_ >= snapshot_retry_at_)
-    auto_snapshot();
-}
-
-void Store::auto_snapshot() {
-  try {
-    snapshot_locked();
-    last_snapshot_error_.clear();
-  } catch (const std::exception& e) {
-    // The write that triggered it is durable in the log: report, retry later, never raise.
-    last_snapshot_error_ = e.what();
-    ++snapshot_failures_;
-    snapshot_retry_at_ = ops_since_snapshot_ + std::max<uint64_t>(snapshot_every_, 1);
-  }
+  if (snapshot_every_ && ops_since_snapshot_ >= snapshot_every_ && ops_since_snapshot_ >= snapshot_retry_at_ && !job_)
+    request_snapshot();  // the background thread writes it; this write returns now
 }
 
 void Store::maybe_sync() {
@@ -548,6 +630,7 @@ void Store::apply(const std::string& payload) {
       uint32_t nsi = ns_index(ns_name);
       r.ns = nsi;
       Namespace& ns = *ns_[nsi];
+      ns.dirty = true;
       if (r.parent >= 0) {
         auto p = records_.find(r.parent);
         if (p == records_.end()) fail("turn of an unknown topic");
@@ -573,6 +656,7 @@ void Store::apply(const std::string& payload) {
       if (it == records_.end()) fail("new version of an unknown id");
       Record& r = it->second;
       Namespace& ns = *ns_[r.ns];
+      ns.dirty = true;
       Version old = current_version(r);
       bool reindex = o.fields & (kHasSummary | kHasMeta);
       if (reindex) unindex_derived(r);
@@ -590,6 +674,7 @@ void Store::apply(const std::string& payload) {
     } else if (o.kind == LogOp::EventTime) {
       auto it = records_.find(o.id);
       if (it == records_.end()) fail("event time of an unknown id");
+      ns_[it->second.ns]->dirty = true;
       unindex_times(it->second);
       it->second.event_time = o.time;
       index_times(it->second);
@@ -601,6 +686,7 @@ void Store::apply(const std::string& payload) {
       if (it == records_.end()) fail("invalidate of an unknown id");
       std::vector<int64_t> ids{id};
       ids.insert(ids.end(), it->second.children.begin(), it->second.children.end());
+      ns_[it->second.ns]->dirty = true;
       for (int64_t x : ids) {
         Record& r = records_.at(x);
         if (r.status == Status::Invalidated) continue;
@@ -629,11 +715,13 @@ void Store::apply(const std::string& payload) {
         if (jt == records_.end()) continue;
         Record& r = jt->second;
         Namespace& ns = *ns_[r.ns];
+        ns.dirty = true;
         unindex_derived(r);
         unindex_times(r);
         ns.index[r.level]->remove(x);
         ns.invalidated[r.level].erase(x);
         ns.n[r.level]--;
+        ns.tombstones.push_back(x);
         records_.erase(jt);
         tombstones_.insert(x);
       }
@@ -655,7 +743,7 @@ std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem
   encode_op_count(w, new_item_ops(items));
   int64_t first = next_id_;
   encode_new_items(w, ns, items, first, now_s());
-  commit(w.buf, items.size());
+  commit(w.buf, items.size(), find_ns_index(ns));
   std::vector<int64_t> ids(items.size());
   for (size_t i = 0; i < items.size(); ++i) ids[i] = first + static_cast<int64_t>(i);
   return ids;
@@ -697,7 +785,7 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
   int64_t first = next_id_;
   encode_new_items(w, ns_[r.ns]->name, children, first, now);
   uint32_t version = r.version + 1;
-  commit(w.buf, old_children.size() + 1 + children.size());
+  commit(w.buf, old_children.size() + 1 + children.size(), r.ns);
   if (child_ids) {
     child_ids->clear();
     for (size_t i = 0; i < children.size(); ++i) child_ids->push_back(first + static_cast<int64_t>(i));
@@ -782,7 +870,7 @@ void Store::import_records(const std::string& ns, const std::vector<ImportItem>&
   Writer w;
   encode_op_count(w, static_cast<uint32_t>(items.size()));
   for (const auto& it : items) encode_import(w, ns, it.rec, it.embedding.data(), dim_);
-  commit(w.buf, items.size());
+  commit(w.buf, items.size(), find_ns_index(ns));
 }
 
 void Store::invalidate(int64_t id, const std::string& reason) {
@@ -793,7 +881,7 @@ void Store::invalidate(int64_t id, const std::string& reason) {
   Writer w;
   encode_op_count(w, 1);
   encode_invalidate(w, id, reason, now_s());
-  commit(w.buf, 1);
+  commit(w.buf, 1, r.ns);
 }
 
 std::vector<int64_t> Store::remove(int64_t id) {
@@ -805,7 +893,7 @@ std::vector<int64_t> Store::remove(int64_t id) {
   Writer w;
   encode_op_count(w, 1);
   encode_delete(w, id);
-  commit(w.buf, 1);
+  commit(w.buf, 1, r.ns);
   return ids;
 }
 
@@ -818,31 +906,43 @@ void Store::flush() {
 }
 
 void Store::compact() {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  // Drop empty namespaces and rebuild graphs that hold deleted vectors.
-  std::vector<std::unique_ptr<Namespace>> keep;
-  std::vector<uint32_t> remap(ns_.size(), UINT32_MAX);
-  for (uint32_t i = 0; i < ns_.size(); ++i) {
-    if (ns_[i]->n[kTopic] + ns_[i]->n[kTurn] == 0) continue;
-    remap[i] = static_cast<uint32_t>(keep.size());
-    keep.push_back(std::move(ns_[i]));
-  }
-  for (auto& ns : keep) {
-    for (uint8_t l = 0; l < kNumLevels; ++l) {
-      auto& idx = ns->index[l];
-      if (!idx) continue;
-      bool demote = std::strcmp(idx->kind(), "flat") != 0 && idx->live() <= flat_limit_;
-      if (idx->deleted() == 0 && !demote) continue;
-      idx = rebuild_index(*idx, idx->labels(), l, 0);  // drops deleted vectors; flat when small
+  std::lock_guard<std::mutex> run(snap_run_mu_);  // after a snapshot in progress
+  {
+    std::unique_lock<std::shared_mutex> lk(mu_);
+    check_writable();
+    // Drop empty namespaces and rebuild graphs that hold deleted vectors.
+    std::vector<std::unique_ptr<Namespace>> keep;
+    std::vector<uint32_t> remap(ns_.size(), UINT32_MAX);
+    for (uint32_t i = 0; i < ns_.size(); ++i) {
+      if (ns_[i]->n[kTopic] + ns_[i]->n[kTurn] == 0) {
+        // its tombstones stay until the compaction's snapshot is in place
+        orphan_tombstones_.insert(orphan_tombstones_.end(), ns_[i]->tombstones.begin(), ns_[i]->tombstones.end());
+        continue;
+      }
+      remap[i] = static_cast<uint32_t>(keep.size());
+      keep.push_back(std::move(ns_[i]));
     }
+    for (auto& ns : keep) {
+      for (uint8_t l = 0; l < kNumLevels; ++l) {
+        auto& idx = ns->index[l];
+        if (!idx) continue;
+        bool demote = std::strcmp(idx->kind(), "flat") != 0 && idx->live() <= flat_limit_;
+        if (idx->deleted() == 0 && !demote) continue;
+        idx = rebuild_index(*idx, idx->labels(), l, 0);  // drops deleted vectors; flat when small
+      }
+      ns->dirty = true;  // renumbered and rebuilt: every namespace is written again
+      ns->blob = BlobRef{};
+      for (auto& g : ns->graph_file) g.clear();
+    }
+    ns_ = std::move(keep);
+    ns_by_name_.clear();
+    for (uint32_t i = 0; i < ns_.size(); ++i) ns_by_name_[ns_[i]->name] = i;
+    for (auto& kv : records_) kv.second.ns = remap[kv.second.ns];
+    packs_.clear();
   }
-  ns_ = std::move(keep);
-  ns_by_name_.clear();
-  for (uint32_t i = 0; i < ns_.size(); ++i) ns_by_name_[ns_[i]->name] = i;
-  for (auto& kv : records_) kv.second.ns = remap[kv.second.ns];
-  tombstones_.clear();
-  snapshot_locked();
+  // The tombstones go when this snapshot is in place (a failed one leaves them: the old snapshot
+  // and the log still name those ids).
+  run_snapshot(/*compacting=*/true);
 }
 
 size_t Store::memory_bytes() const {

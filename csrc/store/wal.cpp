@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,11 +17,52 @@ namespace memkern {
 namespace {
 
 constexpr char kWalMagic[8] = {'M', 'K', 'W', 'A', 'L', 0, 0, 0};
-constexpr size_t kWalHeaderSize = 44;
-constexpr size_t kEntryHeaderSize = 12;
 constexpr uint32_t kMaxEntry = 1u << 31;
 
 std::string errno_text() { return std::strerror(errno); }
+
+// One entry of a log of `format` at `off` of data[0, size), if it is intact: its framing checks
+// out (header checksum, a length that fits, payload checksum) and, format 3, its sync watermark
+// is not past its own start. Formats 1-2 have no watermark: read as the entry's start (every
+// earlier byte synced, what fsync "always" guarantees).
+struct Framed {
+  uint64_t payload = 0, len = 0, end = 0, synced = 0;
+};
+
+bool parse_entry(const char* data, uint64_t size, uint64_t off, uint32_t format, Framed* e, const char** why) {
+  const size_t hs = Wal::entry_header_size(format);
+  if (size - off < hs) {
+    *why = "an incomplete entry header";
+    return false;
+  }
+  uint32_t len, pcrc, hcrc;
+  std::memcpy(&len, data + off, 4);
+  std::memcpy(&pcrc, data + off + 4, 4);
+  std::memcpy(&hcrc, data + off + hs - 4, 4);
+  if (crc32(data + off, hs - 4) != hcrc) {
+    *why = "an entry header that fails its checksum";
+    return false;
+  }
+  uint64_t synced = off;
+  if (format >= 3) std::memcpy(&synced, data + off + 8, 8);
+  if (len > kMaxEntry || synced > off) {
+    *why = "an entry header with impossible values";
+    return false;
+  }
+  if (len > size - off - hs) {
+    *why = "an entry that runs past the end of the file";
+    return false;
+  }
+  if (crc32(data + off + hs, len) != pcrc) {
+    *why = "an entry whose payload fails its checksum";
+    return false;
+  }
+  e->payload = off + hs;
+  e->len = len;
+  e->end = off + hs + len;
+  e->synced = synced;
+  return true;
+}
 
 }  // namespace
 
@@ -72,7 +114,7 @@ void fsync_path(const std::string& path, bool directory) {
 
 void write_temp(const std::string& dir, const std::string& name, const std::string& data) {
   std::string tmp = dir + "/" + name + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, io::kFileMode);
   if (fd < 0) throw IOError("create " + tmp + ": " + errno_text());
   try {
     io::write_all(fd, data.data(), data.size(), tmp);
@@ -104,6 +146,8 @@ void Wal::create(const std::string& dir, const std::string& name, const WalHeade
   write_file_atomic(dir, name, encode_header(h));
 }
 
+size_t Wal::entry_header_size(uint32_t format) { return format >= 3 ? 20 : 12; }
+
 WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, WalScan* scan) {
   std::string data;
   if (!read_file(file, &data)) throw CorruptedError("write-ahead log " + file + " is missing");
@@ -118,44 +162,42 @@ WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, 
   rd.pod<uint64_t>();  // magic
   WalHeader h;
   h.format = rd.u32();
-  if (h.format != 1 && h.format != kWalFormat)
+  if (h.format < 1 || h.format > kWalFormat)
     rd.fail("format version " + std::to_string(h.format) + " (this build reads 1.." + std::to_string(kWalFormat) + ")");
   h.dim = rd.u32();
   h.metric = rd.u32();
   if (rd.u32() != 0) rd.fail("unknown header flags");
   h.generation = rd.u64();
   h.store_id = rd.u64();  // format 1: a reserved zero
-  // End of the last nonzero byte: from there on the file is a zero tail.
-  size_t nz_end = data.size();
-  while (nz_end > kWalHeaderSize && data[nz_end - 1] == 0) --nz_end;
-  size_t off = kWalHeaderSize;
-  while (off < data.size()) {
-    size_t left = data.size() - off;
-    if (off >= nz_end || left < kEntryHeaderSize) {  // zero tail, or a cut entry header
-      scan->torn = true;
-      break;
-    }
-    uint32_t len, pcrc, ecrc;
-    std::memcpy(&len, data.data() + off, 4);
-    std::memcpy(&pcrc, data.data() + off + 4, 4);
-    std::memcpy(&ecrc, data.data() + off + 8, 4);
-    if (crc32(data.data() + off, 8) != ecrc || len > kMaxEntry)
-      rd.fail("entry header at offset " + std::to_string(off) + " is corrupted");
-    if (len > left - kEntryHeaderSize) {  // the entry runs past the end: its write was cut (torn)
-      scan->torn = true;
-      break;
-    }
-    const char* payload = data.data() + off + kEntryHeaderSize;
-    if (crc32(payload, len) != pcrc) {
-      // Every byte of this entry is there, so it was written completely (and may have been
-      // acknowledged): a checksum failure is damage, never a torn write.
-      rd.fail("entry at offset " + std::to_string(off) + " (complete, " + std::to_string(len) +
-              " bytes) fails its checksum: the log is damaged");
-    }
-    entries->emplace_back(payload, len);
-    off += kEntryHeaderSize + len;
+  const uint64_t size = data.size();
+  uint64_t off = kWalHeaderSize;
+  const char* why = "";
+  Framed e;
+  while (off < size && parse_entry(data.data(), size, off, h.format, &e, &why)) {
+    entries->emplace_back(data.data() + e.payload, e.len);
+    off = e.end;
   }
   scan->good_end = off;
+  if (off == size) return h;
+  // The bytes from `off` on hold no intact entry. They are a tail the crash may have torn (an
+  // append that had not been synced: cut back) unless a later intact entry was written after the
+  // log had been synced past `off`: then synced bytes were lost or altered (damage, refused).
+  const size_t hs = entry_header_size(h.format);
+  for (uint64_t y = off + 1; y + hs <= size; ++y) {
+    uint32_t len;
+    std::memcpy(&len, data.data() + y, 4);
+    if (len == 0 || len > size - y - hs) continue;  // cheap pre-checks (zeros, most garbage) before the checksum
+    Framed later;
+    const char* ignored;
+    if (parse_entry(data.data(), size, y, h.format, &later, &ignored) && later.synced > off)
+      rd.fail("the entry at offset " + std::to_string(off) + " is damaged (" + why + "), but the intact entry at offset " +
+              std::to_string(y) + " was written after the log had been synced past it (to offset " +
+              std::to_string(later.synced) + "): synced data was lost or altered (disk or file-system damage), so the "
+              "log is not cut back; the " + std::to_string(entries->size()) + " entries before offset " +
+              std::to_string(off) + " are intact");
+  }
+  scan->torn = true;
+  scan->why = why;
   return h;
 }
 
@@ -172,18 +214,41 @@ void Wal::cut(const std::string& file, uint64_t size) {
 
 Wal::~Wal() { close(); }
 
-void Wal::open_append(const std::string& file) {
+void Wal::open_append(const std::string& file, bool synced) {
   close();
-  fd_ = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  fd_ = ::open(file.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (fd_ < 0) throw IOError("open " + file + ": " + errno_text());
+  char head[kWalHeaderSize];
   off_t end = ::lseek(fd_, 0, SEEK_END);
-  if (end < 0) {
-    std::string e = errno_text();
+  if (end < static_cast<off_t>(kWalHeaderSize) || ::pread(fd_, head, kWalHeaderSize, 0) != static_cast<ssize_t>(kWalHeaderSize)) {
+    std::string e = end < 0 ? errno_text() : "header truncated";
     close();
-    throw IOError("seek " + file + ": " + e);
+    throw IOError("open " + file + " for appending: " + e);
+  }
+  std::memcpy(&format_, head + 8, 4);
+  if (format_ < 1 || format_ > kWalFormat) {
+    close();
+    throw IOError("open " + file + " for appending: log format " + std::to_string(format_));
   }
   file_ = file;
   end_ = last_start_ = static_cast<uint64_t>(end);
+  synced_end_ = synced ? end_ : kWalHeaderSize;  // the header was synced when the log was created
+  poison_.clear();
+  n_ = 0;
+  bytes_ = 0;
+}
+
+void Wal::switch_to(const std::string& file) {
+  Wal next;
+  next.open_append(file, true);
+  close();
+  fd_ = next.fd_;
+  next.fd_ = -1;
+  file_ = next.file_;
+  format_ = next.format_;
+  end_ = next.end_;
+  last_start_ = next.last_start_;
+  synced_end_ = next.synced_end_;
   poison_.clear();
   n_ = 0;
   bytes_ = 0;
@@ -204,12 +269,17 @@ void Wal::append(const std::string& payload) {
     poison_.clear();
   }
   std::string buf;
-  buf.reserve(kEntryHeaderSize + payload.size());
+  const size_t hs = entry_header_size(format_);
+  buf.reserve(hs + payload.size());
   uint32_t len = static_cast<uint32_t>(payload.size());
   uint32_t pcrc = crc32(payload.data(), payload.size());
   buf.append(reinterpret_cast<const char*>(&len), 4);
   buf.append(reinterpret_cast<const char*>(&pcrc), 4);
-  uint32_t ecrc = crc32(buf.data(), 8);
+  if (format_ >= 3) {
+    uint64_t synced = std::min(synced_end_, end_);  // what a reader may rely on as durable before this entry
+    buf.append(reinterpret_cast<const char*>(&synced), 8);
+  }
+  uint32_t ecrc = crc32(buf.data(), buf.size());
   buf.append(reinterpret_cast<const char*>(&ecrc), 4);
   buf.append(payload);
   try {
@@ -242,11 +312,13 @@ void Wal::undo_last() {
     poison_ = "an entry whose fsync failed could not be removed: " + errno_text();
     end_ = to;
   }
+  synced_end_ = std::min(synced_end_, end_);
 }
 
 void Wal::sync() {
   if (fd_ < 0) return;
   if (io::fdatasync(fd_) != 0) throw IOError("fdatasync write-ahead log " + file_ + ": " + errno_text());
+  synced_end_ = end_;
 }
 
 void Wal::close() {

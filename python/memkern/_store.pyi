@@ -135,6 +135,10 @@ class Store:
     def snapshot_failures(self) -> int: ...
     @property
     def poisoned(self) -> str: ...  # why writes are refused until a reopen ("" if they are not)
+    @property
+    def log_files(self) -> list[str]: ...  # the log chain, oldest first (the last one takes the appends)
+    @property
+    def last_snapshot_stats(self) -> dict[str, float]: ...  # lock hold times and sizes of the last snapshot
     def add(
         self,
         namespace: str,
@@ -234,7 +238,9 @@ class Store:
     def count(self, namespace: str, include_invalidated: bool, level: Level) -> int: ...
     def flush(self) -> None: ...
     def snapshot(self) -> None: ...
+    def snapshot_async(self) -> None: ...  # hand a snapshot to the background thread, return at once
     def compact(self) -> None: ...
+    def wait_snapshot(self) -> None: ...  # until the background snapshot in progress (if any) ends
     def close(self) -> None: ...
     def memory_bytes(self) -> int: ...
     # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level.
@@ -244,5 +250,8 @@ class Store:
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
 def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)
 def _test_set_lexical(on: bool) -> None: ...  # derived BM25 + meta indexes maintained (bench_lexical.py)
+def _test_snapshot_gate(point: str) -> None: ...  # hold the next snapshot at "rotated" / "copied" / "written" / "switched"
+def _test_wait_snapshot_gate(timeout_s: float) -> bool: ...  # whether a snapshot reached the gate in time
+def _test_release_snapshot_gate() -> None: ...
 # The store's C++ tokeniser (twin of memkern.lexical.tokenize; tests). Invalid UTF-8 bytes raise.
 def _tokenize(text: str | bytes, keep_stop_words: bool = False) -> list[str]: ...

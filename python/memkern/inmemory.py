@@ -825,6 +825,12 @@ class _PyStore:
         with self._lock:
             self._check_open()
 
+    def snapshot_async(self) -> None:
+        self.snapshot()
+
+    def wait_snapshot(self) -> None:
+        pass
+
     def compact(self) -> None:
         """Forget deleted ids (afterwards they read as unknown, as after the native compaction) and
         drop empty namespaces; ids are still never reused."""

@@ -1,10 +1,12 @@
 """The persistent memory store: topic records + one vector index per namespace (C++, ``memkern._store``).
 
 ``MemoryStore`` is an embedded store opened on a directory (like SQLite). Every write goes to a
-write-ahead log (length + CRC32 per entry, format version in the header) before it is applied;
-periodic snapshots (records + the HNSW graphs) bound the log; reopening loads the last snapshot and
-replays the log. One process at a time may open a store (a ``LOCK`` file); within that process any
-number of threads may read while one writes.
+write-ahead log (length + CRC32 + sync watermark per entry, format version in the header) before it
+is applied; periodic snapshots (the namespaces changed since the last one, packed into one file,
+plus the graphs of large namespaces), written by a background thread while calls go on, bound the
+log; reopening loads the last snapshot and replays the log. One process at a time may open a store
+(a ``LOCK`` file); within that process any number of threads may read while one writes. The
+store's folders are created 0700 and its files 0600.
 
 Scores are "higher is better" for every metric:
 
@@ -597,9 +599,13 @@ class MemoryStore:
     ef_search : int, optional
         Default search beam width (``max(ef, k)`` is used); ``None``: :data:`DEFAULT_EF_SEARCH`.
     snapshot_every : int
-        Write a snapshot (and truncate the log) after this many logged record operations;
-        ``0`` disables automatic snapshots (``close`` still writes one). After a crash, opening
-        replays up to this many operations (re-inserting their vectors), so it bounds recovery time.
+        Snapshot (and retire the log written before it) after this many logged record operations,
+        in a background thread: the write that reaches the count returns at once, and no call
+        waits for the snapshot's files (it copies the namespaces changed since the last snapshot
+        under the reader lock, a few milliseconds at a time, and a write to one not copied yet
+        copies it first). ``0`` disables automatic snapshots (``close`` still writes one). After
+        a crash, opening replays about this many operations (re-inserting their vectors), so it
+        bounds recovery time.
     fsync_interval : float
         Seconds between fsyncs in ``fsync="batch"`` mode.
     num_threads : int
@@ -689,8 +695,8 @@ class MemoryStore:
             getattr(self._native, "replayed_entries", 0), _native().Store.simd_kernel,
         )
         if getattr(self._native, "recovered_torn_tail", False):
-            logger.warning("memkern store %s: the last log entry was torn (an interrupted, unacknowledged write) "
-                           "and was discarded; everything before it was recovered", p)
+            logger.warning("memkern store %s: the last log entry was torn (an interrupted write that no later "
+                           "entry shows was synced) and was discarded; everything before it was recovered", p)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -713,9 +719,10 @@ class MemoryStore:
     @property
     def last_snapshot_error(self) -> str | None:
         """Why the last automatic snapshot (``snapshot_every``, or the one ``close`` writes) failed,
-        ``None`` when it succeeded or none ran. Such a failure never fails the write that triggered
-        it (the write is already durable in the log): it is logged as a warning on the
-        ``"memkern"`` logger and the snapshot is retried ``snapshot_every`` operations later."""
+        ``None`` when it succeeded or none ran. Such a failure never fails a write (every write is
+        already durable in the log): it is logged as a warning on the ``"memkern"`` logger (by the
+        next call that writes, since the background thread writes the snapshot) and the snapshot
+        is retried ``snapshot_every`` operations later."""
         if self._native is None:
             return None
         return str(self._native.last_snapshot_error) or None
@@ -1245,9 +1252,20 @@ class MemoryStore:
         """Force the log to disk (fsync)."""
         self._n().flush()
 
-    def snapshot(self) -> None:
-        """Write a snapshot now (records + graphs, atomically) and truncate the log."""
-        self._n().snapshot()
+    def snapshot(self, wait: bool = True) -> None:
+        """Write a snapshot now and retire the log files it holds; other threads' calls go on
+        meanwhile.
+
+        ``wait=True``: in this thread (after the background one, if one is running); raises on
+        failure (nothing is lost: the log keeps every write). ``wait=False``: hand it to the
+        background thread, as the automatic snapshot does, and return at once; a failure is then
+        reported like the automatic one's (:attr:`last_snapshot_error`, a warning)."""
+        if not isinstance(wait, bool):
+            raise bad_arg("wait", "a bool", type(wait).__name__, MemkernTypeError)
+        if wait:
+            self._n().snapshot()
+        else:
+            self._n().snapshot_async()
 
     def compact(self) -> None:
         """Remove deleted records and their vectors (graphs holding deleted points are rebuilt),
@@ -1260,7 +1278,8 @@ class MemoryStore:
         return int(self._n().memory_bytes())
 
     def close(self) -> None:
-        """Snapshot if the log holds anything, fsync, release the lock. Idempotent.
+        """Wait for a background snapshot in progress, snapshot if the log holds anything (only the
+        namespaces changed since the last snapshot are written), fsync, release the lock. Idempotent.
 
         A failed snapshot here is logged and kept in :attr:`last_snapshot_error`, not raised: every
         acknowledged write is already in the log, which the next open replays. Raises only when

@@ -35,7 +35,6 @@ class HnswIndex : public VectorIndex {
   HnswIndex(Space* space, size_t dim, const std::string& file, size_t min_capacity);
 
   const char* kind() const override { return "hnsw"; }
-  const char* file_suffix() const override { return ".hnsw"; }
   bool concurrent_put() const override { return true; }
   // Adds or replaces the vector of `label` (grows the capacity geometrically as needed; writer only).
   void put(int64_t label, const float* v) override;
@@ -50,9 +49,8 @@ class HnswIndex : public VectorIndex {
   // k nearest (distance ascending) among allowed labels.
   std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
                                              hnswlib::BaseFilterFunctor* f) const override;
-  // Writes the graph (hnswlib 0.8's file layout, capacity = element count) through checked
-  // writes, fsyncs it and returns its size and CRC-32; IOError on any failed or short write.
-  void save(const std::string& file, uint64_t* size, uint32_t* crc) const override;
+  // Appends the graph in hnswlib 0.8's file layout (capacity = element count) to `out`.
+  void serialize(std::string* out) const override;
   size_t size() const override { return g_->cur_element_count; }
   size_t deleted() const override { return g_->num_deleted_; }
   size_t capacity() const override { return g_->max_elements_; }

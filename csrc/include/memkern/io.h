@@ -25,6 +25,12 @@
 namespace memkern {
 namespace io {
 
+// Modes of everything a store creates: memories are private to the user who owns the store.
+// Directories (the store's, a snapshot's) 0700, files (log, snapshot files, CURRENT, LOCK, their
+// temporaries) 0600; the umask can only narrow them. An existing directory keeps its mode.
+constexpr mode_t kDirMode = 0700;
+constexpr mode_t kFileMode = 0600;
+
 // Raw wrappers (errno set on failure, like the system calls).
 ssize_t write(int fd, const void* p, size_t n);
 int fsync(int fd);

@@ -2,15 +2,24 @@
 // payloads. wal.cpp reads and writes the file framing; log_codec.cpp encodes and decodes payloads;
 // store.cpp builds entries (write path) and applies decoded ones (write path and replay).
 //
-// File wal.log = header, then entries (all integers little-endian).
+// Log files (all integers little-endian). The store's log is a chain of files, each a header
+// then entries: normally one, wal.log; while a snapshot is being written (or after one failed)
+// also wal-<generation>.log, the log that continues past the snapshot's starting point (how the
+// chain is read and retired: snapshot.h, "Logs").
 //   header (44 bytes): magic "MKWAL\0\0\0", u32 format, u32 dim, u32 metric, u32 flags (0),
 //                      u64 generation, u64 store_id, u32 crc32 of the preceding 40 bytes.
-//     format 2 (written now) carries the store's random id; format 1 (older stores, still read)
-//     had a reserved zero there, read as store_id 0 ("unknown"). generation = the snapshot the log
-//     continues (0: none yet). Opening refuses a log whose store_id is not the snapshot's
-//     (another store's log) and a log whose generation is not the snapshot's or the one before
-//     it (the crash window between switching CURRENT and replacing the log).
-//   entry: u32 len, u32 crc32(payload), u32 crc32(the first 8 bytes), payload[len].
+//     format 3 (written now) frames entries with a sync watermark (below); format 2 (still read,
+//     and appended to in its own framing until the next snapshot replaces it) carries the
+//     store's random id; format 1 had a reserved zero there, read as store_id 0 ("unknown").
+//     generation orders the files of the chain: the first continues the snapshot of that
+//     generation (0: none yet), each next one continues the one before. Opening refuses a log
+//     whose store_id is not the snapshot's (another store's log) and a chain with a gap.
+//   entry, format 3: u32 len, u32 crc32(payload), u64 synced, u32 crc32(the first 16 bytes),
+//                    payload[len]. `synced` is the file offset up to which the log was durable
+//                    (its last fdatasync had returned) when the entry was written: under fsync
+//                    "always" the entry's own start, under "batch" / "never" the last sync point.
+//   entry, formats 1-2: u32 len, u32 crc32(payload), u32 crc32(the first 8 bytes), payload[len]
+//                    (no watermark: read as the entry's own start).
 //   payload: u32 n_ops, then n_ops operations, applied all-or-nothing (one write call = one entry).
 //   operation: u8 op code (LogOp), then by op:
 //     Add (1):        str namespace, record fields (record.h: write_record_fields), f32 vector
@@ -29,13 +38,25 @@
 //                     An id-preserving insert (Store::import_records, the rebalance of a sharded
 //                     store): unlike Add it never moves the store's next id.
 //   str = u64 length + bytes (UTF-8 text); f32 vector = u64 n + n float32.
-// Reading tells a torn tail from damage:
-//   * torn (cut off on open, it was never acknowledged): fewer than 12 bytes left, or an intact
-//     entry header whose length runs past the end of the file, or a tail of zero bytes only
-//     (space a file system allocated but never wrote);
-//   * damage (CorruptedError, nothing is dropped silently): a bad entry header, or a complete
-//     entry (all its bytes present) whose payload fails its checksum, wherever it is; a payload
-//     that decode_log_entry cannot parse completely (truncated field, unknown op, trailing bytes).
+// Reading: entries are taken in order while each is intact (its header checksum holds, its length
+// fits the file, its payload checksum holds, its watermark is not past its own start). At the
+// first offset X where none is, the rest of the file is
+//   * a torn tail, cut back to X on open (never refused), unless
+//   * an intact entry further on carries a watermark past X: it was written after bytes at X had
+//     been synced, so what is at X was acknowledged and has since been lost or altered: damage,
+//     CorruptedError naming both offsets (nothing is dropped silently).
+// What this means. A crash (process kill, OS crash, power loss) can only leave bytes written
+// after the last completed sync in any state: missing, zeroed, a file system's stale blocks, or
+// pages persisted in any order and any subset. Those bytes hold only unacknowledged entries under
+// fsync "always" (an entry is acknowledged after the fdatasync that covers it returns), and the
+// entries of the last interval under "batch"; they are cut back to the last intact entry, so the
+// log replays a prefix of what was written, never an entry after a gap. Synced bytes cannot be
+// changed by a crash: damage to them is reported (above) wherever a later entry proves it; the one
+// case no file can prove is the very last entry, whose acknowledgment no later write records: if
+// the disk zeroes or alters an entry after its sync returned and nothing was written after it, it
+// reads as a torn tail and is cut back (a torn write and such loss leave identical bytes).
+// A payload that decode_log_entry cannot parse completely (truncated field, unknown op, trailing
+// bytes) is damage wherever it is (its checksum held, so it was written like that).
 // Appending: one write() per entry. A failed or short write is cut back off the file
 // (ftruncate to the previous end + fdatasync) before the error is raised; when even that fails
 // the log refuses every later append (poisoned) until a retry of the cut succeeds.

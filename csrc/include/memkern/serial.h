@@ -56,6 +56,10 @@ class Reader {
   uint64_t u64() { return pod<uint64_t>(); }
   int64_t i64() { return pod<int64_t>(); }
   double f64() { return pod<double>(); }
+  void skip(size_t n) {
+    need(n);
+    p_ += n;
+  }
   std::string str() {
     uint64_t n = u64();
     need(n);

@@ -1,11 +1,18 @@
-// The native memory store: records + one HNSW graph per (namespace, level), a write-ahead log
-// and generation snapshots under one directory. Thread safety: any number of concurrent
-// readers (get, search, embeddings, ...) and one writer at a time (std::shared_mutex).
+// The native memory store: records + one vector index per (namespace, level), a write-ahead log
+// and generation snapshots under one directory (formats and crash rules: snapshot.h, log_codec.h).
+// Thread safety: any number of concurrent readers (get, search, embeddings, ...) and one writer at
+// a time (std::shared_mutex); automatic snapshots are written by a background thread that holds
+// the writer lock only to switch logs and generations (microseconds), never while it writes files.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -15,6 +22,7 @@
 #include "memkern/lexical.h"
 #include "memkern/vector_index.h"
 #include "memkern/record.h"
+#include "memkern/snapshot.h"
 #include "memkern/space.h"
 #include "memkern/wal.h"
 
@@ -96,6 +104,13 @@ struct SearchSpec {
   size_t candidates = 50;       // depth of each first-stage list when fusing or re-scoring
 };
 
+// What the last snapshot cost (for benchmarks): how long it held the writer lock (rotation,
+// switch) and the reader lock (the longest batch of namespace copies), and what it wrote.
+struct SnapshotStats {
+  double total_s = 0, rotation_hold_s = 0, switch_hold_s = 0, max_batch_hold_s = 0;
+  uint64_t batches = 0, copied = 0, copied_by_writers = 0, linked = 0, bytes = 0;
+};
+
 // A copy of one record (what get() returns), with a copy of its current vector.
 struct RecordView {
   Record rec;
@@ -170,24 +185,33 @@ class Store {
   // to the log (a failed or short write is cut back off), synced when fsync is "always" (or a
   // "batch" interval is due; a failed sync removes the entry again), and only then applied in
   // memory. So a call that raises has changed nothing, in memory or on disk, and a call that
-  // returns is durable. The automatic snapshot that may follow (snapshot_every) cannot undo
-  // that: its failure is recorded in last_snapshot_error() and retried snapshot_every logged
-  // operations later, and the write still returns. When the store cannot know its own state on
-  // disk any more (the log could not be cut back after a failed write, or the new log could not
-  // be put in place after a snapshot switched generations), it is *poisoned*: reads keep
+  // returns is durable. The automatic snapshot (snapshot_every logged operations after the last
+  // one) is handed to the background thread: the write returns at once, and a failure of the
+  // snapshot is recorded in last_snapshot_error() and retried snapshot_every operations later.
+  // When the store cannot know its own state on disk any more (the log could not be cut back
+  // after a failed write, or a compaction could not be written), it is *poisoned*: reads keep
   // working, writes raise IOError until the store is reopened.
   void flush();     // fsync the log
-  void snapshot();  // write a snapshot now and truncate the log (raises on failure, nothing changed)
+  // Writes a snapshot now, in the calling thread (after one the background thread is writing), and
+  // retires the log files it holds; other calls go on meanwhile. Raises on failure (nothing lost:
+  // the log chain keeps every write).
+  void snapshot();
+  // Hands a snapshot to the background thread and returns at once (what the automatic one does);
+  // a failure is recorded like the automatic one's.
+  void snapshot_async();
   void compact();   // drop deleted records and their vectors from the graphs, then snapshot
-  // Snapshots if the log holds anything (a failure is recorded, not raised: the log keeps the
-  // data), fsyncs the log, releases the lock. Raises IOError (after releasing everything) only
-  // when the final fsync of the log failed.
+  // Waits for the background snapshot in progress (if any) to end.
+  void wait_snapshot();
+  // Waits for a snapshot in progress, snapshots if the log holds anything (only the namespaces
+  // changed since the last snapshot are written; a failure is recorded, not raised: the log keeps
+  // the data), fsyncs the log, releases the lock. Raises IOError (after releasing everything)
+  // only when the final fsync of the log failed.
   void close();
   bool closed() const { return closed_; }
   size_t memory_bytes() const;  // approximate heap bytes (records + graphs)
   // Index kind ("flat", "hnsw" or "" when none) of a namespace's level (tests, stats).
   std::string index_kind(const std::string& ns, uint8_t level) const;
-  uint64_t generation() const { return generation_; }
+  uint64_t generation() const;
   // What opening found: log entries replayed, and whether a torn last entry was cut off.
   uint64_t replayed_entries() const { return replayed_; }
   bool recovered_torn_tail() const { return torn_tail_; }
@@ -196,6 +220,11 @@ class Store {
   // Why the last automatic snapshot failed ("" when it succeeded or none ran), and how many failed.
   std::string last_snapshot_error() const;
   uint64_t snapshot_failures() const;
+  SnapshotStats last_snapshot_stats() const;
+  // True once per failure of an automatic snapshot not reported yet (the bindings log a warning).
+  bool take_unreported_snapshot_failure();
+  // Files of the log chain (snapshot.h, "Logs"), oldest first; the last one takes the appends.
+  std::vector<std::string> log_files() const;
   // Why writes are refused ("" when they are not).
   std::string poisoned() const;
 
@@ -205,6 +234,12 @@ class Store {
     std::unique_ptr<VectorIndex> index[kNumLevels];
     std::unordered_set<int64_t> invalidated[kNumLevels];
     size_t n[kNumLevels] = {0, 0};  // records held (active + invalidated)
+    std::vector<int64_t> tombstones;  // ids deleted from it (until compaction), written in its blob
+    // Its blob in the live snapshot (pack 0: none) and the graph files that blob names; `dirty`:
+    // changed since (or never written), so the next snapshot copies it.
+    BlobRef blob;
+    std::string graph_file[kNumLevels];
+    bool dirty = true;
     // Derived state (never persisted: rebuilt from the records on open, kept in step by apply()).
     lexical::LexicalIndex lex[kNumLevels];  // BM25 postings of the records' summaries
     MetaIndex meta[kNumLevels];             // (meta key, canonical scalar) -> ids
@@ -221,9 +256,26 @@ class Store {
 
   void check_open() const;
   void check_writable() const;  // open and not poisoned
-  void auto_snapshot();         // snapshot_locked, recording instead of raising a failure
   void open_or_create(const StoreOptions& opt);
   void load_snapshot(uint64_t gen);
+  void load_snapshot_v2(const std::string& dir, const std::string& data, const std::string& file);
+  void check_loaded(const std::string& file);  // records vs indexes vs links; derived indexes
+
+  // Snapshots (snapshot.cpp; the procedure: snapshot.h). run_snapshot needs snap_run_mu_ and not mu_.
+  struct SnapJob;
+  struct NsImage;
+  // `compacting`: every namespace is copied and no tombstone is kept (compact()).
+  void run_snapshot(bool compacting = false);
+  void write_snapshot_files(SnapJob& job, const std::string& dir);  // steps 3-4 (up to the switch)
+  void auto_snapshot();       // run_snapshot, recording instead of raising a failure (background thread)
+  void request_snapshot();    // wakes the background thread (writer lock held)
+  void snapshot_thread_main();
+  void stop_snapshot_thread();
+  // Copy-on-write: before a write changes namespace `nsi` while a snapshot copies namespaces, the
+  // namespace is copied as it was when the snapshot started (writer lock held).
+  void before_change(uint32_t nsi);
+  uint32_t find_ns_index(const std::string& name) const;  // UINT32_MAX when none
+  std::unique_ptr<NsImage> copy_namespace(uint32_t i) const;  // any lock held
   void replay(const std::string& payload);
   uint32_t ns_index(const std::string& name);  // creates
   const Namespace* find_ns(const std::string& name) const;
@@ -237,7 +289,8 @@ class Store {
   void check_query(const float* q, size_t B, size_t k, size_t ef) const;
   const Record& rec_or_throw(int64_t id, const char* what) const;
   Version current_version(const Record& r) const;
-  void commit(const std::string& payload, uint64_t ops);  // log, apply, maybe snapshot
+  // Log, apply, maybe request a snapshot; `nsi`: the namespace the entry changes (UINT32_MAX: a new one).
+  void commit(const std::string& payload, uint64_t ops, uint32_t nsi);
   void apply(const std::string& payload);
   struct PendingPut {
     Namespace* ns;
@@ -247,7 +300,6 @@ class Store {
   };
   void put_vectors(std::vector<PendingPut>& pending);
   void maybe_sync();
-  void snapshot_locked();
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
   // Row b of the query matrix q as the indexes compare it: for metric cos an L2-normalised copy
   // in `buf` (prepare_vector, as the stored vectors were), else q's own row (no copy).
@@ -279,9 +331,23 @@ class Store {
   uint64_t store_id_ = 0;
   bool opened_before_ = false;      // LOCK held a pid: a store was created in this directory before
   uint64_t snapshot_retry_at_ = 0;  // after a failed automatic snapshot: retry at this many ops
-  uint64_t snapshot_failures_ = 0;
+  std::atomic<uint64_t> snapshot_failures_{0};  // read without the lock after every write call
   std::string last_snapshot_error_;
   std::string poison_;
+  std::atomic<uint64_t> reported_failures_{0};
+  // The log chain: files before the last one (complete and synced), the last one's generation.
+  std::vector<std::string> chain_;
+  uint64_t log_gen_ = 0;
+  std::vector<int64_t> orphan_tombstones_;  // deleted ids from a format 1-2 snapshot (namespace unknown)
+  std::map<uint64_t, uint64_t> packs_;      // pack files of the live snapshot: number -> size
+  SnapJob* job_ = nullptr;                  // the snapshot between its start and its switch (under mu_)
+  SnapshotStats last_stats_;
+  // The background snapshot thread (started by the first automatic snapshot).
+  std::thread snap_thread_;
+  std::mutex snap_mu_;                      // guards the three flags below
+  std::condition_variable snap_cv_;
+  bool snap_wanted_ = false, snap_busy_ = false, snap_stop_ = false;
+  std::mutex snap_run_mu_;                  // one snapshot (or compaction) at a time
 
   std::unique_ptr<Space> space_;
   std::vector<float> zeros_;  // [dim] (||q||^2 = l2 distance to it)

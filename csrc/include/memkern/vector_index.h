@@ -28,8 +28,6 @@ class VectorIndex {
   virtual ~VectorIndex() = default;
   // "flat" or "hnsw".
   virtual const char* kind() const = 0;
-  // File name suffix of save()'s file (".flat" or ".hnsw").
-  virtual const char* file_suffix() const = 0;
   // Whether put() may be called from several threads at once (distinct labels, after reserve_more).
   virtual bool concurrent_put() const = 0;
 
@@ -48,10 +46,9 @@ class VectorIndex {
   // (distance, label).
   virtual std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,
                                                      hnswlib::BaseFilterFunctor* f) const = 0;
-  // Writes the index to `file` through checked writes (memkern/io.h), fsyncs it, verifies its
-  // length and returns its size and CRC-32 (recorded in the snapshot); IOError on any failed or
-  // short write, so a cut file is never recorded as good.
-  virtual void save(const std::string& file, uint64_t* size, uint32_t* crc) const = 0;
+  // Appends the index's snapshot bytes to `out`: FlatIndex u64 n, i64 labels[n], f32 vectors[n][dim]
+  // (the blob's flat level, snapshot.h); HnswIndex the hnswlib graph file (hnsw_index.h).
+  virtual void serialize(std::string* out) const = 0;
   virtual size_t size() const = 0;     // vectors held, deleted ones included
   virtual size_t deleted() const = 0;  // vectors marked deleted
   size_t live() const { return size() - deleted(); }

@@ -255,7 +255,7 @@ class ShardedStore:
         self._closed = True
         _check_store_options(store_options)
         self._path = Path(path)
-        self._path.mkdir(parents=True, exist_ok=True)
+        self._path.mkdir(mode=0o700, parents=True, exist_ok=True)
         man = self._path / "manifest.json"
         if man.exists():
             m = json.loads(man.read_text())
@@ -680,7 +680,7 @@ class ShardedStore:
             _write_json_atomic(jpath, journal)
         self._start_actors(max(journal["from"], journal["to"]))
         parts = self._path / "moved.parts"
-        parts.mkdir(exist_ok=True)
+        parts.mkdir(mode=0o700, exist_ok=True)
         for mi, mv in enumerate(journal["moves"]):
             ns, src, dst = mv["ns"], mv["src"], mv["dst"]
             if mv["state"] == "pending":
