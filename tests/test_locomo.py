@@ -161,7 +161,8 @@ def test_evidence_sample_with_every_published_separator(tmp_path):
 
 
 def test_unreadable_files_are_clear_memkern_errors(tmp_path):
-    with pytest.raises(DatasetFormatError, match="LoCoMo file .*: expected a file, got a directory"):
+    # a folder is read as per-conversation files: an empty one says what it expected
+    with pytest.raises(DatasetFormatError, match=r"LoCoMo folder .*: expected \*\.json conversation files, got none"):
         load_locomo(tmp_path)
     p = tmp_path / "bad.json"
     p.write_bytes(b'[{"sample_id": "\xff\xfe"}]')

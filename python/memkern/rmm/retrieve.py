@@ -1,10 +1,23 @@
 """RMM's retrieval stage: top-K search (topic or turn+topic), the reranker's choice, the budget.
 
 Topic mode searches topic records. Two-level mode (``retrieval="turn+topic"``) searches
-``4 * top_k`` turn records scored ``sim(q, turn) + alpha * sim(q, its topic)`` and groups them by
-topic (:meth:`RetrieveStage._retrieve_turn_topic`). The reranker then chooses ``top_m`` of the
+``4 * top_k`` turn records in one store call and groups them by topic
+(:meth:`RetrieveStage._retrieve_turn_topic`). On a store with the hybrid two-level search
+(:func:`memkern.protocols.supports_hybrid_turns`: :class:`memkern.MemoryStore`,
+:class:`memkern.InMemoryStore`) a turn's score is (:meth:`memkern.MemoryStore.search`, *Two-level
+search*; settings in :class:`memkern.rmm.RMMConfig`)::
+
+    base(t)  = (1 - w) * minmax(dense) + w * minmax(BM25)      (turn_stage="hybrid", w = lexical_weight)
+    score(t) = base(t) + neighbour_weight * best base of the previous / next turn of its session
+             + session_weight * best base in its session + alpha * sim(q, its topic)
+
+over the templated turn texts and vectors (speaker and date included), with ``alpha`` used only
+when ``topic_min_turns`` or more turns are shown. On other two-level stores: ``sim(q, turn) +
+alpha * sim(q, its topic)``. :meth:`RetrieveStage._first_stage` builds these keywords for a query
+(the place for query-time filters and priors). The reranker then chooses ``top_m`` of the
 ``<= top_k`` candidates (:meth:`RetrieveStage._retrieve_and_rerank`), or orders all of them when a
-turn budget is given. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
+turn budget is given; the first-stage score is its prior (:meth:`memkern.Reranker.select`), so a
+fresh reranker keeps the first stage's order. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
 shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
 shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
 raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget.
@@ -15,11 +28,10 @@ Filters and time (``retrieve`` / ``respond`` / ``aretrieve`` / ``arespond``): ``
 :func:`memkern.store.check_search_filters`), so the reranker only ever sees records that pass.
 RMM writes each session's date to ``event_time`` (:meth:`memkern.RMM.end_session`), so
 ``time_range`` with the default ``time_field="event"`` selects by conversation date. In two-level
-mode the filtered search runs on turn records (a turn sees its topic's meta keys and carries the
-event time of the write that stored it): the ``4 * top_k`` best passing turns by turn similarity
-(+ the recency prior) are rescored ``turn score + alpha * cos(q, topic)`` (cosine, whatever the
-store's metric) and grouped as without filters. A store whose ``search`` lacks one of these keywords
-(:func:`memkern.protocols.search_keywords`) raises :class:`memkern.MemkernTypeError` naming it.
+mode the filters act inside the turn search (a turn sees its topic's meta keys and carries the
+event time of the write that stored it), in the same store call. A store whose ``search`` lacks
+one of these keywords (:func:`memkern.protocols.search_keywords`) raises
+:class:`memkern.MemkernTypeError` naming it.
 """
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..protocols import missing_search_keywords
+from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
 __all__ = ["RetrieveStage", "Retrieval", "turn_key"]
@@ -123,14 +135,50 @@ class RetrieveStage:
                               type(self.store).__name__, MemkernTypeError)
         return kw
 
+    @property
+    def hybrid_turns(self) -> bool:
+        """Whether two-level retrieval runs the hybrid turn stage (the store has it,
+        :func:`memkern.protocols.supports_hybrid_turns`)."""
+        if self._hybrid is None:
+            self._hybrid = self.two_level and supports_hybrid_turns(self.store)
+        return self._hybrid
+
+    @property
+    def _turn_text(self):
+        """``turn -> str``, the text of a turn record (``text_template``), or ``None`` when the
+        store keeps no turn texts (then it stores the turn's content)."""
+        return self.text_template.render_turn if self.hybrid_turns else None
+
+    def _first_stage(self, query: str, budget: int | None, filters: dict) -> dict:
+        """The keyword arguments of the first-stage ``store.search`` for one query.
+
+        ``filters``: the checked ``filter`` / ``time_range`` / recency keywords
+        (:meth:`_search_filters`), passed as they are. Two-level memory on a store with the hybrid
+        turn stage adds it (``mode``, ``texts``, fusion, context weights, ``group_key="session_id"``)
+        and ``alpha``: ``config.alpha`` when at least ``topic_min_turns`` turns are shown
+        (``budget``, or ``top_m * turns_per_memory`` for :meth:`respond`), else 0. Query-time
+        filters and priors (e.g. a time range read from the question) belong here.
+        """
+        kw = dict(filters)
+        if not self.two_level:
+            return kw
+        shown = budget if budget is not None else self.top_m * self.turns_per_memory
+        kw["alpha"] = self.alpha if shown >= self.config.topic_min_turns else 0.0
+        if self.hybrid_turns:
+            cfg = self.config
+            kw.update(mode=cfg.turn_stage, texts=[query], fusion="weighted", lexical_weight=cfg.lexical_weight,
+                      neighbour_weight=cfg.neighbour_weight, group_weight=cfg.session_weight, group_key="session_id",
+                      candidates=cfg.candidates)
+        return kw
+
     def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None
                              ) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
         """Turn+topic search, grouped by topic.
 
-        Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
-        them best first: the first ``top_k`` distinct topics become the candidates (in order of
-        their best turn), each keeping its retrieved turns best first (the shown ones are cut to
-        ``turns_per_memory`` in :meth:`_shown_memories`).
+        Searches ``4 * top_k`` turns in one store call (``search_kw``: :meth:`_first_stage`) and
+        walks them best first: the first ``top_k`` distinct topics become the candidates (in order
+        of their best turn), each keeping its retrieved turns best first (the shown ones are cut
+        to ``turns_per_memory`` in :meth:`_shown_memories`).
 
         Returns
         -------
@@ -142,23 +190,27 @@ class RetrieveStage:
         groups: dict[int, tuple[Any, list[Any], float]] = {}
         if self.store.count(self.namespace, level="turn") == 0:
             return np.zeros(0, np.int64), groups
-        if search_kw:
-            # Filtered: the store's turn+topic search takes no filter, so the passing turns are
-            # searched and rescored with their topics here (module doc).
-            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **search_kw)
+        kw = dict(search_kw or {})
+        alpha = kw.pop("alpha", self.alpha)
+        filters = {k: kw.pop(k) for k in SEARCH_FILTER_KEYWORDS if k in kw}
+        if filters and not self.hybrid_turns:
+            # A two-level store without the hybrid search takes no filter at level="turn+topic":
+            # the passing turns are searched and rescored with their topics here.
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **filters)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
             pairs = self.store.turns_with_topics(tids[keep])
             if pairs:
                 topic_emb = np.asarray(self.store.embeddings([int(tp.id) for _, tp in pairs]), np.float32)
-                s2 = scores[keep].astype(np.float32) + np.float32(self.alpha) * (
+                s2 = scores[keep].astype(np.float32) + np.float32(alpha) * (
                     _normalize(topic_emb) @ _normalize(q).reshape(-1))
                 order = np.argsort(-s2, kind="stable")
                 pairs, sc = [pairs[int(i)] for i in order], s2[order]
             else:
                 sc = np.zeros(0, np.float32)
         else:
-            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=alpha,
+                                             **filters, **kw)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
             pairs = self.store.turns_with_topics(tids[keep])
@@ -195,7 +247,8 @@ class RetrieveStage:
             ids, groups = self._retrieve_turn_topic(q, search_kw)
             first = np.asarray([groups[int(i)][2] for i in ids], np.float32)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
-            ids, sc = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
+            ids, sc = self.store.search(self.namespace, q, k=self.top_k,
+                                        **{k: v for k, v in search_kw.items() if k in SEARCH_FILTER_KEYWORDS})
             ids, sc = np.asarray(ids).reshape(-1), np.asarray(sc, np.float32).reshape(-1)
             first = sc[ids >= 0]
             ids = ids[ids >= 0].astype(np.int64)
@@ -326,7 +379,8 @@ class RetrieveStage:
             raise bad_arg("query", "a non-empty str", query)
         if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
             raise bad_arg("turns", "None or an int >= 1", turns)
-        search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
+        search_kw = self._first_stage(query, None if turns is None else int(turns),
+                                      self._search_filters(filter, time_range, time_field, recency, recency_weight, now))
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
