@@ -237,7 +237,7 @@ def test_respond_shows_only_best_retrieved_turns_of_selected_topics(tmp_path, al
     ids, groups = rmm._retrieve_turn_topic(q, rmm._first_stage(query, None, {}))
     assert ids.tolist() == list(want) and len(ids) == rmm.top_k
     # groups keep every retrieved turn best first; the shown ones are the first turns_per_memory
-    assert {t: [tr.id for tr in g[1]][:2] for t, g in groups.items()} == want
+    assert {t: g.turn_ids[:2] for t, g in groups.items()} == want
 
     r = rmm.respond(query)
     # a fresh reranker choosing greedily keeps the retriever's order

@@ -310,6 +310,18 @@ void register_store(py::module_& m) {
            },
            py::arg("namespace"), py::arg("key"), py::arg("level") = 0)
       .def("contains", &Store::contains)
+      .def("parents",
+           [](const Store& s, const I64& ids) {
+             size_t n = static_cast<size_t>(ids.size());
+             py::array_t<int64_t> out(n);
+             int64_t* o = out.mutable_data();
+             const int64_t* p = ids.data();
+             {
+               py::gil_scoped_release nogil;
+               s.parents(p, n, o);
+             }
+             return out;
+           })
       // Records come back as StoredRecord / StoredVersion objects (register_records.cpp).
       .def("get", &Store::get, py::call_guard<py::gil_scoped_release>())
       .def("get_batch",

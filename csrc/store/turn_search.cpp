@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -71,6 +72,13 @@ const std::string* meta_value(const MetaScalars& m, const std::string& key) {
 }
 
 }  // namespace
+
+void Store::parents(const int64_t* ids, size_t n, int64_t* out) const {
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  check_open();
+  for (size_t i = 0; i < n; ++i) rec_or_throw(ids[i], "ids");
+  for (size_t i = 0; i < n; ++i) out[i] = records_.at(ids[i]).parent;
+}
 
 SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float* q, const std::vector<std::string>& texts,
                                          size_t B, size_t k, size_t ef, bool include_invalidated,
@@ -161,46 +169,58 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
           if (!base.count(c) && allow(c)) base.emplace(c, sim(turns, c));
       }
     }
-    // ---- groups (only when a context term needs them)
-    std::unordered_map<int64_t, std::string> group_of_topic;  // topic id -> group of its key-less turns
-    auto group_of = [&](int64_t id) -> std::string {
-      const Record& r = records_.at(id);
-      if (!spec.group_key.empty()) {
-        auto own = meta_scalars_.find(id);
-        if (own != meta_scalars_.end())
-          if (const std::string* v = meta_value(own->second, spec.group_key)) return "v" + *v;
-      }
-      auto it = group_of_topic.find(r.parent);
-      if (it != group_of_topic.end()) return it->second;
-      std::string g;
-      if (!spec.group_key.empty()) {
-        auto pm = meta_scalars_.find(r.parent);
-        if (pm != meta_scalars_.end())
-          if (const std::string* v = meta_value(pm->second, spec.group_key)) g = "v" + *v;
-      }
-      if (g.empty()) g = "t" + std::to_string(r.parent);
-      group_of_topic.emplace(r.parent, g);
+    // ---- groups (only when a context term needs them). A group is an int64: a meta[group_key]
+    // value interned for this query (>= 0), or -2 - topic id for turns grouped by their topic.
+    std::unordered_map<std::string_view, int64_t> interned;
+    std::vector<std::string_view> group_value;          // interned id -> canonical value
+    std::unordered_map<int64_t, int64_t> topic_group;   // topic id -> group of its key-less turns
+    auto intern = [&](const std::string& v) -> int64_t {
+      auto it = interned.find(std::string_view(v));
+      if (it != interned.end()) return it->second;
+      int64_t g = static_cast<int64_t>(group_value.size());
+      group_value.emplace_back(v);  // a view into meta_scalars_: stable under the reader lock
+      interned.emplace(group_value.back(), g);
+      return g;
+    };
+    auto key_value = [&](int64_t id) -> const std::string* {
+      auto m = meta_scalars_.find(id);
+      return m == meta_scalars_.end() ? nullptr : meta_value(m->second, spec.group_key);
+    };
+    // Whether any turn record of the namespace carries group_key itself (else a turn's group is
+    // its topic's, and the per-turn lookups are skipped): the distinct (key, value) pairs of the
+    // turns' meta index are few, so this is cheap.
+    const bool own_keys = context && !spec.group_key.empty() && !ns->meta[kTurn].values(spec.group_key).empty();
+    auto group_of = [&](int64_t id) -> int64_t {
+      if (own_keys)
+        if (const std::string* v = key_value(id)) return intern(*v);
+      int64_t parent = records_.at(id).parent;
+      auto it = topic_group.find(parent);
+      if (it != topic_group.end()) return it->second;
+      const std::string* v = spec.group_key.empty() ? nullptr : key_value(parent);
+      int64_t g = v ? intern(*v) : -2 - parent;
+      topic_group.emplace(parent, g);
       return g;
     };
     // The group's allowed turns in id order (built once per group and query).
-    std::unordered_map<std::string, std::vector<int64_t>> members;
-    auto members_of = [&](const std::string& g, int64_t any_member) -> const std::vector<int64_t>& {
+    std::unordered_map<int64_t, std::vector<int64_t>> members;
+    auto members_of = [&](int64_t g) -> const std::vector<int64_t>& {
       auto it = members.find(g);
       if (it != members.end()) return it->second;
       std::vector<int64_t> m;
       auto take_topic = [&](int64_t topic) {
         for (int64_t c : records_.at(topic).children)
-          if (allow(c) && group_of(c) == g) m.push_back(c);
+          if (allow(c) && (!own_keys || group_of(c) == g)) m.push_back(c);
       };
-      if (g[0] == 't') {
-        take_topic(records_.at(any_member).parent);
+      if (g < 0) {
+        take_topic(-2 - g);
       } else {
-        std::string v = g.substr(1);
-        if (auto* s = ns->meta[kTurn].find(spec.group_key, v))
-          for (int64_t t : *s)
-            if (allow(t) && group_of(t) == g) m.push_back(t);
-        if (auto* s = ns->meta[kTopic].find(spec.group_key, v))
-          for (int64_t tp : *s) take_topic(tp);
+        std::string v(group_value[static_cast<size_t>(g)]);
+        if (own_keys)
+          if (auto* ts = ns->meta[kTurn].find(spec.group_key, v))
+            for (int64_t t : *ts)
+              if (allow(t) && group_of(t) == g) m.push_back(t);
+        if (auto* ps = ns->meta[kTopic].find(spec.group_key, v))
+          for (int64_t tp : *ps) take_topic(tp);
       }
       std::sort(m.begin(), m.end());
       m.erase(std::unique(m.begin(), m.end()), m.end());
@@ -211,23 +231,25 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       return it == base.end() ? 0.0 : it->second;
     };
     // ---- context: neighbours (prev / next in the group) and the group's best base score
-    std::unordered_map<int64_t, double> nb;     // candidate -> best base of its neighbours
-    std::unordered_map<std::string, double> gbest;
-    std::unordered_map<int64_t, std::string> gid;
+    std::unordered_map<int64_t, double> nb;     // candidate -> best base of its neighbours (>= 0)
+    std::unordered_map<int64_t, double> gbest;  // group -> best base of S0's turns in it (>= 0)
+    std::unordered_map<int64_t, int64_t> gid;   // turn -> group
     if (context) {
       std::vector<int64_t> s0_ids;
       s0_ids.reserve(base.size());
       for (const auto& kv : base) s0_ids.push_back(kv.first);
-      std::sort(s0_ids.begin(), s0_ids.end());  // deterministic order of the group builds
+      std::sort(s0_ids.begin(), s0_ids.end());  // a deterministic order of the group builds
+      gid.reserve(s0_ids.size() * 2);
       for (int64_t t : s0_ids) {
-        const std::string& g = gid.emplace(t, group_of(t)).first->second;
+        int64_t g = group_of(t);
+        gid.emplace(t, g);
         double bt = base_of(t);
         if (spec.group_weight != 0.0) {
           double& best = gbest[g];  // starts at 0: context never lowers a score
           best = std::max(best, bt);
         }
         if (spec.neighbour_weight == 0.0) continue;
-        const std::vector<int64_t>& m = members_of(g, t);
+        const std::vector<int64_t>& m = members_of(g);
         auto pos = std::lower_bound(m.begin(), m.end(), t);
         if (pos == m.end() || *pos != t) continue;
         double& own_nb = nb[t];
@@ -264,8 +286,7 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       }
       if (spec.group_weight != 0.0) {
         auto gi = gid.find(t);
-        const std::string g = gi != gid.end() ? gi->second : group_of(t);
-        auto it = gbest.find(g);
+        auto it = gbest.find(gi != gid.end() ? gi->second : group_of(t));
         if (it != gbest.end()) s += spec.group_weight * it->second;
       }
       if (rescore) {

@@ -607,6 +607,13 @@ class _PyStore:
         with self._lock:
             return int(rid) in self._recs
 
+    def parents(self, ids) -> np.ndarray:
+        with self._lock:
+            self._check_open()
+            for i in ids:
+                self._rec(int(i), "ids")
+            return np.asarray([self._recs[int(i)].parent for i in ids], dtype=np.int64)
+
     def get(self, rid) -> SimpleNamespace:
         with self._lock:
             self._check_open()

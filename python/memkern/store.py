@@ -1119,6 +1119,12 @@ class MemoryStore:
         arr = _check_ids(list(ids) if not hasattr(ids, "__array__") and not _is_torch(ids) else ids)
         return [_record_from(d, self) for d in self._n().get_batch(arr)]
 
+    def topic_ids(self, ids: Any) -> np.ndarray:
+        """The topic of each record of ``ids`` (int64 ``[n]``): a turn record's topic id, ``-1``
+        for a topic; one call, no record is read into Python. Unknown ids raise
+        :class:`MemkernKeyError`."""
+        return self._n().parents(_check_ids(ids))
+
     def turns_with_topics(self, ids: Iterable[int]) -> list[tuple[Record, Record]]:
         """For turn record ids (e.g. from ``search(..., level="turn+topic")``, ``-1`` padding
         skipped): ``(turn record, its topic record)`` pairs in order, so a prompt can show the best

@@ -182,6 +182,9 @@ class Store {
   std::vector<std::string> meta_values(const std::string& ns, const std::string& key, uint8_t level) const;
   size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
   bool contains(int64_t id) const;
+  // The topic id of each record (a turn record's parent; -1 for a topic); KeyError naming `ids`
+  // for an unknown id, before anything is written to `out`.
+  void parents(const int64_t* ids, size_t n, int64_t* out) const;
   // Ids of a namespace's records at `level`, ascending.
   std::vector<int64_t> ids(const std::string& ns, bool include_invalidated, uint8_t level) const;
 

@@ -45,7 +45,7 @@ from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
-__all__ = ["RetrieveStage", "Retrieval", "turn_key"]
+__all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key"]
 
 
 def turn_key(turn: dict) -> Any:
@@ -99,6 +99,29 @@ class Retrieval:
     def n_turns(self) -> int:
         """Turns shown in all (``<= budget`` when a budget was given)."""
         return sum(len(ids) for ids in self.turn_ids)
+
+
+@dataclass
+class TopicHits:
+    """One candidate memory of two-level retrieval: a topic and its retrieved turns.
+
+    Attributes
+    ----------
+    topic_id : int
+    turn_ids : list[int]
+        The topic's retrieved turn-record ids, best first.
+    scores : list[float]
+        Their first-stage scores, aligned with ``turn_ids`` (descending).
+    """
+
+    topic_id: int
+    turn_ids: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        """The score of the topic's best retrieved turn (its rank among the candidates)."""
+        return self.scores[0]
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -172,22 +195,23 @@ class RetrieveStage:
         return kw
 
     def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None
-                             ) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
+                             ) -> tuple[np.ndarray, dict[int, TopicHits]]:
         """Turn+topic search, grouped by topic.
 
         Searches ``4 * top_k`` turns in one store call (``search_kw``: :meth:`_first_stage`) and
         walks them best first: the first ``top_k`` distinct topics become the candidates (in order
         of their best turn), each keeping its retrieved turns best first (the shown ones are cut
-        to ``turns_per_memory`` in :meth:`_shown_memories`).
+        to ``turns_per_memory`` in :meth:`_shown_memories`). Only ids and scores are read here
+        (the store's ``topic_ids`` where it has one); records are read for what is shown.
 
         Returns
         -------
         ids : int64 [n]
             Candidate topic ids, ``n <= top_k``.
         groups : dict
-            ``topic id -> (topic record, [turn records, best first], best turn+topic score)``.
+            ``topic id -> TopicHits`` (its retrieved turn ids and scores, best first).
         """
-        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        groups: dict[int, TopicHits] = {}
         if self.store.count(self.namespace, level="turn") == 0:
             return np.zeros(0, np.int64), groups
         kw = dict(search_kw or {})
@@ -199,31 +223,39 @@ class RetrieveStage:
             tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **filters)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
-            pairs = self.store.turns_with_topics(tids[keep])
-            if pairs:
-                topic_emb = np.asarray(self.store.embeddings([int(tp.id) for _, tp in pairs]), np.float32)
-                s2 = scores[keep].astype(np.float32) + np.float32(alpha) * (
-                    _normalize(topic_emb) @ _normalize(q).reshape(-1))
+            tids, scores = tids[keep], scores[keep]
+            parents = self._topic_ids(tids)
+            if len(tids):
+                topic_emb = np.asarray(self.store.embeddings([int(p) for p in parents]), np.float32)
+                s2 = scores.astype(np.float32) + np.float32(alpha) * (_normalize(topic_emb) @ _normalize(q).reshape(-1))
                 order = np.argsort(-s2, kind="stable")
-                pairs, sc = [pairs[int(i)] for i in order], s2[order]
-            else:
-                sc = np.zeros(0, np.float32)
+                tids, scores, parents = tids[order], s2[order], parents[order]
         else:
             tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=alpha,
                                              **filters, **kw)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
-            pairs = self.store.turns_with_topics(tids[keep])
-            sc = scores[keep]
-        for (turn, topic), s in zip(pairs, sc):
-            g = groups.get(int(topic.id))
+            tids, scores = tids[keep], scores[keep]
+            parents = self._topic_ids(tids)
+        for t, p, sc in zip(tids.tolist(), parents.tolist(), scores.tolist()):
+            g = groups.get(p)
             if g is None:
                 if len(groups) >= self.top_k:
                     continue
-                groups[int(topic.id)] = g = (topic, [], float(s), [])
-            g[1].append(turn)
-            g[3].append(float(s))
+                groups[p] = g = TopicHits(p)
+            g.turn_ids.append(t)
+            g.scores.append(sc)
         return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
+
+    def _topic_ids(self, tids: np.ndarray) -> np.ndarray:
+        """The topic id of each turn record id (int64 ``[n]``): the store's ``topic_ids`` when it
+        has one, else read through ``turns_with_topics``."""
+        if len(tids) == 0:
+            return np.zeros(0, np.int64)
+        fn = getattr(self.store, "topic_ids", None)
+        if fn is not None:
+            return np.asarray(fn(tids), np.int64)
+        return np.asarray([int(tp.id) for _, tp in self.store.turns_with_topics(tids)], np.int64)
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
                              explore: bool | None = None, search_kw: dict | None = None):
@@ -237,7 +269,7 @@ class RetrieveStage:
         import torch
 
         t0 = time.perf_counter()
-        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        groups: dict[int, TopicHits] = {}
         if self.store.count(self.namespace) == 0:
             timings["retrieve"] = time.perf_counter() - t0
             timings["rerank"] = 0.0
@@ -245,7 +277,7 @@ class RetrieveStage:
         search_kw = search_kw or {}
         if self.two_level and self.store.count(self.namespace, level="turn") > 0:
             ids, groups = self._retrieve_turn_topic(q, search_kw)
-            first = np.asarray([groups[int(i)][2] for i in ids], np.float32)
+            first = np.asarray([groups[int(i)].best for i in ids], np.float32)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
             ids, sc = self.store.search(self.namespace, q, k=self.top_k,
                                         **{k: v for k, v in search_kw.items() if k in SEARCH_FILTER_KEYWORDS})
@@ -256,7 +288,7 @@ class RetrieveStage:
         if groups and len(ids):
             # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
             # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
-            best = np.asarray(self.store.embeddings([int(groups[int(i)][1][0].id) for i in ids]), dtype=np.float32)
+            best = np.asarray(self.store.embeddings([groups[int(i)].turn_ids[0] for i in ids]), dtype=np.float32)
             emb = best + np.float32(self.alpha) * emb
         timings["retrieve"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -284,8 +316,7 @@ class RetrieveStage:
         timings["rerank"] = time.perf_counter() - t0
         return ids, emb, ids[picks], sel, groups
 
-    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, tuple[Any, list[Any], float]],
-                        budget: int | None = None):
+    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, TopicHits], budget: int | None = None):
         """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
         shown turn keys)``, cut to ``budget`` turns in all.
 
@@ -293,47 +324,42 @@ class RetrieveStage:
         ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
         by score among the first ``budget`` memories (no per-memory cap). Topic mode: each record's summary with its
         raw turns (with a budget, memories in order until it is spent, the last one cut).
-        Memories are ``{"id", "summary", "turns"}``.
+        Memories are ``{"id", "summary", "turns"}``. The shown records are read in two batches.
         """
         memories, shown, keys = [], [], []
-        left = budget
-        if budget is not None and groups:
-            # A budget of N turns: the best N retrieved turns (turn+topic score) among the first N
-            # memories in the reranker's order; a fresh reranker keeps the retriever's order, so
-            # these are the N best turns. (turns_per_memory bounds respond's prompt; here the
-            # budget is the bound.)
-            cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
-                           for k, sc in enumerate(groups[int(i)][3])), key=lambda x: -x[0])
-            take: dict[int, list[int]] = {}
-            for sc, k, i in cand[:budget]:
-                take.setdefault(i, []).append(k)
-            for i in m_sel:
-                if int(i) not in take:
-                    continue
-                trs = sorted([groups[int(i)][1][k] for k in take[int(i)]], key=_turn_order)
+        if groups:
+            if budget is not None:
+                # A budget of N turns: the best N retrieved turns (first-stage score) among the first
+                # N memories in the reranker's order; a fresh reranker keeps the retriever's order,
+                # so these are the N best turns. (turns_per_memory bounds respond's prompt; here the
+                # budget is the bound.)
+                cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
+                               for k, sc in enumerate(groups[int(i)].scores)), key=lambda x: -x[0])
+                take: dict[int, list[int]] = {}
+                for sc, k, i in cand[:budget]:
+                    take.setdefault(i, []).append(groups[i].turn_ids[k])
+                order = [int(i) for i in m_sel if int(i) in take]
+            else:
+                order = [int(i) for i in m_sel if int(i) in groups]
+                take = {i: groups[i].turn_ids[: self.turns_per_memory] for i in order}
+            recs = {r.id: r for r in self.store.get_batch(order + [t for i in order for t in take[i]])}
+            for i in order:
+                trs = sorted((recs[t] for t in take[i]), key=_turn_order)
                 turns = [t.turn for t in trs]
-                memories.append({"id": int(i), "summary": groups[int(i)][0].summary, "turns": turns})
+                memories.append({"id": i, "summary": recs[i].summary, "turns": turns})
                 shown.append([int(t.id) for t in trs])
                 keys.append([turn_key(t) for t in turns])
             return memories, shown, keys
+        left = budget
         for i in m_sel:
             if left is not None and left <= 0:
                 break
-            if int(i) in groups:
-                topic, trs = groups[int(i)][0], list(groups[int(i)][1][: self.turns_per_memory])
-                if left is not None:
-                    trs = trs[:left]
-                trs = sorted(trs, key=_turn_order)
-                turns, rec = [t.turn for t in trs], [int(t.id) for t in trs]
-                summary = topic.summary
-            else:
-                r = self.store.get(int(i))
-                turns = list(r.turns or [])
-                if left is not None:
-                    turns = turns[:left]
-                rec, summary = [], r.summary
-            memories.append({"id": int(i), "summary": summary, "turns": turns})
-            shown.append(rec)
+            r = self.store.get(int(i))
+            turns = list(r.turns or [])
+            if left is not None:
+                turns = turns[:left]
+            memories.append({"id": int(i), "summary": r.summary, "turns": turns})
+            shown.append([])
             keys.append([turn_key(t) for t in turns])
             if left is not None:
                 left -= len(turns)
