@@ -96,6 +96,17 @@ def bm25_all(turns, qtext):
     return out
 
 
+def coverage_all(turns, qtext):
+    """idf-weighted share of the query's distinct terms each turn document holds (BM25's idf)."""
+    docs = {i: set(tokenize(t.text)) for i, t in turns.items()}
+    N = len(docs)
+    df = Counter(w for d in docs.values() for w in d)
+    terms = list(dict.fromkeys(tokenize(qtext)))
+    idf = {w: math.log(1.0 + (N - df[w] + 0.5) / (df[w] + 0.5)) for w in terms}
+    total = sum(idf.values())
+    return {i: (sum(idf[w] for w in terms if w in d) / total if total > 0 else 0.0) for i, d in docs.items()}
+
+
 def top(scores: dict, n: int):
     return sorted(scores.items(), key=lambda e: (-e[1], e[0]))[:n]
 
@@ -116,7 +127,7 @@ def reference(turns, topics, q, qtext, k, mode="hybrid", fusion="weighted", w=0.
     dl = top({i: sim[i] for i in ok}, C) if mode != "lexical" else []
     ll = []
     if mode != "dense":
-        bm = bm25_all(turns, qtext)
+        bm = coverage_all(turns, qtext) if (mode == "hybrid" and fusion == "coverage") else bm25_all(turns, qtext)
         ll = top({i: s for i, s in bm.items() if i in ok and s > 0}, C)
     if mode == "dense":
         base = dict(dl)
@@ -130,6 +141,10 @@ def reference(turns, topics, q, qtext, k, mode="hybrid", fusion="weighted", w=0.
             if fusion == "rrf":
                 for r, (i, _) in enumerate(L):
                     base[i] = base.get(i, 0.0) + wt / (60.0 + r + 1)
+            elif fusion == "coverage" and L is ll:
+                best = max(s for _, s in L)
+                for i, s in L:
+                    base[i] = base.get(i, 0.0) + wt * (s / best)
             else:
                 lo, hi = min(s for _, s in L), max(s for _, s in L)
                 for i, s in L:
@@ -185,6 +200,7 @@ CONFIGS = [
     dict(mode="hybrid", fusion="weighted", w=0.5, C=50),
     dict(mode="hybrid", fusion="weighted", w=0.5, C=7, nw=0.3, gw=0.3, alpha=0.5, group_key="session_id"),
     dict(mode="hybrid", fusion="rrf", w=0.4, C=9, nw=0.5, gw=0.0),  # grouped by topic
+    dict(mode="hybrid", fusion="coverage", w=0.35, C=8, nw=0.2, gw=0.2, group_key="session_id"),
     dict(mode="lexical", C=6, nw=0.3, gw=0.2, group_key="session_id"),
     dict(mode="dense", C=5, alpha=1.0, nw=0.3, gw=0.1, group_key="session_id"),
     dict(mode="dense", C=4, alpha=0.0, nw=-0.2, gw=-0.3),  # negative weights: still floored context
@@ -331,3 +347,25 @@ def test_topic_ids(make_store):
     ids = np.array(sorted(turns) + sorted(topics), np.int64)
     got = s.topic_ids(ids)
     assert got.dtype == np.int64 and got.tolist() == [turns[i].parent for i in sorted(turns)] + [-1] * len(topics)
+
+
+def test_graph_index_gives_the_exact_results_with_a_wide_beam(tmp_path):
+    # the same data on a graph (HNSW, flat_limit below the counts) searched with a beam wider than
+    # the namespace: the exact flat store's results
+    from memkern import _store
+    from memkern.store import MemoryStore
+
+    flat = MemoryStore(tmp_path / "flat", dim=D, metric="cos")
+    graph = MemoryStore(tmp_path / "graph", dim=D, metric="cos", flat_limit=8, ef_search=512)
+    turns, _ = build(flat, 6, sessions=8)
+    build(graph, 6, sessions=8)
+    turn = _store.Level.turn
+    assert graph._n().index_kind(NS, turn) == "hnsw" and flat._n().index_kind(NS, turn) == "flat"
+    q = np.random.default_rng(3).normal(size=(4, D)).astype(np.float32)
+    texts = ["apple Ann", "fig fig Bo", "kiwi", "grape hazel iris"]
+    for kw in (dict(mode="hybrid", neighbour_weight=0.3, group_weight=0.3, group_key="session_id", alpha=0.5),
+               dict(mode="dense", alpha=1.0, neighbour_weight=0.2), dict(mode="hybrid", filter={"session_id": "s3"})):
+        a = flat.search(NS, q, k=12, level="turn+topic", texts=texts, candidates=10, **kw)
+        b = graph.search(NS, q, k=12, level="turn+topic", texts=texts, candidates=10, **kw)
+        assert np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], atol=1e-6), kw
+    flat.close(), graph.close()
