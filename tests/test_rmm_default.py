@@ -153,3 +153,18 @@ def test_text_template_sets_the_turn_texts(store):
     assert r.summary == r.turn["content"]
     # the vectors still embed the turn template
     assert rmm.turn_template.render_turn(r.turn).startswith("[2023-05-08] Ann: ")
+
+
+def test_a_fresh_reranker_keeps_the_first_stage_order_of_the_candidates(store):
+    # the candidates' embeddings (best turn + alpha * topic) order them by dense similarity; the
+    # first stage fuses BM25 and context terms: the prior makes the reranker keep its order
+    rmm, emb = bank(store, top_k=8)
+    for q in ("Who said wonderful?", "Ann adopted which puppy?", "violin case chewed", "Oslo snow pictures",
+              "How long did the marathon take Bo?", "Bach partitas"):
+        timings: dict = {}
+        qv = emb.encode([q], kind="query")
+        ids, _, m_sel, sel, groups = rmm._retrieve_and_rerank(qv, timings, order_all=True, explore=False,
+                                                              search_kw=rmm._first_stage(q, 5, {}))
+        assert m_sel.tolist() == ids.tolist(), q
+        best = [groups[int(i)].best for i in ids]
+        assert best == sorted(best, reverse=True)
