@@ -242,7 +242,8 @@ def test_filters_time_ranges_and_invalidated_topics_act_inside(make_store):
     texts = ["apple Ann banana", "grape hazel"]
     kw = dict(level="turn+topic", mode="hybrid", texts=texts, fusion="weighted", lexical_weight=0.5, candidates=8,
               alpha=0.5, neighbour_weight=0.3, group_weight=0.3, group_key="session_id")
-    for flt, tr, sess, rng_ in ((dict(session_id={"$in": ["s1", "s2", "s4"]}), None, {"s1", "s2", "s4"}, None),
+    for flt, tr, sess, rng_ in ((None, None, None, None),  # the invalidated topic's turns only
+                                (dict(session_id={"$in": ["s1", "s2", "s4"]}), None, {"s1", "s2", "s4"}, None),
                                 (None, (2000.0, 5000.0), None, (2000.0, 5000.0)),
                                 (dict(session_id="s3"), (0.0, 4000.5), {"s3"}, (0.0, 4000.5))):
         ids, sc = s.search(NS, q, k=80, filter=flt, time_range=tr, **kw)  # every candidate: no exclusion hides
