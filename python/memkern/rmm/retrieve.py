@@ -286,8 +286,8 @@ class RetrieveStage:
             ids = ids[ids >= 0].astype(np.int64)
         emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
         if groups and len(ids):
-            # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
-            # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
+            # Reranker candidate = best turn + alpha * topic (the topic vector alone would re-rank by
+            # topic); the order comes from the first-stage score, the reranker's prior.
             best = np.asarray(self.store.embeddings([groups[int(i)].turn_ids[0] for i in ids]), dtype=np.float32)
             emb = best + np.float32(self.alpha) * emb
         timings["retrieve"] = time.perf_counter() - t0
