@@ -79,7 +79,8 @@ class Retrieval:
     budget : int or None
         The turn budget asked for (``None``: ``top_m`` memories, as :meth:`RMM.respond`).
     timings : dict[str, float]
-        Seconds: ``embed``, ``retrieve``, ``rerank``, ``total``.
+        Seconds: ``embed`` (the query), ``retrieve`` (first stage + grouping), ``rerank``, ``show``
+        (reading the shown records), ``total``.
     """
 
     query: str
@@ -413,7 +414,9 @@ class RetrieveStage:
         timings["embed"] = time.perf_counter() - t0
         _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore,
                                                            search_kw=search_kw)
+        t0 = time.perf_counter()
         memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
+        timings["show"] = time.perf_counter() - t0
         timings["total"] = sum(timings.values())
         return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,
                          None if turns is None else int(turns), timings)
