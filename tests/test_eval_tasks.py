@@ -73,7 +73,7 @@ def test_a_task_covers_its_configuration_and_conversations_only(ds):
         want = len(convs[t.conversations[0]][1])
         rows = out.partial["rows"]
         if t.config == "rmm-default":
-            assert list(rows) == ["rmm-default", "rmm-default (time_prior=off)"]
+            assert list(rows) == ["rmm-default"]
         else:
             assert "rmm-default" not in rows and "turn (content)" in rows and "turn+1*texttiling" in rows
         assert all(len(rs) == want for rs in rows.values())
@@ -148,9 +148,10 @@ def test_result_rows_in_plan_order(ds):
     from memkern.eval.tasks import TaskOutput, Task, concat_rows, run_local
 
     r = run_local(_experiments()[0], ds, cached(_Hash(32)), conversations_per_task=1)
-    assert list(r.metrics) == ["turn (content)", "turn (template)", "hybrid (content)", "hybrid (template)",
+    assert list(r.metrics) == ["turn (speaker)", "turn (content)", "turn (template)", "lexical (template)",
+                               "hybrid (content)", "hybrid (template)",
                                "hybrid (content, all turns)", "window4", "turn+1*window4",
                                "hybrid (content)+1*window4", "texttiling", "turn+1*texttiling",
-                               "hybrid (content)+1*texttiling", "rmm-default", "rmm-default (time_prior=off)"]
+                               "hybrid (content)+1*texttiling", "rmm-default"]
     outs = [TaskOutput(Task("x", 0, c, (i,)), {"rows": {c: [i]}}, {}, 0.0) for c in ("a", "b") for i in range(3)]
     assert concat_rows(outs) == {"a": [0, 1, 2], "b": [0, 1, 2]}

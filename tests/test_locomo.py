@@ -161,7 +161,8 @@ def test_evidence_sample_with_every_published_separator(tmp_path):
 
 
 def test_unreadable_files_are_clear_memkern_errors(tmp_path):
-    with pytest.raises(DatasetFormatError, match="LoCoMo file .*: expected a file, got a directory"):
+    # a folder is read as per-conversation files: an empty one says what it expected
+    with pytest.raises(DatasetFormatError, match=r"LoCoMo folder .*: expected \*\.json conversation files, got none"):
         load_locomo(tmp_path)
     p = tmp_path / "bad.json"
     p.write_bytes(b'[{"sample_id": "\xff\xfe"}]')
@@ -170,3 +171,40 @@ def test_unreadable_files_are_clear_memkern_errors(tmp_path):
     p.write_text('{"a": ' * 50_000 + "1" + "}" * 50_000)
     with pytest.raises(DatasetFormatError, match=r"LoCoMo file .*bad\.json'?: expected JSON nested at most"):
         load_locomo(p)
+
+
+def _per_conversation(sample):
+    """A sample in the per-conversation layout: the conversation's fields and qa at the top level."""
+    return {**sample["conversation"], "qa": sample["qa"], "event_summary": {"ignored": True}}
+
+
+def test_per_conversation_files_and_folders(tmp_path):
+    ref = load_locomo(_write(tmp_path, [_sample("conv-3"), _sample("conv-26")]))
+    d = tmp_path / "convs"
+    d.mkdir()
+    for sid in ("conv-26", "conv-3"):
+        (d / f"{sid}.json").write_text(json.dumps(_per_conversation(_sample(sid))))
+    (d / "notes.txt").write_text("not a conversation")
+    one = load_locomo(d / "conv-26.json")  # one file: the sample id is the file name
+    assert [c.conversation_id for c in one.conversations] == ["conv-26"]
+    assert one.conversations[0].questions[0].question_id == "conv-26/q0"
+    both = load_locomo(d)  # a folder: natural name order (conv-3 before conv-26)
+    assert [c.conversation_id for c in both.conversations] == ["conv-3", "conv-26"]
+    assert both.content_hash() == ref.content_hash()
+    picked = load_locomo(d, conversations=["conv-26"])
+    assert [c.conversation_id for c in picked.conversations] == ["conv-26"]
+    assert load_locomo(tmp_path / "locomo.json", conversations=["conv-26", "conv-3"]).n_questions == 6
+    # a folder with conversations given opens only those files
+    (d / "conv-9.json").write_text("{broken")
+    assert len(load_locomo(d, conversations=["conv-3"]).conversations) == 1
+    with pytest.raises(DatasetFormatError, match="conv-9"):
+        load_locomo(d)
+    with pytest.raises(DatasetFormatError, match="conv-77"):
+        load_locomo(d, conversations=["conv-3", "conv-77"])
+    with pytest.raises(DatasetFormatError, match="conv-77"):
+        load_locomo(tmp_path / "locomo.json", conversations=["conv-77"])
+    with pytest.raises(DatasetFormatError, match="conversations"):
+        load_locomo(d, conversations="conv-3")
+    # a file with a sample_id keeps it
+    (d / "renamed.json").write_text(json.dumps({**_per_conversation(_sample("x")), "sample_id": "conv-5"}))
+    assert load_locomo(d / "renamed.json").conversations[0].conversation_id == "conv-5"

@@ -63,7 +63,7 @@ def first_stage(r, q, now=None):
     the turn budget then read): [(turn id, score)]."""
     tq = r._time_query(q, now, {})
     _, groups = r._retrieve_turn_topic(r._embed([q], kind="query"), {}, tq)
-    pairs = [(t.turn["turn_id"], s) for g in groups.values() for t, s in zip(g[1], g[3])]
+    pairs = [(r.store.get(t).turn["turn_id"], s) for g in groups.values() for t, s in zip(g.turn_ids, g.scores)]
     return sorted(pairs, key=lambda x: -x[1])
 
 

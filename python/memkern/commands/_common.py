@@ -105,6 +105,15 @@ def input_file(text: str) -> str:
 
 
 @_arg_type
+def input_path(text: str) -> str:
+    """An existing file or folder (read later by a loader that validates its content)."""
+    p = Path(text).expanduser()
+    if not p.exists():
+        raise bad_arg("value", "an existing file or folder", text)
+    return str(p)
+
+
+@_arg_type
 def nonempty_text(text: str) -> str:
     if not text.strip():
         raise bad_arg("value", "a non-empty text", text)
@@ -131,15 +140,17 @@ def add_model_args(p) -> None:
     p.add_argument("--retrieval", choices=("auto", "topic", "turn+topic"), default="auto",
                    help="memory unit retrieved: 'auto' (default: turns scored with their topic, two-level "
                         "memory, on the MemoryStore), 'topic' (the paper's) or 'turn+topic'")
-    p.add_argument("--alpha", type=finite_float, default=1.0,
-                   help="weight of the topic score in two-level retrieval (default 1.0)")
+    p.add_argument("--alpha", type=finite_float, default=None,
+                   help="weight of the topic score in two-level retrieval (default: RMMConfig's, 0.5)")
     p.add_argument("--template", default=None, type=turn_template,
                    help="turn template: how turns are embedded and shown (default '[{date}] {speaker}: {content}')")
 
 
 def rmm_retrieval_kwargs(args) -> dict:
     """The RMM keyword arguments chosen by --retrieval / --alpha / --template."""
-    kw = {"retrieval": args.retrieval, "alpha": args.alpha}
+    kw = {"retrieval": args.retrieval}
+    if getattr(args, "alpha", None) is not None:
+        kw["alpha"] = args.alpha
     if getattr(args, "template", None) is not None:
         kw["template"] = args.template
     return kw

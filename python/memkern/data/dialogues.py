@@ -6,16 +6,35 @@ Each speaker has facts that are introduced and change over time: a pet, the city
 (and a move), their job (and a job change), a sibling living elsewhere (later visited), a booked
 trip, and an activity they took up. What makes it harder than the template data:
 
-* **Paraphrased questions.** Facts are stated with one surface form ("half marathon", "Guess
-  where I'm moving?") and asked about with another ("21 km running event", "Which city is X
-  relocating to?"); among a question's paraphrases the generator picks the one with the fewest
-  content words shared with its evidence (:func:`content_overlap`).
+* **Paraphrased and echoed questions, as on real data.** Facts are stated with one surface form
+  ("half marathon", "Guess where I'm moving?"); a question either *echoes* its evidence's words
+  ("Which city is X moving to?"), with probability ``echo``, or paraphrases them
+  ("Which city is X relocating to?": among the paraphrases the one with the fewest content words
+  shared with the evidence, :func:`content_overlap`). On LoCoMo's development split 79% of the
+  questions share a content word with their evidence (mean overlap 0.32) and 97% name a speaker;
+  the default ``echo=0.7`` gives about the same (6 conversations x 20 sessions, seeds 0 / 1: 76% / 65%,
+  mean 0.30 / 0.26; every question names its speaker), so
+  lexical search helps here as much as on real conversations. ``echo=0`` keeps every question a
+  paraphrase (the harder, lexically disjoint variant).
 * **Evidence that needs a neighbouring turn.** Many facts come as a teaser, a reply, and the
   answer ("Guess where I'm moving?" / "Where?" / "Lisbon!"): the answer turn alone does not say
   what it answers, so the evidence is the teaser *and* the answer turn.
 * **Distractors about the same entities.** Small talk about the same person's other facts
   ("How's Biscuit settling in?") and the same places with other people ("My cousin went to
   Lisbon last spring").
+* **Chatty turns and sessions of real length.** LoCoMo's turns are long (27 words on average on
+  the development split, 21 turns per session): the fact sits in a turn of chat. Every line here
+  gets a reaction or a preface and follow-up sentences drawn from this module's own small-talk
+  pools (``chat``, default on: ~24 words per turn), and each session ``filler_per_session``
+  small-talk exchanges (default 5-8). In short turns the speaker's name and the date of the turn
+  template dominate a turn's embedding, and embedding the content alone looked better than the
+  template; at real lengths the template wins, as on LoCoMo.
+* **Friends with the same kinds of facts.** Speakers may keep the same kind of pet, take up the
+  same activity or book the same destination (pets, activities and trips are drawn per speaker
+  with replacement; names, cities and jobs stay distinct), as LoCoMo's two speakers talk about the
+  same subjects: then only the speaker's name tells whose fact a turn holds, which content-only
+  vectors cannot see (on LoCoMo's development split dense content-only turns trail dense
+  ``"{speaker}: {text}"`` turns by 21 points of R@5).
 * **Question categories**: ``single-hop``, ``multi-hop`` (sibling's city + the visit),
   ``temporal`` (when something happened, relative to a session date, LoCoMo-style answers such
   as ``"the Saturday before 8 May, 2023"``), ``knowledge-update`` (the latest of changed values)
@@ -131,6 +150,18 @@ _FILLER = [
     ("I've been learning to make dumplings.", "Save me some next time!"),
     ("Do you still play chess online?", "Every evening, my rating is climbing slowly."),
 ]
+# Small talk that wraps each line (chat=True): an opener, a preface before a question, follow-ups.
+# None of their words is a content word of a question paraphrase (tests/test_dialogues.py).
+_OPENERS = ["Oh wow,", "Honestly,", "You know what,", "So,", "Haha,", "Well,", "Okay so,", "Oh,"]
+_PREFACES = ["That is so exciting to hear!", "Hold on a second.", "I love that for you.",
+             "Oh, that reminds me of something.", "Sounds like a lot going on.", "Ha, I was wondering about that."]
+_FOLLOW_UPS = ["It has been such a busy week, honestly.", "I keep thinking about it, to be honest.",
+               "Anyway, how are things going on your end?", "It still feels a little unreal.",
+               "I will tell you more about it when we catch up properly.", "My head is still spinning a bit.",
+               "Sorry, I am rambling again.", "It made me really happy.", "I was so nervous about it at the start.",
+               "Let me know what you think.", "We should grab coffee soon and talk properly.",
+               "Things have been hectic but good.", "I honestly did not expect any of this.",
+               "It is funny how things work out sometimes."]
 
 
 @dataclass
@@ -154,6 +185,7 @@ class _Q:
     evidence_keys: list[str]
     owner: str = ""
     kind: str = ""  # fact kind for adversarial questions: pet / move / job
+    echoes: list[str] = field(default_factory=list)  # forms that reuse the evidence's own words
 
 
 @dataclass
@@ -189,8 +221,8 @@ def _int_range(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
 
 
 def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int = 0, *, speakers: tuple[int, int] = (2, 3),
-                       filler_per_session: tuple[int, int] = (1, 3), start_date: str = "2023-03-06",
-                       name: str | None = None) -> Dataset:
+                       filler_per_session: tuple[int, int] = (5, 8), start_date: str = "2023-03-06",
+                       name: str | None = None, echo: float = 0.7, chat: bool = True) -> Dataset:
     """Generate LoCoMo-shaped multi-party dialogues with exact evidence labels.
 
     Parameters
@@ -209,6 +241,12 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
         ISO date of the first session.
     name : str, optional
         Dataset name (default ``"dialogues-{n_conversations}x{sessions}-seed{seed}"``).
+    echo : float
+        Probability that a question echoes its evidence's words rather than paraphrasing them
+        (module doc), in [0, 1]; default 0.7 (real data's lexical overlap).
+    chat : bool
+        Wrap every line in small talk (module doc; default True: turns of real length). ``False``:
+        the bare lines (short turns).
 
     Returns
     -------
@@ -220,6 +258,9 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     check_int("n_conversations", n_conversations, 1)
     check_int("sessions", sessions, 6)
     check_int("seed", seed, 0)
+    from ..validate import check_float
+
+    echo = check_float("echo", echo, 0.0, 1.0)
     lo, hi = _int_range("speakers", speakers, 2, 3)
     flo, fhi = _int_range("filler_per_session", filler_per_session, 0, 10)
     try:
@@ -227,18 +268,20 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     except ValueError:
         raise bad_arg("start_date", "an ISO date 'YYYY-MM-DD'", start_date) from None
     rng = np.random.default_rng(seed)
-    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0) for i in range(n_conversations)]
+    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0, echo, bool(chat))
+             for i in range(n_conversations)]
     ds = Dataset(name or f"dialogues-{n_conversations}x{sessions}-seed{seed}", convs,
-                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions})
+                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions, "echo": echo,
+                  "chat": bool(chat)})
     ds.validate()
     return ds
 
 
-def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conversation:
+def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: float, chat: bool) -> Conversation:
     names = list(_NAMES)
     people = [_take(rng, names) for _ in range(int(rng.integers(spk_range[0], spk_range[1] + 1)))]
-    cities, sibs, pets, petn = list(_CITIES), list(_SIB_NAMES), list(_PETS), list(_PET_NAMES)
-    jobs, old_work, acts, trips = list(_JOBS), list(_OLD_WORK), list(_ACTIVITIES), list(_TRIP_PLACES)
+    cities, sibs, petn = list(_CITIES), list(_SIB_NAMES), list(_PET_NAMES)
+    jobs, old_work = list(_JOBS), list(_OLD_WORK)
     # session dates: gaps of 3-21 days, random afternoon/evening times
     dates, d = [], t0
     for s in range(S):
@@ -275,15 +318,17 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"{c1}! Signed the lease yesterday.", kb)]))
             facts[p].add("move")
             cv.questions.append(_Q("single-hop", [f"Which city is {p} relocating to?",
-                                                  f"To what town does {p} plan to relocate?"], c1, [ka, kb], p, "move"))
+                                                  f"To what town does {p} plan to relocate?"], c1, [ka, kb], p, "move",
+                                   [f"Which city is {p} moving to?"]))
             cv.questions.append(_Q("knowledge-update", [f"Where does {p} reside currently?",
-                                                        f"In which town is {p} based at present?"], c1, [k0, ka, kb]))
+                                                        f"In which town is {p} based at present?"], c1, [k0, ka, kb],
+                                   echoes=[f"Which city is home for {p} after the move?"]))
         else:
             cv.questions.append(_Q("single-hop", [f"Where does {p} reside?", f"Which town is {p} based in?"],
-                                   c0, [k0]))
+                                   c0, [k0], echoes=[f"Which city is home for {p}?"]))
         # -- pet: teaser / question / answer
         if rng.random() < 0.75:
-            word, noun, kinds, quip = _take(rng, pets)
+            word, noun, kinds, quip = _pick(rng, _PETS)  # friends may keep the same kind of pet
             kind, pn = _pick(rng, kinds), _take(rng, petn)
             s = when()
             wd = int(rng.integers(7))
@@ -294,13 +339,13 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"A little {kind} {word}. We're calling him {pn}. {quip}", kb)]))
             facts[p].add("pet")
             cv.questions.append(_Q("single-hop", [f"What did {p} name the {noun}?", f"What is {p}'s {noun} called?"],
-                                   pn, [ka, kb], p, "pet:" + noun))
+                                   pn, [ka, kb], p, "pet:" + noun, [f"What name did {p} give the {word}?"]))
             sd = dates[s].date()
             back = (sd.weekday() - wd) % 7 or 7
             cv.questions.append(_Q("temporal", [f"When did {p} adopt the {noun}?",
                                                 f"On what day did the {noun} join {p}'s household?"],
                                    f"the {_WEEKDAYS[wd]} before {_day(sd)} ({_day(sd - _dt.timedelta(days=back))})",
-                                   [ka]))
+                                   [ka], echoes=[f"When did the new family member arrive at {p}'s?"]))
             # distractor: same pet, other facts
             cv.episodes.append(_Episode(when(s + 1) if s + 1 < S else s, [
                 _Line(other(p), f"How is {pn} settling in?"),
@@ -317,7 +362,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"I start as a {ev} on Monday!", kb)]))
             facts[p].add("job")
             cv.questions.append(_Q("single-hop", [f"What profession did {p} take up?",
-                                                  f"What does {p} do for a living these days?"], ans, [ka, kb], p, "job"))
+                                                  f"What does {p} do for a living these days?"], ans, [ka, kb], p, "job",
+                                   [f"What job does {p} start on Monday?"]))
             # distractor: same person, other facts about work
             cv.episodes.append(_Episode(when(), [
                 _Line(p, "Work has been exhausting this week, I need a holiday."),
@@ -338,10 +384,11 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, "Lovely. We mostly ate and walked around the old harbour.")]))
             facts[p].add("visit")
             cv.questions.append(_Q("multi-hop", [f"Which city did {p} travel to for a family visit?",
-                                                 f"In what town did {p} stay with a relative recently?"], sc, [k1, k2]))
+                                                 f"In what town did {p} stay with a relative recently?"], sc, [k1, k2],
+                                   echoes=[f"Which city did {p} spend four days in?"]))
         # -- booked trip (temporal)
         if rng.random() < 0.6:
-            place, region = _take(rng, trips)
+            place, region = _pick(rng, _TRIP_PLACES)
             s = when()
             lead = int(rng.integers(10, 60))
             go = dates[s].date() + _dt.timedelta(days=lead)
@@ -352,9 +399,10 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"Two weeks in {place}, flying out on {go.day} {_MONTHS[go.month - 1]}.", kb)]))
             facts[p].add("trip")
             cv.questions.append(_Q("temporal", [f"When does {p}'s vacation in {region} begin?",
-                                                f"On which date will {p} depart for {region}?"], _day(go), [kb]))
+                                                f"On which date will {p} depart for {region}?"], _day(go), [kb],
+                                   echoes=[f"When is {p} flying out for the trip?"]))
         # -- activity taken up (single-hop with paraphrase; distractor by another speaker)
-        ev, qv = _take(rng, acts)
+        ev, qv = _pick(rng, _ACTIVITIES)
         s = when()
         k = cv.key()
         cv.episodes.append(_Episode(s, [
@@ -362,7 +410,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             _Line(p, f"I signed up for {ev} this weekend, first time ever!", k)]))
         cv.questions.append(_Q("temporal", [f"When did {p} first try the {qv}?",
                                             f"Around what date was {p}'s first go at the {qv}?"],
-                               f"the weekend after {_day(dates[s].date())}", [k]))
+                               f"the weekend after {_day(dates[s].date())}", [k],
+                               echoes=[f"When did {p} try {ev}?"]))
     # distractors: same places, other people
     for p, c in home.items():
         q = other(p)
@@ -387,10 +436,27 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             a = _pick(rng, people)
             b = other(a)
             cv.episodes.append(_Episode(s, [_Line(a if i % 2 == 0 else b, t) for i, t in enumerate(ex)]))
-    return _assemble(rng, ci, people, dates, cv)
+    return _assemble(rng, ci, people, dates, cv, echo, chat)
 
 
-def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv) -> Conversation:
+def _chatty(rng, text: str) -> str:
+    """``text`` in small talk: maybe an opener; before a question a preface, after a statement one
+    or two follow-up sentences (so a question line still ends with its question mark)."""
+    out = text
+    if rng.random() < 0.5:
+        out = f"{_pick(rng, _OPENERS)} {out[0].lower() + out[1:] if out[:2] != out[:2].upper() else out}"
+    if out.endswith("?"):
+        if rng.random() < 0.7:
+            out = f"{_pick(rng, _PREFACES)} {out}"
+    else:
+        n = int(rng.choice([1, 2, 3, 3, 4]))
+        if n:
+            picks = rng.choice(len(_FOLLOW_UPS), size=n, replace=False)
+            out = " ".join([out] + [_FOLLOW_UPS[int(i)] for i in picks])
+    return out
+
+
+def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv, echo: float, chat: bool = False) -> Conversation:
     cid = f"dlg-{ci}"
     by_s: dict[int, list[_Episode]] = {}
     for e in cv.episodes:
@@ -408,10 +474,11 @@ def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv) -> Conversation
                 k = len(sess.turns)
                 tid = f"D{s + 1}:{k + 1}"
                 role = "user" if ln.speaker == people[0] else "assistant"
-                sess.turns.append(Turn(tid, role, ln.text, sid, k, sdate, ln.speaker, False))
+                sess.turns.append(Turn(tid, role, _chatty(rng, ln.text) if chat else ln.text, sid, k, sdate,
+                                       ln.speaker, False))
                 if ln.key:
                     where[ln.key] = (tid, sid)
-                    text[ln.key] = ln.text
+                    text[ln.key] = sess.turns[-1].content
         sessions.append(sess)
     ev_ids = {where[k][0] for q in cv.questions for k in q.evidence_keys if q.category != "adversarial"}
     for sess in sessions:
@@ -423,7 +490,8 @@ def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv) -> Conversation
         scores = [content_overlap(p, ev_text) for p in q.paraphrases]
         best = min(scores)
         cands = [p for p, sc in zip(q.paraphrases, scores) if sc == best]
-        qtext = cands[int(rng.integers(len(cands)))]
+        pick, u = int(rng.integers(len(cands))), float(rng.random())  # both drawn for every question
+        qtext = q.echoes[0] if q.echoes and u < echo else cands[pick]
         tids = [where[k][0] for k in q.evidence_keys]
         sids: list[str] = []
         for k in q.evidence_keys:

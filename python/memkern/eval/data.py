@@ -21,10 +21,11 @@ DATA_SOURCES = ("generated", "dialogues", "longmemeval", "locomo")
 
 
 def load_dataset(source: str = "generated", path: str | None = None, *, users: int = 12, sessions: int = 30,
-                 seed: int = 0, limit: int | None = None) -> Dataset:
+                 seed: int = 0, limit: int | None = None, conversations: Sequence[str] | None = None) -> Dataset:
     """``source``: ``"generated"`` (:func:`~memkern.data.generate_history`; args users/sessions/seed),
     ``"dialogues"`` (:func:`~memkern.data.generate_dialogues`; ``users`` = conversations), ``"longmemeval"``
-    or ``"locomo"`` (path)."""
+    or ``"locomo"`` (path: a file or a folder of per-conversation files; ``conversations``: the
+    sample ids to keep, :func:`~memkern.data.load_locomo`)."""
     from .. import data as D
 
     if source == "generated":
@@ -34,7 +35,9 @@ def load_dataset(source: str = "generated", path: str | None = None, *, users: i
     if source in ("longmemeval", "locomo"):
         if not path:
             raise bad_arg("path", f"a {source} file", path)
-        return D.load_longmemeval(path, limit=limit) if source == "longmemeval" else D.load_locomo(path, limit=limit)
+        if source == "longmemeval":
+            return D.load_longmemeval(path, limit=limit)
+        return D.load_locomo(path, limit=limit, conversations=conversations)
     raise bad_arg("source", "'generated', 'dialogues', 'longmemeval' or 'locomo'", source)
 
 

@@ -116,18 +116,21 @@ class TimeStage:
         t = getattr(self.store.get(i), "event_time", None)
         return tq if t is None else tq.resolve(float(t))
 
-    def _time_rescore(self, pairs: list, scores: np.ndarray, tq: TimeQuery | None) -> tuple[list, np.ndarray]:
-        """``(turn, topic)`` pairs and their scores, rescored with the time term and re-sorted
-        best first (unchanged when ``tq`` is ``None`` or no term applies)."""
-        if tq is None or not pairs:
-            return pairs, scores
-        n = len(pairs)
-        et = np.fromiter((math.nan if tr.event_time is None else tr.event_time for tr, _ in pairs), np.float64, n)
-        mt = np.array([_mention(tr.turn) for tr, _ in pairs], dtype=np.float64).reshape(n, 2)
+    def _time_rescore(self, tids: np.ndarray, scores: np.ndarray, parents: np.ndarray, tq: TimeQuery | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Turn record ids (int64 ``[n]``), their scores and topic ids, rescored with the time term
+        and re-sorted best first (unchanged, and no record read, when ``tq`` is ``None`` or no
+        term applies)."""
+        if tq is None or len(tids) == 0:
+            return tids, scores, parents
+        n = len(tids)
+        recs = self.store.get_batch([int(i) for i in tids])
+        et = np.fromiter((math.nan if r.event_time is None else r.event_time for r in recs), np.float64, n)
+        mt = np.array([_mention(r.turn) for r in recs], dtype=np.float64).reshape(n, 2)
         term = time_prior_scores(tq, et, mt, weight=self.config.time_weight,
                                  intent_weight=self.config.time_intent_weight, width=DEFAULT_WIDTH, lag=DEFAULT_LAG)
         if term is None:
-            return pairs, scores
-        s2 = rescore(scores, term)
+            return tids, scores, parents
+        s2 = rescore(np.asarray(scores, np.float32), term)
         order = np.argsort(-s2, kind="stable")
-        return [pairs[int(i)] for i in order], s2[order]
+        return tids[order], s2[order], parents[order]
