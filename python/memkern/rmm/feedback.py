@@ -181,7 +181,7 @@ class FeedbackStage:
     @property
     def reranker(self) -> Any:
         """The namespace's reranker: the one given, the one persisted under
-        ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m)``."""
+        ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m, seed=seed)``."""
         if self._reranker is None:
             from ..reranker import Reranker
 
@@ -190,8 +190,9 @@ class FeedbackStage:
                 self._reranker = Reranker.load(path)
                 log.info("rmm: loaded the reranker of namespace %r from %s", self.namespace, path)
             else:
-                self._reranker = Reranker(self.store.dim, top_m=self.top_m)
-                log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d)", self.namespace, self.store.dim, self.top_m)
+                self._reranker = Reranker(self.store.dim, top_m=self.top_m, seed=self.seed)
+                log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d, seed %d)", self.namespace,
+                         self.store.dim, self.top_m, self.seed)
         return self._reranker
 
     def _buffer_path(self) -> str | None:
