@@ -985,4 +985,9 @@ CATALOGUE: list[Mutant] = [
            "self._embed)",
            "index_turns embeds a topic-mode bank's turns from their content, not through the turn template",
            T_RMM),
+    Mutant("reranker-prior-absolute", "reranker", "python/memkern/reranker.py",
+           "scores = prior_t + _residual(q, inter.r, cands, ids, scores)",
+           "scores = prior_t + scores",
+           "a prior is added to the adapters' absolute score (q'.m') instead of their residual over q.m, "
+           "so a fresh reranker no longer keeps the first stage's order", ("tests/test_reranker.py",)),
 ]

@@ -61,6 +61,75 @@ def test_zero_adapters_reproduce_the_retriever_order_exactly(device):
     torch.testing.assert_close(sel.scores, retr.values, rtol=1e-6, atol=1e-6)
 
 
+def test_prior_makes_a_fresh_reranker_keep_the_first_stage_order(device):
+    # the candidates' embeddings rank them one way, the prior (a first-stage score) another: a zero
+    # reranker must return the prior's order exactly, its scores equal to the prior
+    g = torch.Generator().manual_seed(3)
+    B, K, d = 4, 9, 16
+    q = torch.randn(B, d, generator=g).to(device)
+    cands = torch.randn(B, K, d, generator=g).to(device)
+    prior = torch.randn(B, K, generator=g).to(device)
+    rr = Reranker(d, top_m=K, device=device)
+    sel = rr.select(q, cands, greedy=True, prior=prior)
+    assert torch.equal(sel.indices, torch.argsort(prior, dim=1, descending=True))
+    assert torch.equal(sel.scores, prior.float())
+    assert torch.equal(sel.prior, prior.float())
+    # without a prior: the embeddings' order (unchanged behaviour)
+    plain = rr.select(q, cands, greedy=True)
+    assert torch.equal(plain.indices, torch.argsort((cands @ q.unsqueeze(-1)).squeeze(-1), dim=1, descending=True))
+    assert plain.prior is None
+
+
+def test_prior_adds_the_adapters_residual(device):
+    # trained adapters: score = prior + (q'.m' - q.m), checked in float64 on the table form with padding
+    g = torch.Generator().manual_seed(4)
+    B, K, d, N = 3, 7, 12, 30
+    q = torch.randn(B, d, generator=g)
+    table = torch.randn(N, d, generator=g)
+    ids = torch.randint(0, N, (B, K), generator=g)
+    ids[1, 5:] = -1
+    prior = torch.randn(B, K, generator=g)
+    rr = Reranker(d, top_m=3)
+    with torch.no_grad():
+        rr.Wq.copy_(0.1 * torch.randn(d, d, generator=g))
+        rr.Wm.copy_(0.1 * torch.randn(d, d, generator=g))
+    rr = rr.to(device)
+    sel = rr.select(q.to(device), (ids.to(device), table.to(device)), greedy=True, prior=prior.to(device))
+    qd, Wq, Wm, T = q.double(), rr.Wq.detach().cpu().double(), rr.Wm.detach().cpu().double(), table.double()
+    r = (qd + qd @ Wq.T) @ (torch.eye(d, dtype=torch.float64) + Wm)
+    M = T[ids.clamp_min(0)]
+    want = prior.double() + torch.einsum("bkd,bd->bk", M, r) - torch.einsum("bkd,bd->bk", M, qd)
+    want[ids < 0] = -math.inf
+    got = sel.scores.cpu().double()
+    assert torch.equal(torch.isinf(got), ids < 0)
+    torch.testing.assert_close(got[ids >= 0], want[ids >= 0], rtol=1e-4, atol=1e-4)
+    assert torch.equal(sel.indices.cpu(), torch.topk(want, 3, dim=1).indices)
+    # the draw (not greedy) samples from the residual scores: a huge prior gap decides it
+    big = torch.zeros(B, K)
+    big[:, 2] = 1e4
+    s2 = rr.select(q.to(device), (ids.to(device), table.to(device)), prior=big.to(device), m=1, seed=5)
+    assert s2.indices[:, 0].tolist() == [2] * B
+    # update() still runs from a selection made with a prior (the gradient is the adapters' own)
+    st = rr.update(s2, torch.ones(B, 1))
+    assert math.isfinite(float(st["loss"]))
+
+
+def test_prior_bad_input_raises():
+    rr = Reranker(8, top_m=2)
+    q, c = torch.randn(2, 8), torch.randn(2, 4, 8)
+    with pytest.raises(MemkernValueError, match="prior"):
+        rr.select(q, c, prior=torch.zeros(2, 3))
+    with pytest.raises(MemkernValueError, match="prior"):
+        rr.select(q, c, prior=[[0.0, float("nan"), 0.0, 0.0], [0.0] * 4])
+    with pytest.raises(MemkernTypeError, match="prior"):
+        rr.select(q, c, prior=torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(MemkernTypeError, match="prior"):
+        rr.select(q, c, prior="high")
+    # a 1-D query takes a [K] prior
+    sel = rr.select(q[0], c[0], greedy=True, prior=torch.tensor([0.0, 3.0, 1.0, 2.0]))
+    assert sel.indices.tolist() == [1, 3]
+
+
 def test_select_shapes_padding_and_seeds(device):
     g = torch.Generator().manual_seed(1)
     d, K, N = 8, 6, 20

@@ -81,11 +81,12 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import ops
-from .errors import bad_arg
+from .errors import MemkernTypeError, bad_arg
 from .validate import check_choice, check_float, check_int
 from .telemetry import traced
 from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
@@ -127,6 +128,8 @@ class Selection:
     seed, offset : the Philox key and counter base of the draw (reproduce it with ops.gumbel_topm)
     greedy : whether the draw was noise-free (top-M by score)
     squeezed : the query was 1-D (``indices`` etc. are then ``[M]``/``[K]``)
+    prior : float32 ``[B, K]`` (``[K]`` when squeezed) the per-candidate prior :meth:`Reranker.select`
+        was given, or None; ``scores`` then hold ``prior + (q' . m' - q . m)``
     """
 
     indices: torch.Tensor
@@ -140,6 +143,7 @@ class Selection:
     offset: int
     greedy: bool = False
     squeezed: bool = False
+    prior: torch.Tensor | None = None
 
     @property
     def selected_ids(self) -> torch.Tensor:
@@ -150,6 +154,43 @@ class Selection:
         ids = self.ids if self.ids.dim() == 2 else self.ids.unsqueeze(0)
         out = torch.where(idx >= 0, ids.gather(1, idx.clamp_min(0)), torch.full_like(idx, -1))
         return out[0] if self.squeezed else out
+
+
+def _as_prior(prior, B: int, K: int, squeezed: bool, device) -> torch.Tensor:
+    """``prior`` as a float32 ``[B, K]`` tensor on ``device`` (see :meth:`Reranker.select`)."""
+    on_host = not (isinstance(prior, torch.Tensor) and prior.device.type != "cpu")
+    if isinstance(prior, torch.Tensor):
+        if not (prior.is_floating_point() or prior.dtype in (torch.int32, torch.int64)):
+            raise bad_arg("prior", "a float tensor [B, K]", prior.dtype, MemkernTypeError)
+        t = prior.detach()
+    else:
+        try:
+            arr = np.asarray(prior, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise bad_arg("prior", "a float array [B, K]", type(prior).__name__, MemkernTypeError) from None
+        t = torch.from_numpy(arr)
+    if squeezed and t.dim() == 1:
+        t = t.unsqueeze(0)
+    if tuple(t.shape) != (B, K):
+        raise bad_arg("prior", f"shape [B, K] = [{B}, {K}]" + (" (or [K] for a 1-D q)" if squeezed else ""),
+                      tuple(prior.shape) if hasattr(prior, "shape") else tuple(t.shape))
+    if on_host and not bool(torch.isfinite(t).all()):
+        raise bad_arg("prior", "finite values", "a NaN/inf")
+    return t.to(device=device, dtype=torch.float32)
+
+
+def _residual(q, r, cands, ids, scores) -> torch.Tensor:
+    """``q' . m' - q . m`` per candidate, float32 ``[B, K]``, computed as ``m . (r - q)`` (exactly 0
+    for zero adapters, where ``r == q``); ``-inf`` where ``scores`` is (padding)."""
+    q2 = q.unsqueeze(0) if q.dim() == 1 else q
+    dq = r.float() - q2.float()                                      # [B, d]
+    if ids is None:
+        C = cands.unsqueeze(0) if cands.dim() == 2 else cands        # [B, K, d]
+    else:
+        ii = ids.unsqueeze(0) if ids.dim() == 1 else ids
+        C = cands[ii.clamp_min(0)]                                   # [B, K, d]
+    delta = torch.einsum("bkd,bd->bk", C.float(), dq)
+    return torch.where(torch.isfinite(scores), delta, scores)
 
 
 def _forward_key(*tensors):
@@ -310,7 +351,7 @@ class Reranker(nn.Module):
     @torch.no_grad()
     @traced("memkern.reranker.select", args=("q", "m", "greedy"))
     def select(self, q, candidates, mask=None, seed=None, greedy: bool = False, m: int | None = None,
-               offset: int | None = None) -> Selection:
+               offset: int | None = None, prior=None) -> Selection:
         """Select ``m`` (default ``top_m``) of the candidates of each query.
 
         Parameters
@@ -323,6 +364,15 @@ class Reranker(nn.Module):
         greedy : top-``m`` by score, no sampling (the zero reranker then returns the retriever order)
         m : number to select; rows with fewer valid candidates get ``-1`` in the remaining slots
         offset : Philox counter base (default 0 with an explicit seed, the internal counter otherwise)
+        prior : optional float ``[B, K]`` (``[K]`` for a 1-D ``q``): a first-stage score per candidate
+            (e.g. the store's fused retrieval score). The score drawn from is then
+            ``prior + (q' . m' - q . m)``: the adapters learn a residual over the first stage, exactly
+            ``prior`` for a fresh (zero) reranker, so its greedy order is the first stage's order
+            whatever the candidates' embeddings. ``q . m`` does not depend on ``Wq`` / ``Wm``, so the
+            REINFORCE gradient of :meth:`update` is that of the adapters' scores (it reads the
+            selection's ``indices``, not these scores). Padding slots ignore it. A host-side prior
+            (numpy, list, CPU tensor) must be finite on the valid slots; a device tensor is not checked
+            (no host sync).
 
         Returns
         -------
@@ -330,19 +380,25 @@ class Reranker(nn.Module):
         """
         cands, ids = self._split(candidates)
         m = self.top_m if m is None else m
+        if prior is not None:
+            return self._select(q, cands, ids, mask, seed, greedy, m, offset, prior)
         if self._graphs is not None:
             out = self._graphs.select(q, cands, ids, mask, seed, greedy, m, offset)
             if out is not None:
                 return out
         return self._select(q, cands, ids, mask, seed, greedy, m, offset)
 
-    def _select(self, q, cands, ids, mask, seed, greedy, m, offset) -> Selection:
+    def _select(self, q, cands, ids, mask, seed, greedy, m, offset, prior=None) -> Selection:
         inter = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
                                   return_intermediates=True)
         scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
         if m > K:
             raise bad_arg("m", f"m <= K = {K} (number of candidates); top_m is {self.top_m}", m)
+        prior_t = None
+        if prior is not None:
+            prior_t = _as_prior(prior, B, K, q.dim() == 1, scores.device)
+            scores = prior_t + _residual(q, inter.r, cands, ids, scores)
         off_t = None
         if seed is None:
             seed_i = self.seed
@@ -365,13 +421,13 @@ class Reranker(nn.Module):
             idx, lp = idx[0], lp[0]
         qd = q.detach() if q.requires_grad else q
         out = Selection(idx, scores[0] if squeezed else scores, lp, qd, cands, ids, mask, seed_i, off, greedy,
-                        squeezed)
+                        squeezed, None if prior_t is None else (prior_t[0] if squeezed else prior_t))
         # the forward intermediates, reused by update() while nothing they depend on has changed (checked
         # by the tensors' in-place version counters); not a dataclass field, so copies/concatenations of
         # the selection (e.g. RMM's reward buffer) never carry a stale one
         key = _forward_key(self.Wq, self.Wm, qd, cands, ids, mask)
         if key is not None:
-            out.__dict__["_forward"] = (key, inter.qp, scores)
+            out.__dict__["_forward"] = (key, inter.qp, inter.scores)
         return out
 
     # ------------------------------------------------------------------ update

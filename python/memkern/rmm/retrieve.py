@@ -198,9 +198,11 @@ class RetrieveStage:
         search_kw = search_kw or {}
         if self.two_level and self.store.count(self.namespace, level="turn") > 0:
             ids, groups = self._retrieve_turn_topic(q, search_kw)
+            first = np.asarray([groups[int(i)][2] for i in ids], np.float32)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
-            ids, _ = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
-            ids = np.asarray(ids).reshape(-1)
+            ids, sc = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
+            ids, sc = np.asarray(ids).reshape(-1), np.asarray(sc, np.float32).reshape(-1)
+            first = sc[ids >= 0]
             ids = ids[ids >= 0].astype(np.int64)
         emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
         if groups and len(ids):
@@ -221,7 +223,11 @@ class RetrieveStage:
         cand[0, :n] = torch.from_numpy(emb)
         mask = torch.zeros(1, self.top_k, dtype=torch.bool)
         mask[0, :n] = True
-        sel = self._choose(torch.from_numpy(q), cand, mask, m, 0.0 if order_all else explore)
+        # The first-stage score is the reranker's prior: it learns a residual over it, and a fresh
+        # reranker keeps the first stage's order.
+        prior = torch.zeros(1, self.top_k, dtype=torch.float32)
+        prior[0, :n] = torch.from_numpy(first)
+        sel = self._choose(torch.from_numpy(q), cand, mask, m, 0.0 if order_all else explore, prior=prior)
         picks = [int(i) for i in sel.indices[0].tolist() if int(i) >= 0 or not order_all]
         bad = [i for i in picks if not 0 <= i < n]
         if bad:
