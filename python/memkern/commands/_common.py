@@ -105,6 +105,24 @@ def input_file(text: str) -> str:
 
 
 @_arg_type
+def input_path(text: str) -> str:
+    """An existing file or folder (read later by a loader that validates its content)."""
+    p = Path(text).expanduser()
+    if not p.exists():
+        raise bad_arg("value", "an existing file or folder", text)
+    return str(p)
+
+
+@_arg_type
+def id_list(text: str) -> list[str]:
+    """Comma-separated ids (``conv-26,conv-30``), none empty."""
+    ids = [t.strip() for t in text.split(",")]
+    if not ids or any(not t for t in ids):
+        raise bad_arg("value", "comma-separated ids (e.g. conv-26,conv-30)", text)
+    return ids
+
+
+@_arg_type
 def nonempty_text(text: str) -> str:
     if not text.strip():
         raise bad_arg("value", "a non-empty text", text)

@@ -51,7 +51,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("data")
     src = d.add_mutually_exclusive_group()
     src.add_argument("--longmemeval", metavar="PATH", type=C.input_file, help="a LongMemEval JSON file")
-    src.add_argument("--locomo", metavar="PATH", type=C.input_file, help="a LoCoMo JSON file")
+    src.add_argument("--locomo", metavar="PATH", type=C.input_path,
+                     help="a LoCoMo JSON file, or a folder of one-conversation files")
+    d.add_argument("--conversations", metavar="IDS", type=C.id_list, default=None,
+                   help="LoCoMo: only these conversations, comma-separated (e.g. conv-26,conv-30,conv-41)")
     d.add_argument("--limit", type=C.positive_int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
     d.add_argument("--data", choices=("generated", "dialogues"), default="generated",
                    help="generated data: 'generated' (one user and an assistant, LongMemEval-like; default) or "
@@ -131,8 +134,11 @@ def _datasets(args):
     if args.longmemeval:
         ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
         return [(s, ds) for s in args.seeds]
+    if args.conversations is not None and not args.locomo:
+        raise C.bad_arg("--conversations", "--locomo PATH as well (conversation ids of a LoCoMo file)",
+                        ",".join(args.conversations))
     if args.locomo:
-        ds = load_dataset("locomo", args.locomo, limit=args.limit)
+        ds = load_dataset("locomo", args.locomo, limit=args.limit, conversations=args.conversations)
         return [(s, ds) for s in args.seeds]
     return [(s, load_dataset(args.data, users=args.users, sessions=args.sessions, seed=s)) for s in args.seeds]
 

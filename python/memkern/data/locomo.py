@@ -5,6 +5,11 @@ Published format: a JSON list of samples, each with ``conversation`` (``speaker_
 "D<session>:<turn>", "text"}``) and ``qa`` (``question``, ``answer`` or ``adversarial_answer``,
 ``evidence``: a list of dia_ids, ``category`` 1-5).
 
+The repository's zip also ships one conversation per file, the sample's ``conversation`` fields
+(``speaker_a``, ``session_N``, ...) at the top level beside ``qa``: such a file, or a folder of
+them (every ``*.json`` in it, by name), loads too, each file's name (without ``.json``) being its
+conversation id unless it carries a ``sample_id``.
+
 Each sample becomes one :class:`~memkern.data.schema.Conversation`; turn ids are the dia_ids
 (unique within a sample), session ids ``"session_N"``. ``role`` is ``"user"`` for speaker_a and
 ``"assistant"`` for speaker_b (the speaker's name is kept in ``speaker``). Question type is
@@ -19,8 +24,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
+from typing import Any, Sequence
 
+from ..errors import bad_arg
 from .schema import Conversation, Dataset, DatasetFormatError, Question, Session, Turn, read_json, require
 
 __all__ = ["load_locomo", "parse_locomo", "LOCOMO_CATEGORIES"]
@@ -56,14 +62,19 @@ def _answer(v: Any, where: str) -> str:
     raise DatasetFormatError(f"{where}: expected a string or a number, got {type(v).__name__} {str(v)[:60]!r}")
 
 
-def load_locomo(path: str | os.PathLike, limit: int | None = None) -> Dataset:
-    """Load a LoCoMo JSON file (``locomo10.json``).
+def load_locomo(path: str | os.PathLike, limit: int | None = None,
+                conversations: Sequence[str] | None = None) -> Dataset:
+    """Load a LoCoMo JSON file (``locomo10.json``), a one-conversation file, or a folder of them.
 
     Parameters
     ----------
     path : str or PathLike
+        A file, or a folder whose ``*.json`` files are read in name order (module doc).
     limit : int, optional
         Keep only the first ``limit`` samples.
+    conversations : sequence of str, optional
+        Keep only these conversation ids (``"conv-26"``, ...), in the files' order; an id that
+        is not there raises :class:`memkern.MemkernValueError` naming it.
 
     Raises
     ------
@@ -72,10 +83,38 @@ def load_locomo(path: str | os.PathLike, limit: int | None = None) -> Dataset:
     is neither a string nor a number, ``qa[i].category`` outside 1-5; also a directory, a file that
     is not UTF-8 or JSON nested too deeply).
     """
-    data = read_json(path, "LoCoMo")
+    if os.path.isdir(path):
+        files = sorted(f for f in os.listdir(path) if f.endswith(".json"))
+        if not files:
+            raise DatasetFormatError(f"LoCoMo folder {os.fspath(path)!r}: expected *.json files, got none")
+        data = []
+        for f in files:
+            data.extend(_samples(read_json(os.path.join(path, f), "LoCoMo"), f[: -len(".json")]))
+    else:
+        data = _samples(read_json(path, "LoCoMo"), os.path.basename(os.fspath(path)).rsplit(".", 1)[0])
+    if conversations is not None:
+        want = [str(c) for c in conversations]
+        have = [str(d.get("sample_id")) for d in data if isinstance(d, dict)]
+        missing = [c for c in want if c not in have]
+        if missing:
+            raise bad_arg("conversations", f"ids of conversations in {os.fspath(path)!r} ({', '.join(have)})",
+                          ", ".join(missing))
+        data = [d for d in data if isinstance(d, dict) and str(d.get("sample_id")) in set(want)]
     ds = parse_locomo(data, limit=limit)
     ds.meta["source"] = os.fspath(path)
+    if conversations is not None:
+        ds.meta["conversations"] = [c.conversation_id for c in ds.conversations]
     return ds
+
+
+def _samples(data: Any, name: str) -> list:
+    """The samples of one file: a list as is, one sample, or one conversation at the top level
+    (``speaker_a`` and ``session_N`` beside ``qa``; its id the ``sample_id`` or ``name``)."""
+    if isinstance(data, dict) and "conversation" not in data and "speaker_a" in data:
+        return [{"sample_id": data.get("sample_id", name), "conversation": data, "qa": data.get("qa", [])}]
+    if isinstance(data, dict) and "conversation" in data:
+        return [dict(data, sample_id=data.get("sample_id", name))]
+    return data
 
 
 def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> Dataset:

@@ -21,12 +21,18 @@ DATA_SOURCES = ("generated", "dialogues", "longmemeval", "locomo")
 
 
 def load_dataset(source: str = "generated", path: str | None = None, *, users: int = 12, sessions: int = 30,
-                 seed: int = 0, limit: int | None = None) -> Dataset:
+                 seed: int = 0, limit: int | None = None, conversations: Sequence[str] | None = None) -> Dataset:
     """``source``: ``"generated"`` (:func:`~memkern.data.generate_history`; args users/sessions/seed),
     ``"dialogues"`` (:func:`~memkern.data.generate_dialogues`; ``users`` = conversations), ``"longmemeval"``
-    or ``"locomo"`` (path)."""
+    or ``"locomo"`` (path: a file or a folder of one-conversation files; ``conversations``: the ids to
+    keep, :func:`memkern.data.load_locomo`)."""
     from .. import data as D
 
+    if conversations is not None and source != "locomo":
+        raise bad_arg("conversations", "None unless source is 'locomo' (conversation ids of a LoCoMo file)",
+                      list(conversations))
+    if source == "locomo" and path:
+        return D.load_locomo(path, limit=limit, conversations=conversations)
     if source == "generated":
         return D.generate_history(users, sessions, seed=seed)
     if source == "dialogues":
