@@ -269,8 +269,9 @@ def test_update_accepts_rewards_as_list_numpy_or_tensor_on_any_device(device):
         rr.update(rr.select(q, C, mask=mask), object())
 
 
-def test_presets_are_two_trainer_configurations():
-    for name in ("paper", "stable"):
+def test_presets_are_trainer_configurations():
+    assert set(PRESETS) == set(TRAINER_PRESETS) == {"paper", "stable", "rmm"}
+    for name in ("paper", "stable", "rmm"):
         rr = Reranker.from_preset(name, 8)
         cfg = rr.trainer.config()
         for k, v in TRAINER_PRESETS[name].items():

@@ -63,6 +63,8 @@ TRAINER_PRESETS: dict[str, dict[str, Any]] = {
     "stable": dict(lr=5e-2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True,
                    clip_grad_norm=1.0, weight_decay=1e-2, replay_capacity=256, replay_size=None, guard=True,
                    max_norm=20.0),
+    "rmm": dict(lr=0.2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True, clip_grad_norm=1.0,
+                weight_decay=1e-2, replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
 }
 
 TRAINER_KEYS = ("lr", "optimizer", "baseline", "normalize_advantages", "clip_grad_norm", "weight_decay",
