@@ -222,7 +222,7 @@ def test_rmm_respond_loop_on_in_memory_store():
         return '{"answer": "Pepper", "citations": [0]}'
 
     rmm = RMM(store, chat_model=ScriptedChat(respond), embedder=emb, namespace="u", persist=False,
-              coverage_threshold=None, top_k=2, top_m=1, batch_size=1)
+              coverage_threshold=None, top_k=2, top_m=1, batch_size=1, extractor="llm")
     rmm.end_session([{"role": "user", "content": "My dog Pepper is a beagle."}], session_id="s1")
     rmm.end_session([{"role": "user", "content": "I work as a nurse."}], session_id="s2")
     assert store.count("u") == 2

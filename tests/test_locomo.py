@@ -161,8 +161,9 @@ def test_evidence_sample_with_every_published_separator(tmp_path):
 
 
 def test_unreadable_files_are_clear_memkern_errors(tmp_path):
-    with pytest.raises(DatasetFormatError, match=r"LoCoMo folder .*: expected \*\.json files, got none"):
-        load_locomo(tmp_path)                      # a folder loads its *.json files: here there are none
+    # a folder is read as per-conversation files: an empty one says what it expected
+    with pytest.raises(DatasetFormatError, match=r"LoCoMo folder .*: expected \*\.json conversation files, got none"):
+        load_locomo(tmp_path)
     p = tmp_path / "bad.json"
     p.write_bytes(b'[{"sample_id": "\xff\xfe"}]')
     with pytest.raises(DatasetFormatError, match=r"LoCoMo file .*bad\.json'?: expected UTF-8 text"):
@@ -184,25 +185,18 @@ def _conversation_file(tmp_path, name, sid=None):
 
 
 def test_one_conversation_files_and_folders_load(tmp_path):
-    from memkern.errors import MemkernValueError
-
     d = tmp_path / "dev"
     d.mkdir()
     one = _conversation_file(d, "conv-30")
     _conversation_file(d, "conv-26")
-    _conversation_file(d, "7", sid="conv-41")                 # a sample_id wins over the file name
+    _conversation_file(d, "conv-3", sid="conv-3b")            # a sample_id wins over the file name
     (d / "notes.txt").write_text("not json")
     ds = load_locomo(one)
     assert [c.conversation_id for c in ds.conversations] == ["conv-30"] and ds.n_questions == 3
     assert ds.conversations[0].turn_map()["D1:1"].speaker == "Caroline"
     ds = load_locomo(d)
-    assert [c.conversation_id for c in ds.conversations] == ["conv-41", "conv-26", "conv-30"]   # by file name
+    assert [c.conversation_id for c in ds.conversations] == ["conv-3b", "conv-26", "conv-30"]   # natural order
     ds = load_locomo(d, conversations=["conv-30", "conv-26"])
-    assert [c.conversation_id for c in ds.conversations] == ["conv-26", "conv-30"]
-    assert ds.meta["conversations"] == ["conv-26", "conv-30"]
-    with pytest.raises(MemkernValueError, match="conversations.*conv-99"):
+    assert [c.conversation_id for c in ds.conversations] == ["conv-30", "conv-26"]                # as asked
+    with pytest.raises(DatasetFormatError, match="conv-99"):
         load_locomo(d, conversations=["conv-26", "conv-99"])
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    with pytest.raises(DatasetFormatError, match="json files"):
-        load_locomo(empty)

@@ -172,7 +172,7 @@ def test_rmm_uses_custom_extractor_and_decider():
     store, dec = FakeStore(dim=16), RecordingDecider()
     for decider_kind in ("llm", "embedding"):  # the built-in ones, by name
         rmm = memkern.RMM(FakeStore(dim=16), chat_model=ScriptedChat([]), embedder=HashEmbedder(16),
-                          decider=decider_kind, persist=False)
+                          decider=decider_kind, persist=False, extractor="llm")
         assert isinstance(rmm.decider, P.Decider)
     rmm = memkern.RMM(store, chat_model=ScriptedChat([]), embedder=HashEmbedder(16), extractor=UserTurnExtractor(),
                       decider=dec, seed=5, persist=False)
@@ -188,20 +188,20 @@ def test_rmm_uses_custom_extractor_and_decider():
 def test_rmm_refuses_objects_missing_a_method():
     chat, emb = ScriptedChat([]), HashEmbedder(16)
     with pytest.raises(MemkernTypeError, match="store"):
-        memkern.RMM(_full(P.Store, missing="search"), chat_model=chat, embedder=emb, persist=False)
+        memkern.RMM(_full(P.Store, missing="search"), chat_model=chat, embedder=emb, persist=False, extractor="llm")
     with pytest.raises(MemkernTypeError, match="chat_model"):
-        memkern.RMM(FakeStore(dim=16), chat_model=_full(P.ChatModel, missing="count_tokens"), embedder=emb)
+        memkern.RMM(FakeStore(dim=16), chat_model=_full(P.ChatModel, missing="count_tokens"), embedder=emb, extractor="llm")
     with pytest.raises(MemkernTypeError, match="embedder"):
-        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=_full(P.Embedder, missing="encode"))
+        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=_full(P.Embedder, missing="encode"), extractor="llm")
     with pytest.raises(MemkernTypeError, match="extractor"):
         memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, extractor=_full(P.Extractor, missing="extract"))
     with pytest.raises(MemkernTypeError, match="decider"):
-        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, decider=_full(P.Decider, missing="decide_batch"))
+        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, decider=_full(P.Decider, missing="decide_batch"), extractor="llm")
     with pytest.raises(MemkernTypeError, match="two-level"):  # a Store but not a TurnStore
-        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, retrieval="turn+topic")
+        memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, retrieval="turn+topic", extractor="llm")
     with pytest.raises(MemkernValueError, match="extractor"):
         memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, extractor="regex")
-    rmm = memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, persist=False)
+    rmm = memkern.RMM(FakeStore(dim=16), chat_model=chat, embedder=emb, persist=False, extractor="llm")
     with pytest.raises(MemkernTypeError, match="two-level"):
         rmm.index_turns()
 

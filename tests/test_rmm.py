@@ -109,7 +109,7 @@ def test_add_then_each_action_exact_effects(store_kind, tmp_path):
         ],
     )
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace="u1", persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0})
+              decider_kwargs={"min_similarity": -1.0}, extractor="llm")
     s = lambda text: [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]  # noqa: E731
 
     r = rmm.end_session(s("I am a nurse."), session_id="a")
@@ -173,7 +173,7 @@ def test_invalid_decision_falls_back_to_add(bad, tmp_path, caplog):
     chat, _ = scripted(extract=[topics_json(("The user has a cat.", [0])), topics_json(("The user has a cat named Tom.", [0]))],
                        decide=[bad])
     rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0})
+              decider_kwargs={"min_similarity": -1.0}, extractor="llm")
     first = rmm.end_session(SESSION[:1], session_id="a")[0]
     with caplog.at_level(logging.WARNING, logger="memkern"):
         r = rmm.end_session(SESSION[:1], session_id="b")[0]
@@ -186,7 +186,7 @@ def test_invalid_decision_falls_back_to_add(bad, tmp_path, caplog):
 def test_no_similar_memory_adds_without_model_call():
     store = FakeStore(DIM)
     chat, _ = scripted(extract=[topics_json(("The user has a cat.", [0])), topics_json(("Quantum chromodynamics lecture.", [0]))])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None, extractor="llm")
     rmm.end_session(SESSION[:1])
     r = rmm.end_session(SESSION[:1])
     assert [x.action for x in r] == ["ADD"]
@@ -197,7 +197,7 @@ def test_no_similar_memory_adds_without_model_call():
 def test_extraction_retry_then_success(caplog):
     store = FakeStore(DIM)
     chat, _ = scripted(extract=["Sure, here are the topics: the user is a nurse", topics_json(("The user is a nurse.", [0]))])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None, extractor="llm")
     r = rmm.end_session(SESSION)
     assert [x.summary for x in r] == ["The user is a nurse."]
     assert len(chat.calls) == 2
@@ -209,7 +209,7 @@ def test_extraction_retry_then_success(caplog):
 def test_extraction_failure_keeps_the_session(caplog):
     store = FakeStore(DIM)
     chat, _ = scripted(extract=["I am sorry, I cannot help.", '{"topics": []}'])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, extractor="llm")
     with caplog.at_level(logging.WARNING, logger="memkern"):
         r = rmm.end_session(SESSION, session_id="x")
     assert len(r) == 1 and r[0].action == "ADD" and r[0].topic_source == "fallback"
@@ -223,7 +223,7 @@ def test_bad_turn_indices_and_coverage():
     store = FakeStore(DIM)
     # indices out of range / strings / floats; only the first statement is summarised
     chat, _ = scripted(extract=['{"topics": [{"summary": "The user works as a nurse at the city hospital.", "turns": ["0", 7, 1.0, -2]}]}'])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=0.45)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=0.45, extractor="llm")
     r = rmm.end_session(SESSION, session_id="s")
     summaries = [x.summary for x in r]
     assert summaries[0] == "The user works as a nurse at the city hospital."
@@ -237,7 +237,7 @@ def test_example_echo_is_dropped():
     store = FakeStore(DIM)
     echo = '{"topics": [{"summary": "The user starts a new job at a bakery on Monday.", "turns": [2]}, {"summary": "The user is a nurse.", "turns": [0]}]}'
     chat, _ = scripted(extract=[echo])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None, extractor="llm")
     r = rmm.end_session(SESSION)
     assert [x.summary for x in r] == ["The user is a nurse."]
 
@@ -249,7 +249,7 @@ def _filled_rmm(tmp_path, n=12, batch_size=2, chat=None, store_kind="fake", **kw
     texts = [f"The user fact number {i} about topic{i} and hobby{i % 3}." for i in range(n)]
     store.add_batch("u", texts, emb.encode(texts), turns=[[{"role": "user", "content": t}] for t in texts]) \
         if hasattr(store, "add_batch") else [store.add("u", t, e, turns=[{"role": "user", "content": t}]) for t, e in zip(texts, emb.encode(texts))]
-    return RMM(store, chat_model=chat, embedder=emb, namespace="u", batch_size=batch_size, top_k=8, top_m=3, **kw)
+    return RMM(store, chat_model=chat, embedder=emb, namespace="u", batch_size=batch_size, top_k=8, top_m=3, **kw, extractor="llm")
 
 
 class SpyReranker:
@@ -313,7 +313,7 @@ def test_reranker_persisted_and_buffer_survives(tmp_path):
     rmm.respond("topic3?")
     rmm.close()
     # a new RMM on the same store reloads both the reranker and the pending reward
-    rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", batch_size=2, top_k=8, top_m=3)
+    rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", batch_size=2, top_k=8, top_m=3, extractor="llm")
     assert rmm2.pending == 1
     assert torch.equal(rmm2.reranker.Wq.detach(), w)
     rmm2.respond("topic4?")
@@ -330,11 +330,11 @@ def test_few_memories_skip_reranker(tmp_path):
             raise AssertionError("select must not be called with <= top_m candidates")
 
     chat = ScriptedChat(['{"answer": "tea", "citations": [0]}', '{"answer": "?", "citations": [0]}'])
-    rmm = RMM(store, chat_model=chat, embedder=emb, namespace="u", reranker=NoReranker())
+    rmm = RMM(store, chat_model=chat, embedder=emb, namespace="u", reranker=NoReranker(), extractor="llm")
     r = rmm.respond("What does the user drink?")
     assert r.answer == "tea" and r.citations == [0] and rmm.pending == 0
     # an empty namespace: no memories, answer still produced, nothing to cite
-    rmm_empty = RMM(store, chat_model=chat, embedder=emb, namespace="nobody", reranker=NoReranker())
+    rmm_empty = RMM(store, chat_model=chat, embedder=emb, namespace="nobody", reranker=NoReranker(), extractor="llm")
     r = rmm_empty.respond("Anything?")
     assert r.memory_ids == [] and r.citations == [] and r.rewards == []
     assert "(no memories)" in chat.calls[-1]["prompts"][0][-1]["content"]
@@ -343,7 +343,7 @@ def test_few_memories_skip_reranker(tmp_path):
 def test_inspect_and_stats():
     store = FakeStore(DIM)
     chat, _ = scripted(extract=[topics_json(("The user is a nurse.", [0]), ("The user has a beagle.", [2]))])
-    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None)
+    rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None, extractor="llm")
     rmm.end_session(SESSION, session_id="s1")
     bank = rmm.inspect()
     assert [b["summary"] for b in bank] == ["The user is a nurse.", "The user has a beagle."]
@@ -365,7 +365,7 @@ def test_bad_arguments():
         RMM(store, embedder=emb, batch_size=0)
     with pytest.raises(MemkernValueError, match="embedder.dim"):
         RMM(store, embedder=HashEmbedder(DIM + 1))
-    rmm = RMM(store, chat_model=ScriptedChat([]), embedder=emb, persist=False)
+    rmm = RMM(store, chat_model=ScriptedChat([]), embedder=emb, persist=False, extractor="llm")
     with pytest.raises(MemkernValueError, match="query"):
         rmm.respond("   ")
     with pytest.raises(MemkernTypeError, match=r"sessions\[0\]\[1\]"):
@@ -486,7 +486,7 @@ def test_unreadable_reward_buffer_is_ignored(tmp_path, caplog):
     with open(bpath, "wb") as f:
         f.write(b"not a torch file")
     with caplog.at_level(logging.WARNING, logger="memkern"):
-        rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", top_k=8, top_m=3)
+        rmm2 = RMM(rmm.store, chat_model=chat, embedder=rmm.embedder, namespace="u", top_k=8, top_m=3, extractor="llm")
     assert rmm2.pending == 0 and "ignoring unreadable reward buffer" in caplog.text
     assert rmm2.respond("topic2?").memory_ids  # memory still works
 
@@ -499,7 +499,7 @@ def test_invented_model_summary_is_rejected(caplog):
         decide=['{"action": "MERGE", "index": 0, "summary": "The user is very smart, and has a lot of skills."}'],
     )
     rmm = RMM(store, chat_model=chat, embedder=HashEmbedder(DIM), persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0})
+              decider_kwargs={"min_similarity": -1.0}, extractor="llm")
     rid = rmm.end_session(SESSION[:1])[0].id
     with caplog.at_level(logging.WARNING, logger="memkern"):
         r = rmm.end_session(SESSION[:1])[0]

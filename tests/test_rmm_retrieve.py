@@ -86,8 +86,9 @@ def test_turn_budget_takes_the_best_scored_turns(tmp_path, budget):
     q = "Ann and the violin Bach practice"
     got = rmm.retrieve(q, turns=budget)
     assert got.budget == budget and got.n_turns == min(budget, 24)
-    # the same turns as the store's own turn+topic ranking, cut at the budget
-    ids, _ = store.search(NS, emb.encode([q], kind="query"), k=24, level="turn+topic", alpha=rmm.alpha)
+    # the same turns as the store's own turn+topic ranking (the first stage RMM asks for), cut at the budget
+    ids, _ = store.search(NS, emb.encode([q], kind="query"), k=24, level="turn+topic",
+                          **rmm._first_stage(q, budget, {}))
     best = [store.get(int(i)).turn["turn_id"] for i in ids[0][:budget]]
     assert sorted(got.all_turn_ids) == sorted(best)
     # memories in retrieval order, each with its turns in conversation order

@@ -200,7 +200,7 @@ def test_retrieve_time_range_and_filter_reach_the_first_stage(tmp_path, retrieva
 
 def test_retrieve_filters_are_checked_up_front(tmp_path):
     store = make_store("native", tmp_path)
-    rmm = RMM(store, chat_model=NoChat(), embedder=HashEmbedder(DIM), namespace=NS, persist=False)
+    rmm = RMM(store, chat_model=NoChat(), embedder=HashEmbedder(DIM), namespace=NS, persist=False, extractor="llm")
     # an empty bank never searches: the arguments are still checked
     with pytest.raises(MemkernValueError, match=r"^time_range: expected start <= end"):
         rmm.retrieve("q", time_range=(5, 1))

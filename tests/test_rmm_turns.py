@@ -100,7 +100,7 @@ def test_every_action_keeps_turn_records_complete(tmp_path, kind):
         ],
     )
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic")
+              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", extractor="llm")
     sessions = [
         ("a", session("a", "I am a nurse.", "Which hospital?", "The city hospital downtown.")),
         ("b", session("b", "Night shifts mostly.", "That must be tiring.")),
@@ -142,7 +142,7 @@ def _topic_mode_bank(tmp_path, turns: list[dict], date=None):
         answer='{"answer": "Miso", "citations": [0]}',
     )
     old = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": 1.01}, retrieval="topic")
+              decider_kwargs={"min_similarity": 1.01}, retrieval="topic", extractor="llm")
     old.end_session(turns, "a", date=date)
     return store, emb
 
@@ -159,7 +159,7 @@ def test_topic_mode_bank_gets_turn_records_on_merge_and_index_turns(tmp_path):
         answer='{"answer": "Miso", "citations": [0]}',
     )
     rmm = RMM(store, chat_model=chat2, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1)
+              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1, extractor="llm")
     # a bank with no turn records at all (written in topic mode) is searched by topic instead
     assert rmm.respond("What is my cat called?").memory_ids == [cat]
     assert rmm.retrieve("What is my cat called?", turns=2, explore=False).turn_ids == [["a#0", "a#1"]]
@@ -197,7 +197,7 @@ def _bank(tmp_path, answer='{"answer": "x", "citations": [0]}', **kw):
     emb = HashEmbedder(DIM)
     chat, _, prompts_seen = scripted(extract=[topics_json((s, [0, 1, 2, 3])) for s, _ in TOPICS], answer=answer)
     args = dict(chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-                decider_kwargs={"min_similarity": 1.01}, explore=False, top_k=4, top_m=2)
+                decider_kwargs={"min_similarity": 1.01}, explore=False, top_k=4, top_m=2, extractor="llm")
     args.update(kw)
     rmm = RMM(store, **args)
     rmm.end_sessions([session(f"s{i}", *turns) for i, (_, turns) in enumerate(TOPICS)], [f"s{i}" for i in range(len(TOPICS))])
@@ -227,15 +227,17 @@ def expected_groups(store, q, k_turns, top_k, per, alpha):
 
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_respond_shows_only_best_retrieved_turns_of_selected_topics(tmp_path, alpha):
-    rmm, store, emb, seen = _bank(tmp_path, retrieval="turn+topic", alpha=alpha, turns_per_memory=2)
+    # the dense turn stage without context terms, the topic term always on: the brute force below
+    rmm, store, emb, seen = _bank(tmp_path, retrieval="turn+topic", alpha=alpha, turns_per_memory=2,
+                                  turn_stage="dense", neighbour_weight=0.0, session_weight=0.0, topic_min_turns=1)
     check_two_level(store, emb)
     query = "Which marathon did I run, and how old is my dog Pepper?"
     q = emb.encode([query], kind="query")
     want = expected_groups(store, q, 4 * rmm.top_k, rmm.top_k, 2, alpha)
-    ids, groups = rmm._retrieve_turn_topic(q)
+    ids, groups = rmm._retrieve_turn_topic(q, rmm._first_stage(query, None, {}))
     assert ids.tolist() == list(want) and len(ids) == rmm.top_k
     # groups keep every retrieved turn best first; the shown ones are the first turns_per_memory
-    assert {t: [tr.id for tr in g[1]][:2] for t, g in groups.items()} == want
+    assert {t: g.turn_ids[:2] for t, g in groups.items()} == want
 
     r = rmm.respond(query)
     # a fresh reranker choosing greedily keeps the retriever's order
@@ -324,7 +326,7 @@ def test_real_minilm_turn_topic(tmp_path):
     )
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
               decider_kwargs={"min_similarity": 1.01}, retrieval="turn+topic", top_k=3, top_m=1,
-              turns_per_memory=3, explore=False)
+              turns_per_memory=3, explore=False, extractor="llm")
     rmm.end_sessions([
         session("a", "We got a puppy last week.", "How fun! What breed?", "He is a beagle called Pepper.", "Lovely."),
         session("b", "I started at the hospital.", "As a nurse?", "Yes, on the night ward.", "Good luck."),
@@ -353,7 +355,7 @@ def test_old_turns_given_records_later_embed_through_the_turn_template(tmp_path)
         answer='{"answer": "Miso", "citations": [0]}',
     )
     rmm = RMM(store, chat_model=chat2, embedder=emb, namespace=NS, persist=False, coverage_threshold=None,
-              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1)
+              decider_kwargs={"min_similarity": -1.0}, retrieval="turn+topic", top_k=2, top_m=1, extractor="llm")
     rmm.end_session([{"role": "user", "content": "Miso is a tabby.", "speaker": "Ann"}], "b", date="2023-06-01")
     assert rmm.index_turns() == 1
     for topic in (cat, tennis):

@@ -111,6 +111,40 @@ auto write_call(Store& s, F&& f) {
 
 }  // namespace
 
+// The SearchSpec of a search_ex / search_turn_topic_ex call (filter values: canonical bytes).
+static memkern::SearchSpec search_spec(uint8_t mode, uint8_t fusion, double lexical_weight,
+                                const std::vector<std::pair<std::string, std::vector<py::bytes>>>& clauses,
+                                bool has_time, double t_lo, double t_hi, uint8_t time_field, double half_life,
+                                double recency_weight, double now, size_t candidates) {
+  if (time_field > 2) throw memkern::ValueError("time_field: expected event, created or updated");
+  if (clauses.size() > memkern::kMaxFilterKeys)
+    throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterKeys) + " keys");
+  memkern::SearchSpec spec;
+  spec.mode = mode;
+  spec.fusion = fusion;
+  spec.lexical_weight = lexical_weight;
+  size_t n_values = 0;
+  for (const auto& c : clauses) {
+    n_values += c.second.size();
+    if (n_values > memkern::kMaxFilterValues)
+      throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterValues) + " values");
+    memkern::FilterClause fc;
+    fc.key = c.first;
+    for (const auto& v : c.second) fc.values.push_back(std::string(v));
+    std::sort(fc.values.begin(), fc.values.end());
+    spec.filter.clauses.push_back(std::move(fc));
+  }
+  spec.filter.has_time = has_time;
+  spec.filter.t_lo = t_lo;
+  spec.filter.t_hi = t_hi;
+  spec.filter.time_field = static_cast<memkern::TimeField>(time_field);
+  spec.half_life = half_life;
+  spec.recency_weight = recency_weight;
+  spec.now = now;
+  spec.candidates = candidates;
+  return spec;
+}
+
 void register_store(py::module_& m) {
   py::class_<Store>(m, "Store", "Native memory store; use memkern.MemoryStore instead.")
       .def(py::init([](const std::string& path, uint32_t dim, const std::string& metric, uint32_t M,
@@ -276,6 +310,18 @@ void register_store(py::module_& m) {
            },
            py::arg("namespace"), py::arg("key"), py::arg("level") = 0)
       .def("contains", &Store::contains)
+      .def("parents",
+           [](const Store& s, const I64& ids) {
+             size_t n = static_cast<size_t>(ids.size());
+             py::array_t<int64_t> out(n);
+             int64_t* o = out.mutable_data();
+             const int64_t* p = ids.data();
+             {
+               py::gil_scoped_release nogil;
+               s.parents(p, n, o);
+             }
+             return out;
+           })
       // Records come back as StoredRecord / StoredVersion objects (register_records.cpp).
       .def("get", &Store::get, py::call_guard<py::gil_scoped_release>())
       .def("get_batch",
@@ -322,37 +368,41 @@ void register_store(py::module_& m) {
               size_t candidates) {
              if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
                throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
-             if (time_field > 2) throw memkern::ValueError("time_field: expected event, created or updated");
-             if (clauses.size() > memkern::kMaxFilterKeys)
-               throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterKeys) + " keys");
              size_t B = static_cast<size_t>(q.shape(0));
-             memkern::SearchSpec spec;
-             spec.mode = mode;
-             spec.fusion = fusion;
-             spec.lexical_weight = lexical_weight;
-             size_t n_values = 0;
-             for (const auto& c : clauses) {
-               n_values += c.second.size();
-               if (n_values > memkern::kMaxFilterValues)
-                 throw memkern::ValueError("filter: expected at most " + std::to_string(memkern::kMaxFilterValues) + " values");
-               memkern::FilterClause fc;
-               fc.key = c.first;
-               for (const auto& v : c.second) fc.values.push_back(std::string(v));
-               std::sort(fc.values.begin(), fc.values.end());
-               spec.filter.clauses.push_back(std::move(fc));
-             }
-             spec.filter.has_time = has_time;
-             spec.filter.t_lo = t_lo;
-             spec.filter.t_hi = t_hi;
-             spec.filter.time_field = static_cast<memkern::TimeField>(time_field);
-             spec.half_life = half_life;
-             spec.recency_weight = recency_weight;
-             spec.now = now;
-             spec.candidates = candidates;
+             memkern::SearchSpec spec = search_spec(mode, fusion, lexical_weight, clauses, has_time, t_lo, t_hi,
+                                                    time_field, half_life, recency_weight, now, candidates);
              memkern::SearchResult r;
              {
                py::gil_scoped_release nogil;
                r = s.search_ex(ns, q.data(), texts, B, k, ef, include_invalidated, level, spec);
+             }
+             py::array_t<int64_t> ids({B, k});
+             py::array_t<float> sc({B, k});
+             std::copy(r.ids.begin(), r.ids.end(), ids.mutable_data());
+             std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
+             return py::make_tuple(ids, sc);
+           })
+      .def("search_turn_topic_ex",
+           [](const Store& s, const std::string& ns, const F32& q, const std::vector<std::string>& texts, size_t k,
+              size_t ef, bool include_invalidated, uint8_t mode, uint8_t fusion, double lexical_weight,
+              const std::vector<std::pair<std::string, std::vector<py::bytes>>>& clauses, bool has_time, double t_lo,
+              double t_hi, uint8_t time_field, double half_life, double recency_weight, double now,
+              size_t candidates, double alpha, double neighbour_weight, double group_weight,
+              const std::string& group_key) {
+             if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
+               throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
+             memkern::TurnSearchSpec spec;
+             spec.first = search_spec(mode, fusion, lexical_weight, clauses, has_time, t_lo, t_hi, time_field,
+                                      half_life, recency_weight, now, candidates);
+             spec.alpha = alpha;
+             spec.neighbour_weight = neighbour_weight;
+             spec.group_weight = group_weight;
+             spec.group_key = group_key;
+             size_t B = static_cast<size_t>(q.shape(0));
+             memkern::SearchResult r;
+             {
+               py::gil_scoped_release nogil;
+               r = s.search_turn_topic_ex(ns, q.data(), texts, B, k, ef, include_invalidated, spec);
              }
              py::array_t<int64_t> ids({B, k});
              py::array_t<float> sc({B, k});

@@ -12,6 +12,7 @@
 
 #include "memkern/errors.h"
 #include "memkern/fusion.h"
+#include "memkern/parallel.h"
 #include "memkern/store.h"
 #include "memkern/util.h"
 
@@ -112,39 +113,6 @@ inline float finite_score(float s) {
 size_t query_cost(const VectorIndex& idx, size_t k, size_t ef) {
   size_t width = std::max(k, ef);
   return std::max<size_t>(1, std::min(idx.live(), width > (SIZE_MAX >> 5) ? SIZE_MAX : 16 * width));
-}
-
-// Below this many distance evaluations in one call, starting threads costs more than it saves.
-constexpr size_t kParallelMinWork = 1u << 15;
-
-// Runs body(b) for b in [0, B) on up to `threads` threads (the caller's included), when the
-// call's work (B * cost_per_row distance evaluations) is worth it; results do not depend on it.
-template <typename F>
-void parallel_rows(size_t B, int threads, size_t cost_per_row, F body) {
-  size_t T = std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), B);
-  if (cost_per_row == 0 || B < kParallelMinWork / cost_per_row + 1) T = 1;
-  if (T <= 1) {
-    for (size_t b = 0; b < B; ++b) body(b);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto work = [&]() {
-    for (size_t b = next++; b < B; b = next++) {
-      try {
-        body(b);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(error_mu);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < T; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace

@@ -229,6 +229,34 @@ class Store:
         alpha: float,
         candidates: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+    # Two-level search with a first stage (mode / fusion / filter / recency as in search_ex) and
+    # context terms (TurnSearchSpec in memkern/store.h); group_key "" : the topic is the group.
+    def search_turn_topic_ex(
+        self,
+        namespace: str,
+        queries: npt.NDArray[np.float32],
+        texts: list[str],
+        k: int,
+        ef: int,
+        include_invalidated: bool,
+        mode: int,
+        fusion: int,
+        lexical_weight: float,
+        clauses: list[tuple[str, list[bytes]]],
+        has_time: bool,
+        t_lo: float,
+        t_hi: float,
+        time_field: int,
+        half_life: float,
+        recency_weight: float,
+        now: float,
+        candidates: int,
+        alpha: float,
+        neighbour_weight: float,
+        group_weight: float,
+        group_key: str,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]: ...
+    def parents(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]: ...  # topic id of each record, -1 for topics
     def namespaces(self) -> list[str]: ...
     def ids(self, namespace: str, include_invalidated: bool, level: Level) -> npt.NDArray[np.int64]: ...
     def count(self, namespace: str, include_invalidated: bool, level: Level) -> int: ...

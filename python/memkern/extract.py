@@ -538,13 +538,34 @@ class TextTilingExtractor:
         ends = starts[1:] + [n]
         return [list(range(a, z)) for a, z in zip(starts, ends)]
 
-    def extract_batch(self, sessions: Sequence[Sequence[dict]], seed: int | None = None) -> list[list[Topic]]:
-        """Topics of each session (one ``encode`` call for all turns; ``seed`` unused)."""
+    def extract_batch(self, sessions: Sequence[Sequence[dict]], seed: int | None = None,
+                      turn_embeddings: Sequence[Any] | None = None) -> list[list[Topic]]:
+        """Topics of each session (one ``encode`` call for all turns; ``seed`` unused).
+
+        ``turn_embeddings``: optional, one float32 ``[len(sessions[i]), d]`` array per session,
+        the embeddings of its turns rendered with this extractor's template (what it would
+        embed): then nothing is embedded here (:meth:`memkern.RMM.end_session` embeds each turn
+        once, for this and for its turn record).
+        """
         sessions = [validate_turns(s, f"sessions[{i}]") for i, s in enumerate(sessions)]
-        texts = [self.template.render_turn(t) for s in sessions for t in s]
         t0 = time.perf_counter()
-        emb = np.asarray(self.embedder.encode(texts, kind="passage"), np.float32) if texts else np.zeros((0, 1), np.float32)
-        self.last_stats = {"seconds": time.perf_counter() - t0, "calls": 1 if texts else 0, "units": len(texts)}
+        if turn_embeddings is not None:
+            if isinstance(turn_embeddings, (str, bytes)) or len(turn_embeddings) != len(sessions):
+                raise bad_arg("turn_embeddings", f"None or one array per session ({len(sessions)})",
+                              type(turn_embeddings).__name__ if not hasattr(turn_embeddings, "__len__")
+                              else f"length {len(turn_embeddings)}")
+            parts = []
+            for i, (s, e) in enumerate(zip(sessions, turn_embeddings)):
+                e = np.asarray(e, np.float32)
+                if e.ndim != 2 or e.shape[0] != len(s):
+                    raise bad_arg(f"turn_embeddings[{i}]", f"float32 [{len(s)}, d] (one row per turn)", tuple(e.shape))
+                parts.append(e)
+            emb = np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
+            self.last_stats = {"seconds": 0.0, "calls": 0, "units": 0}
+        else:
+            texts = [self.template.render_turn(t) for s in sessions for t in s]
+            emb = np.asarray(self.embedder.encode(texts, kind="passage"), np.float32) if texts else np.zeros((0, 1), np.float32)
+            self.last_stats = {"seconds": time.perf_counter() - t0, "calls": 1 if texts else 0, "units": len(texts)}
         out: list[list[Topic]] = []
         pos = 0
         for s in sessions:

@@ -31,6 +31,7 @@ GIL inside the scans.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import struct
@@ -606,6 +607,13 @@ class _PyStore:
         with self._lock:
             return int(rid) in self._recs
 
+    def parents(self, ids) -> np.ndarray:
+        with self._lock:
+            self._check_open()
+            for i in ids:
+                self._rec(int(i), "ids")
+            return np.asarray([self._recs[int(i)].parent for i in ids], dtype=np.int64)
+
     def get(self, rid) -> SimpleNamespace:
         with self._lock:
             self._check_open()
@@ -707,6 +715,140 @@ class _PyStore:
             out_ids[b, :len(i)] = i
             out_sc[b, :len(s)] = s
         return out_ids, out_sc
+
+    def search_turn_topic_ex(self, ns, q, texts, k, ef, include_invalidated, mode, fusion, lexical_weight, clauses,
+                             has_time, t_lo, t_hi, time_field, half_life, recency_weight, now, candidates, alpha,
+                             neighbour_weight, group_weight, group_key):
+        """The native ``search_turn_topic_ex`` (two-level search with a first stage and context
+        terms; ``TurnSearchSpec`` in ``csrc/include/memkern/store.h``, arguments validated by
+        :meth:`MemoryStore.search`), computed the same way: exact lists, fusion, context terms."""
+        with self._lock:
+            self._check_open()
+            mode, k = int(mode), int(k)
+            for name, v in (("alpha", alpha), ("neighbour_weight", neighbour_weight), ("group_weight", group_weight)):
+                if not math.isfinite(v) or abs(v) > MAX_ALPHA:
+                    raise MemkernValueError(f"{name}: expected a finite float in [-100, 100], got {v:.6g}")
+            q = self._check_queries(q, k, int(ef))
+            B = q.shape[0]
+            if mode != 0 and len(texts) != B:
+                raise MemkernValueError(f"texts: expected {B} texts (one per query), got {len(texts)}")
+            out_ids = np.full((B, k), -1, dtype=np.int64)
+            out_sc = np.full((B, k), PAD_SCORE, dtype=np.float32)
+            t_idx = self._vec.get((ns, _TURN))
+            if t_idx is None or t_idx.n == 0 or k == 0:
+                return out_ids, out_sc
+            from .lexical import tokenize
+
+            qterms = [tokenize(t) for t in texts] if mode != 0 else []
+            recs, inc, field_ = self._recs, bool(include_invalidated), int(time_field)
+            clauses = [(key, set(vals)) for key, vals in clauses]
+
+            def t_of(r: _Rec) -> float:
+                if field_ == 1:
+                    return r.created_at
+                if field_ == 2:
+                    return r.updated_at
+                return r.created_at if r.event_time is None else r.event_time
+
+            def allow(rid: int) -> bool:
+                r = recs[rid]
+                if not inc and r.status == "invalidated":
+                    return False
+                if has_time and not (t_lo <= t_of(r) < t_hi):
+                    return False
+                for key, vals in clauses:
+                    v = r.canon.get(key)
+                    if v is None and r.parent in recs:
+                        v = recs[r.parent].canon.get(key)
+                    if v is None or v not in vals:
+                        return False
+                return True
+
+            t_ids = t_idx.ids[:t_idx.n].copy()
+            ok = np.fromiter((allow(int(i)) for i in t_ids), dtype=bool, count=len(t_ids))
+            qp = self._prepare(q)
+            t_sc = _finite32(self._scores(qp, t_idx.mat[:t_idx.n]))  # [B, nt] (the index's float32 scores)
+            t_row = {int(i): j for j, i in enumerate(t_ids)}
+            p_idx = self._vec.get((ns, _TOPIC))
+            p_ids = p_idx.ids[:p_idx.n].copy() if p_idx is not None else np.zeros(0, np.int64)
+            p_sc = _finite32(self._scores(qp, p_idx.mat[:p_idx.n])) if len(p_ids) else np.zeros((B, 0), np.float32)
+            p_row = {int(i): j for j, i in enumerate(p_ids)}
+            p_ok = np.ones(len(p_ids), bool) if inc else ~p_idx.invalid[:len(p_ids)] if len(p_ids) else p_ids >= 0
+
+            def group_of(rid: int) -> str:
+                r = recs[rid]
+                if group_key:
+                    v = r.canon.get(group_key)
+                    if v is None:
+                        v = recs[r.parent].canon.get(group_key)
+                    if v is not None:
+                        return "v" + v.hex()
+                return f"t{r.parent}"
+
+            members: dict[str, list[int]] = {}
+            if neighbour_weight != 0.0:
+                for rid in sorted(int(i) for i, o in zip(t_ids, ok) if o):
+                    members.setdefault(group_of(rid), []).append(rid)
+            lex = self._lex.get((ns, _TURN))
+            C = max(int(candidates), k)
+            topic_children = mode == 0 and alpha != 0.0 and len(p_ids) > 0
+            allowed_ids = t_ids[ok]
+            for b in range(B):
+                dl: list[tuple[float, int]] = []
+                if mode != 1 and len(allowed_ids):
+                    di, ds = _top(t_sc[b][ok], allowed_ids, C)
+                    dl = [(float(x), int(i)) for x, i in zip(ds, di)]
+                ll: list[tuple[float, int]] = []
+                if mode != 0 and lex is not None:
+                    score_lex = lex.coverage if (mode == 2 and int(fusion) == 2) else lex.search
+                    ll = score_lex(qterms[b], C, allow)
+                s0 = dl if mode == 0 else ll if mode == 1 else _fuse(dl, ll, int(fusion), float(lexical_weight))
+                base = {rid: sc for sc, rid in s0}
+                if topic_children:
+                    ti, _ = _top(p_sc[b][p_ok], p_ids[p_ok], C)
+                    for tp in ti:
+                        for c in recs[int(tp)].children:
+                            if c not in base and allow(c):
+                                base[c] = float(t_sc[b][t_row[c]])
+                nb: dict[int, float] = {}
+                gbest: dict[str, float] = {}
+                if neighbour_weight != 0.0 or group_weight != 0.0:
+                    for t in sorted(base):
+                        g = group_of(t)
+                        bt = base[t]
+                        if group_weight != 0.0:
+                            gbest[g] = max(gbest.get(g, 0.0), bt)
+                        if neighbour_weight == 0.0:
+                            continue
+                        m = members.get(g, [])
+                        j = bisect.bisect_left(m, t)
+                        if j == len(m) or m[j] != t:
+                            continue
+                        nb.setdefault(t, 0.0)
+                        for u in ((m[j - 1],) if j > 0 else ()) + ((m[j + 1],) if j + 1 < len(m) else ()):
+                            nb[t] = max(nb[t], base.get(u, 0.0))
+                            nb[u] = max(nb.get(u, 0.0), bt)
+                res = []
+                cands = list(base.items()) + [(u, float(t_sc[b][t_row[u]]) if mode == 0 else 0.0)
+                                              for u in nb if u not in base]
+                for t, own in cands:
+                    sc = own
+                    r = recs[t]
+                    if alpha != 0.0:
+                        j = p_row.get(r.parent)
+                        sc += alpha * (float(p_sc[b][j]) if j is not None else 0.0)
+                    if neighbour_weight != 0.0 and t in nb:
+                        sc += neighbour_weight * nb[t]
+                    if group_weight != 0.0:
+                        sc += group_weight * gbest.get(group_of(t), 0.0)
+                    if half_life > 0:
+                        sc += recency_weight * 2.0 ** (-max(0.0, now - t_of(r)) / half_life)
+                    res.append((sc, t))
+                res.sort(key=lambda e: (-e[0], e[1]))
+                res = res[:k]
+                out_ids[b, :len(res)] = [rid for _, rid in res]
+                out_sc[b, :len(res)] = _finite32(np.array([sc for sc, _ in res], dtype=np.float64))
+            return out_ids, out_sc
 
     def search_ex(self, ns, q, texts, k, ef, include_invalidated, level, mode, fusion, lexical_weight, clauses,
                   has_time, t_lo, t_hi, time_field, half_life, recency_weight, now, candidates):

@@ -32,9 +32,14 @@ a store which has it, as :class:`memkern.distributed.ShardedStore` does):
   :meth:`memkern.MemoryStore.search`). :meth:`memkern.RMM.retrieve` passes them through and
   raises :class:`memkern.MemkernTypeError` naming the argument when the store's ``search``
   lacks one.
+- **hybrid two-level search** (:func:`supports_hybrid_turns`): ``add`` / ``merge`` / ``update``
+  take ``turn_texts=`` (each turn record's text) and ``search`` takes ``mode=``, ``texts=`` and
+  the context weights ``neighbour_weight=`` / ``group_weight=`` / ``group_key=`` for
+  ``level="turn+topic"``. RMM's two-level memory then stores templated turn texts and reads
+  through the hybrid turn stage; without it, the dense ``sim(q, turn) + alpha * sim(q, topic)``.
 
 :class:`memkern.MemoryStore`, :class:`memkern.InMemoryStore` and
-:class:`memkern.distributed.ShardedStore` have both.
+:class:`memkern.distributed.ShardedStore` have all three.
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ Message = dict
 Prompt = Union[str, Sequence[Message]]
 
 __all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt", "accepts_keyword",
-           "supports_event_time", "search_keywords", "missing_search_keywords", "SEARCH_FILTER_KEYWORDS"]
+           "supports_event_time", "supports_hybrid_turns", "search_keywords", "missing_search_keywords", "SEARCH_FILTER_KEYWORDS"]
 
 #: The keyword arguments of a filtered / time-aware ``search`` (:meth:`memkern.MemoryStore.search`).
 SEARCH_FILTER_KEYWORDS = ("filter", "time_range", "time_field", "recency", "recency_weight", "now")
@@ -77,6 +82,18 @@ def supports_event_time(store: Any) -> bool:
     """Whether ``store``'s ``add``, ``merge`` and ``update`` all take ``event_time=`` (see the
     module doc, "Optional store features")."""
     return all(accepts_keyword(getattr(store, m, None), "event_time") for m in ("add", "merge", "update"))
+
+
+#: What a store's ``search`` takes for the hybrid two-level search (besides ``level`` / ``alpha``).
+HYBRID_TURN_KEYWORDS = ("mode", "texts", "lexical_weight", "fusion", "candidates", "neighbour_weight",
+                        "group_weight", "group_key")
+
+
+def supports_hybrid_turns(store: Any) -> bool:
+    """Whether ``store`` has the hybrid two-level search (see the module doc, "Optional store
+    features"): ``turn_texts=`` on its writes and :data:`HYBRID_TURN_KEYWORDS` on ``search``."""
+    writes = all(accepts_keyword(getattr(store, m, None), "turn_texts") for m in ("add", "merge", "update"))
+    return writes and all(accepts_keyword(getattr(store, "search", None), k) for k in HYBRID_TURN_KEYWORDS)
 
 
 def search_keywords(store: Any) -> frozenset:

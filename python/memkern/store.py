@@ -140,7 +140,8 @@ class Record:
     namespace : str
         The user / agent key the record belongs to.
     summary : str
-        Topic summary (for a turn record: the turn's ``content``).
+        Topic summary (for a turn record: its text, what lexical search matches: the
+        ``turn_texts`` entry it was written with, else the turn's ``content``).
     turns : list[dict]
         The raw dialogue turns (``role``, ``content`` and any extra keys, as given).
     meta : dict
@@ -610,6 +611,20 @@ def _check_meta(meta: Any, name: str = "meta") -> dict:
     return meta
 
 
+def _check_turn_texts(texts: Any, turns: list[dict], te: Any, name: str) -> list[str] | None:
+    """``texts`` checked: None, or one valid UTF-8 str per turn given with turn embeddings."""
+    if texts is None:
+        return None
+    if te is None:
+        raise bad_arg(name, "None unless turn_embeddings are given (turn texts belong to turn records)",
+                      type(texts).__name__)
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise bad_arg(name, f"a list of {len(turns)} str", type(texts).__name__, MemkernTypeError)
+    if len(texts) != len(turns):
+        raise bad_arg(name, f"one str per turn ({len(turns)})", f"length {len(texts)}")
+    return [_check_summary(t, f"{name}[{i}]") for i, t in enumerate(texts)]
+
+
 def _check_summary(summary: Any, name: str = "summary") -> str:
     if not isinstance(summary, str):
         raise bad_arg(name, "a str", type(summary).__name__, MemkernTypeError)
@@ -831,6 +846,7 @@ class MemoryStore:
         *,
         turn_embeddings: Any = None,
         event_time: float | None = None,
+        turn_texts: Sequence[str] | None = None,
     ) -> int:
         """Add one topic record; returns its id (int64).
 
@@ -845,6 +861,11 @@ class MemoryStore:
         meta : dict, optional
         turn_embeddings : array-like float32 ``[len(turns), d]``, optional
             Also store each turn as a turn record linked to this topic (two-level memory).
+        turn_texts : list of str, optional
+            With ``turn_embeddings``: each turn record's text (``len(turns)`` strings), what
+            lexical / hybrid search matches, e.g. the turn rendered with its speaker and date
+            (:mod:`memkern.template`). Default: each turn's ``content``. The turn dicts are kept
+            as given either way.
         event_time : float, optional
             The conversation's own time (unix seconds, ``|t| <= 1e12``), kept as
             ``Record.event_time`` (also on the turn records) for ``search(time_range=...)`` and
@@ -857,8 +878,9 @@ class MemoryStore:
         turns_l = _check_turns(turns)
         meta_d = _check_meta(meta)
         te = self._turn_matrix(turn_embeddings, turns_l, "turn_embeddings")
+        tt = _check_turn_texts(turn_texts, turns_l, te, "turn_texts")
         et = _check_event_time(event_time, "event_time")
-        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te], [et])
+        ids = self._add_items(n, ns, [summary], vec[None, :], [turns_l], [meta_d], [te], [et], [tt])
         return int(ids[0])
 
     @traced("memkern.store.add_batch", args=("namespace", "summaries"))
@@ -872,13 +894,15 @@ class MemoryStore:
         *,
         turn_embeddings: Sequence[Any] | None = None,
         event_times: Sequence[float | None] | None = None,
+        turn_texts: Sequence[Sequence[str] | None] | None = None,
     ) -> np.ndarray:
         """Add ``n`` topic records in one atomic, logged call; returns their ids, int64 ``[n]``.
 
         ``embeddings`` is float32 ``[n, d]``; ``turns`` / ``metas`` are ``None`` or length-``n``
         lists; ``turn_embeddings`` is ``None`` or a length-``n`` list of ``[len(turns[i]), d]``
         arrays (or ``None`` entries); ``event_times`` is ``None`` or a length-``n`` list of unix
-        seconds or ``None`` (see :meth:`add`). The GIL is released while the index is built.
+        seconds or ``None``; ``turn_texts`` is ``None`` or a length-``n`` list of turn-text lists
+        (or ``None`` entries) (see :meth:`add`). The GIL is released while the index is built.
         """
         n = self._n()
         ns = _check_namespace(namespace)
@@ -908,7 +932,13 @@ class MemoryStore:
             et = [_check_event_time(event_times[i], f"event_times[{i}]") for i in range(count)]
         else:
             et = [None] * count
-        return self._add_items(n, ns, sums, emb, tl, ml, te, et)
+        if turn_texts is not None and (isinstance(turn_texts, (str, bytes)) or not isinstance(turn_texts, Sequence)
+                                       or len(turn_texts) != count):
+            raise bad_arg("turn_texts", f"None or a list of {count} lists of str / None",
+                          f"length {len(turn_texts)}" if isinstance(turn_texts, Sequence) else type(turn_texts).__name__)
+        tt = [_check_turn_texts(turn_texts[i] if turn_texts is not None else None, tl[i], te[i], f"turn_texts[{i}]")
+              for i in range(count)]
+        return self._add_items(n, ns, sums, emb, tl, ml, te, et, tt)
 
     def _turn_matrix(self, te: Any, turns: list[dict], name: str) -> np.ndarray | None:
         if te is None:
@@ -919,10 +949,11 @@ class MemoryStore:
         return m
 
     @staticmethod
-    def _turn_item(turn: dict, pos: int) -> tuple[str, str, str]:
-        return turn["content"], _json_text([turn], "turns"), _json_text({"turn_position": pos}, "meta")
+    def _turn_item(turn: dict, pos: int, text: str | None = None) -> tuple[str, str, str]:
+        return (turn["content"] if text is None else text), _json_text([turn], "turns"), \
+            _json_text({"turn_position": pos}, "meta")
 
-    def _add_items(self, n, ns, sums, emb, tl, ml, te, et) -> np.ndarray:
+    def _add_items(self, n, ns, sums, emb, tl, ml, te, et, tt=None) -> np.ndarray:
         has_et = any(t is not None for t in et)
         if not any(t is not None for t in te):
             levels = np.zeros(len(sums), dtype=np.uint8)
@@ -938,7 +969,7 @@ class MemoryStore:
             rows.append(emb[i]); lv.append(0); par.append(-1); E.append(et[i])
             if te[i] is not None:
                 for j, turn in enumerate(tl[i]):
-                    s, t, m = self._turn_item(turn, j)
+                    s, t, m = self._turn_item(turn, j, tt[i][j] if tt and tt[i] is not None else None)
                     S.append(s); T.append(t); Mt.append(m); rows.append(te[i][j]); lv.append(1); par.append(-2 - ti)
                     E.append(et[i])  # a turn record carries its topic's event time
         ids = n.add(ns, S, T, Mt, np.ascontiguousarray(np.stack(rows), dtype=np.float32),
@@ -957,6 +988,7 @@ class MemoryStore:
         meta: dict | None = None,
         turn_embeddings: Any = None,
         event_time: float | None = None,
+        turn_texts: Sequence[str] | None = None,
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
         and the *union* of the old and new turns (old turns first, a turn already kept dropped
@@ -964,7 +996,8 @@ class MemoryStore:
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
         that are new; it is required when the record already has turn records and new turns come.
         ``event_time`` replaces the record's event time (``None`` keeps it); new turn records get
-        the record's resulting event time."""
+        the record's resulting event time. ``turn_texts`` (one per turn of ``turns``) are the new turn
+        records' texts, as in :meth:`add`."""
         n = self._n()
         rid = _check_id(id)
         summary = _check_summary(summary)
@@ -972,6 +1005,7 @@ class MemoryStore:
         new_turns = _check_turns(turns)
         meta_d = _check_meta(meta) if meta is not None else None
         te = self._turn_matrix(turn_embeddings, new_turns, "turn_embeddings")
+        tt = _check_turn_texts(turn_texts, new_turns, te, "turn_texts")
         et = _check_event_time(event_time, "event_time")
         cur = self._get_raw(rid)
         old_turns = _loads(cur.turns_json, rid, "turns")
@@ -986,7 +1020,7 @@ class MemoryStore:
                 new_rows.append((len(merged) - 1, t, j))
         if cur.children and new_rows and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
-        cs, ct, cm, ce = self._child_args(n, te, new_rows)
+        cs, ct, cm, ce = self._child_args(n, te, new_rows, tt)
         child_t = et if et is not None else cur.event_time
         version, _ = n.new_version(rid, _native().Op.merge, summary, vec[None, :], _json_text(merged, "turns"),
                                    _json_text(meta_d, "meta") if meta_d is not None else None, cs, ct, cm, ce,
@@ -994,12 +1028,12 @@ class MemoryStore:
                                    else _NO_TIMES)
         return int(version)
 
-    def _child_args(self, n, te, rows):
+    def _child_args(self, n, te, rows, tt=None):
         if te is None or not rows:
             return [], [], [], np.zeros((0, n.dim), dtype=np.float32)
         cs, ct, cm = [], [], []
-        for pos, t, _ in rows:
-            s, tj, m = self._turn_item(t, pos)
+        for pos, t, j in rows:
+            s, tj, m = self._turn_item(t, pos, tt[j] if tt is not None else None)
             cs.append(s); ct.append(tj); cm.append(m)
         ce = np.ascontiguousarray(te[[j for _, _, j in rows]], dtype=np.float32)
         return cs, ct, cm, ce
@@ -1015,11 +1049,13 @@ class MemoryStore:
         *,
         turn_embeddings: Any = None,
         event_time: float | None = None,
+        turn_texts: Sequence[str] | None = None,
     ) -> int:
         """Write a new version of ``id`` replacing the given fields (``None`` keeps a field);
         returns the new version number. Replacing the turns of a topic that has turn records
         needs ``turn_embeddings`` for the new turns (the old turn records are then deleted).
-        ``event_time`` replaces the record's event time (``None`` keeps it)."""
+        ``event_time`` replaces the record's event time (``None`` keeps it). ``turn_texts`` (one per
+        turn, with ``turn_embeddings``) are the new turn records' texts, as in :meth:`add`."""
         n = self._n()
         rid = _check_id(id)
         if summary is None and embedding is None and turns is None and meta is None and event_time is None:
@@ -1034,12 +1070,13 @@ class MemoryStore:
             if tl is None:
                 raise bad_arg("turn_embeddings", "to come with turns", "no turns")
             te = self._turn_matrix(turn_embeddings, tl, "turn_embeddings")
+        tt = _check_turn_texts(turn_texts, tl or [], te, "turn_texts")
         cur = self._get_raw(rid)
         old_children = list(cur.children)
         if tl is not None and old_children and te is None:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
         rows = [(j, t, j) for j, t in enumerate(tl)] if (te is not None and tl) else []
-        cs, ct, cm, ce = self._child_args(n, te, rows)
+        cs, ct, cm, ce = self._child_args(n, te, rows, tt)
         # Old turn records are replaced by the new ones in the same atomic log entry.
         child_t = et if et is not None else cur.event_time
         version, _ = n.new_version(rid, _native().Op.update, s, vec, _json_text(tl, "turns") if tl is not None else None,
@@ -1082,6 +1119,12 @@ class MemoryStore:
         arr = _check_ids(list(ids) if not hasattr(ids, "__array__") and not _is_torch(ids) else ids)
         return [_record_from(d, self) for d in self._n().get_batch(arr)]
 
+    def topic_ids(self, ids: Any) -> np.ndarray:
+        """The topic of each record of ``ids`` (int64 ``[n]``): a turn record's topic id, ``-1``
+        for a topic; one call, no record is read into Python. Unknown ids raise
+        :class:`MemkernKeyError`."""
+        return self._n().parents(_check_ids(ids))
+
     def turns_with_topics(self, ids: Iterable[int]) -> list[tuple[Record, Record]]:
         """For turn record ids (e.g. from ``search(..., level="turn+topic")``, ``-1`` padding
         skipped): ``(turn record, its topic record)`` pairs in order, so a prompt can show the best
@@ -1123,6 +1166,9 @@ class MemoryStore:
         recency: float | None = None,
         recency_weight: float = DEFAULT_RECENCY_WEIGHT,
         now: float | None = None,
+        neighbour_weight: float = 0.0,
+        group_weight: float = 0.0,
+        group_key: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """k best records of ``namespace`` for each query: dense (vectors), lexical (BM25) or both.
 
@@ -1138,7 +1184,8 @@ class MemoryStore:
         include_invalidated : bool
         level : {"topic", "turn", "turn+topic"}
             What to return: topic ids, turn record ids, or turn record ids ranked by
-            ``sim(q, turn) + alpha * sim(q, topic)``.
+            ``sim(q, turn) + alpha * sim(q, topic)`` (with ``mode="dense"`` and nothing else set;
+            otherwise see *Two-level search* below).
         alpha : float
             Weight of the topic similarity for ``level="turn+topic"``.
         candidates : int, optional
@@ -1196,6 +1243,32 @@ class MemoryStore:
             Weight of the prior, in the unit of the mode's score (finite, ``|w| <= 1e6``).
         now : float, optional
             The time the prior measures ages from (default ``time.time()``).
+        neighbour_weight, group_weight : float
+            ``level="turn+topic"`` only: weights of the context terms (``|w| <= 100``, default 0).
+        group_key : str, optional
+            ``level="turn+topic"`` only: the meta key whose value (on the turn record, else on its
+            topic) groups turns, e.g. ``"session_id"``; ``None``: a turn's topic is its group.
+
+        Two-level search
+        ----------------
+        ``level="turn+topic"`` with ``mode="lexical"`` / ``"hybrid"``, a ``filter`` /
+        ``time_range`` / ``recency``, or a context weight runs in one native call
+        (``csrc/include/memkern/store.h``, ``TurnSearchSpec``): a first stage over the turn records
+        (the turn-level search of ``mode``, filters applied inside it, lists ``candidates`` deep),
+        whose score ``base(t)`` is the similarity (dense), BM25 (lexical) or fused score (hybrid)
+        and 0 for turns outside the lists (``S0``); then, for every turn of ``S0`` and every
+        neighbour of one::
+
+            score(t) = own(t) + alpha * sim(q, topic(t))
+                       + neighbour_weight * max(0, base(prev t), base(next t))
+                       + group_weight * max(0, best base(u) of S0's turns u in t's group)
+                       (+ the recency prior)
+
+        ``own(t) = base(t)`` on ``S0``; a neighbour outside ``S0`` gets its similarity (dense) or 0.
+        ``prev`` / ``next``: the turns of the same group (``group_key``) adjacent in id order
+        (write order: conversation order for turns written in order) that pass the filter.
+        Dense mode also adds every turn of the top ``candidates`` topics to ``S0`` when
+        ``alpha != 0`` (as the plain two-level search does).
 
         Returns
         -------
@@ -1206,6 +1279,16 @@ class MemoryStore:
             Higher is better: similarity (see module docstring), BM25 score, or fused score
             (+ the recency prior); :data:`PAD_SCORE` beside padding.
         """
+        turn_ctx = (neighbour_weight, group_weight, group_key) != (0.0, 0.0, None)
+        if level == "turn+topic" and (mode != "dense" or filter is not None or time_range is not None
+                                      or recency is not None or turn_ctx):
+            return self._search_turn_topic_ex(
+                namespace, queries, k, ef, include_invalidated, alpha, candidates, mode, texts, fusion,
+                lexical_weight, filter, time_range, time_field, recency, recency_weight, now, neighbour_weight,
+                group_weight, group_key)
+        if turn_ctx:
+            raise bad_arg("neighbour_weight / group_weight / group_key", 'the defaults unless level="turn+topic"',
+                          (neighbour_weight, group_weight, group_key))
         if (mode != "dense" or filter is not None or time_range is not None or recency is not None):
             return self._search_ex(namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts,
                                    fusion, lexical_weight, filter, time_range, time_field, recency,
@@ -1227,19 +1310,13 @@ class MemoryStore:
             raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         return n.search(ns, q, int(k), int(ef), bool(include_invalidated), _level(level))
 
-    def _search_ex(self, namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts, fusion,
-                   lexical_weight, flt, time_range, time_field, recency, recency_weight, now):
-        """search() with a lexical list, a filter, a time range or a recency prior (validated here,
-        computed in one native call)."""
-        n = self._n()
-        ns = _check_namespace(namespace)
+    def _first_stage(self, n, queries, k, ef, candidates, mode, texts, fusion, lexical_weight, flt, time_range,
+                     time_field, recency, recency_weight, now) -> tuple:
+        """The checked arguments of a lexical / hybrid / filtered search (both native calls):
+        ``(q, texts, k, ef, candidates, mode, fusion, w, clauses, has_time, t_lo, t_hi, time_field,
+        half_life, recency_weight, now)``."""
         if mode not in _MODES:
             raise bad_arg("mode", '"dense", "lexical" or "hybrid"', mode)
-        if level == "turn+topic":
-            raise bad_arg("mode", 'mode="dense" without filter / time_range / recency for level="turn+topic"',
-                          mode if mode != "dense" else "a filter, time_range or recency")
-        if level not in _LEVELS:
-            raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
         B = None
         q = None
         if queries is None:
@@ -1273,9 +1350,51 @@ class MemoryStore:
             half_life = _check_real(recency, "recency", 0.0, MAX_TIME, open_low=True)
         rw = _check_real(recency_weight, "recency_weight", -MAX_RECENCY_WEIGHT, MAX_RECENCY_WEIGHT)
         t_now = time.time() if now is None else _check_real(now, "now", -MAX_TIME, MAX_TIME)
-        return n.search_ex(ns, q, tl, k, int(ef), bool(include_invalidated), _level(level), _MODES[mode],
-                           _FUSIONS[fusion], w, clauses, has_time, t_lo, t_hi, _TIME_FIELDS[time_field],
-                           half_life, rw, t_now, c)
+        return (q, tl, k, int(ef), c, _MODES[mode], _FUSIONS[fusion], w, clauses, has_time, t_lo, t_hi,
+                _TIME_FIELDS[time_field], half_life, rw, t_now)
+
+    def _search_turn_topic_ex(self, namespace, queries, k, ef, include_invalidated, alpha, candidates, mode, texts,
+                              fusion, lexical_weight, flt, time_range, time_field, recency, recency_weight, now,
+                              neighbour_weight, group_weight, group_key):
+        """search(level="turn+topic") with a lexical list, a filter, a time range, a recency prior or
+        context terms (validated here, computed in one native call; see *Two-level search*)."""
+        n = self._n()
+        ns = _check_namespace(namespace)
+        (q, tl, k, ef, c, mode_i, fusion_i, w, clauses, has_time, t_lo, t_hi, tf, half_life, rw,
+         t_now) = self._first_stage(n, queries, k, ef, candidates, mode, texts, fusion, lexical_weight, flt,
+                                    time_range, time_field, recency, recency_weight, now)
+        a = check_float("alpha", alpha, -MAX_ALPHA, MAX_ALPHA, finite=True)
+        nw = check_float("neighbour_weight", neighbour_weight, -MAX_ALPHA, MAX_ALPHA, finite=True)
+        gw = check_float("group_weight", group_weight, -MAX_ALPHA, MAX_ALPHA, finite=True)
+        if group_key is not None:
+            if not isinstance(group_key, str):
+                raise bad_arg("group_key", "None or a str (a meta key)", type(group_key).__name__, MemkernTypeError)
+            if not group_key or len(group_key) > MAX_FILTER_STR:
+                raise bad_arg("group_key", f"a meta key of 1..{MAX_FILTER_STR} characters", group_key)
+            _check_utf8(group_key, "group_key")
+        if not hasattr(n, "search_turn_topic_ex"):
+            raise bad_arg("level", f'a store whose engine runs the two-level hybrid search ({type(self).__name__} '
+                          'does not); use mode="dense" without filters or context weights', "turn+topic",
+                          MemkernValueError)
+        return n.search_turn_topic_ex(ns, q, tl, k, ef, bool(include_invalidated), mode_i, fusion_i, w, clauses,
+                                      has_time, t_lo, t_hi, tf, half_life, rw, t_now, c, float(a), float(nw),
+                                      float(gw), group_key or "")
+
+    def _search_ex(self, namespace, queries, k, ef, include_invalidated, level, candidates, mode, texts, fusion,
+                   lexical_weight, flt, time_range, time_field, recency, recency_weight, now):
+        """search() with a lexical list, a filter, a time range or a recency prior (validated here,
+        computed in one native call)."""
+        n = self._n()
+        ns = _check_namespace(namespace)
+        if mode not in _MODES:
+            raise bad_arg("mode", '"dense", "lexical" or "hybrid"', mode)
+        if level not in _LEVELS:
+            raise bad_arg("level", '"topic", "turn" or "turn+topic"', level)
+        (q, tl, k, ef, c, mode_i, fusion_i, w, clauses, has_time, t_lo, t_hi, tf, half_life, rw,
+         t_now) = self._first_stage(n, queries, k, ef, candidates, mode, texts, fusion, lexical_weight, flt,
+                                    time_range, time_field, recency, recency_weight, now)
+        return n.search_ex(ns, q, tl, k, ef, bool(include_invalidated), _level(level), mode_i, fusion_i, w, clauses,
+                           has_time, t_lo, t_hi, tf, half_life, rw, t_now, c)
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one record (sorted)."""

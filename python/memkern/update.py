@@ -415,6 +415,7 @@ def apply_decision(
     turn_embeddings: np.ndarray | None = None,
     event_time: float | None = None,
     render_turn: Callable[[dict], str] | None = None,
+    turn_text: Callable[[dict], str] | None = None,
 ) -> UpdateResult:
     """Apply one decision to ``store`` (see the module table for the exact effects).
 
@@ -449,6 +450,11 @@ def apply_decision(
         ``render_turn(turn) -> str``: the text a turn is embedded from when a target's old turn has
         no turn record yet (:func:`full_turn_matrix`); RMM passes its turn template. ``None``: the
         turn's content.
+    turn_text : callable, optional
+        Two-level memory: ``turn_text(turn) -> str``, the text of every turn record this call writes
+        (``store`` must take ``turn_texts=``, :func:`memkern.protocols.supports_hybrid_turns`): what
+        lexical search matches, e.g. the turn with its speaker and date. ``None``: the store's
+        default (the turn's content).
     """
     sim = candidates[0].similarity if candidates else 0.0
     base = dict(similarity=float(sim), topic_source=topic_source, fallback=decision.fallback)
@@ -473,6 +479,13 @@ def apply_decision(
         if te.ndim != 2 or te.shape[0] != len(turns):
             raise bad_arg("turn_embeddings", f"float32 [{len(turns)}, d] (one row per turn)", tuple(te.shape))
         te_kw = {"turn_embeddings": te if len(turns) else None}
+        if turn_text is not None and len(turns):
+            te_kw["turn_texts"] = [turn_text(t) for t in turns]
+
+    def texts_of(all_turns: Sequence[dict]) -> dict[str, Any]:
+        # turn texts of an update that rewrites every turn record of the target
+        return {"turn_texts": [turn_text(t) for t in all_turns]} if turn_text is not None and all_turns else {}
+
     et_kw: dict[str, Any] = {}
     if event_time is not None:
         et = float(event_time)
@@ -486,11 +499,13 @@ def apply_decision(
     if action == "NOOP":
         merged_turns = union_turns(target.turns, turns)
         if len(merged_turns) != len(target.turns or []):
-            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn)} if two_level else {}
+            kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn),
+                  **texts_of(merged_turns)} if two_level else {}
             store.update(target_id, turns=merged_turns, **kw, **et_kw)
         elif two_level and not has_all_turn_records(target):
             store.update(target_id, turns=merged_turns,
-                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn))
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn),
+                         **texts_of(merged_turns))
         return UpdateResult("NOOP", target_id, target_id, target.summary, **base)
     if action == "MERGE":
         new_summary = decision.summary or merge_summaries(target.summary, summary)
@@ -504,7 +519,8 @@ def apply_decision(
             # The target predates two-level memory: one version with every turn given a record.
             merged_turns = union_turns(target.turns, turns)
             store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns,
-                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn), **et_kw)
+                         turn_embeddings=full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn),
+                         **texts_of(merged_turns), **et_kw)
         else:
             store.merge(target_id, new_summary, emb, turns, **te_kw, **et_kw)
         return UpdateResult("MERGE", target_id, target_id, new_summary, note=note, **base)
@@ -516,7 +532,8 @@ def apply_decision(
             log.warning("update: %s", note)
             new_summary, emb = summary, embedding
         merged_turns = union_turns(target.turns, turns)
-        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn)} if two_level else {}
+        kw = {"turn_embeddings": full_turn_matrix(store, target, merged_turns, turns, te, embed, render_turn),
+              **texts_of(merged_turns)} if two_level else {}
         store.update(target_id, summary=new_summary, embedding=emb, turns=merged_turns, **kw, **et_kw)
         return UpdateResult("UPDATE", target_id, target_id, new_summary, note=note, **base)
     if action == "INVALIDATE":

@@ -91,6 +91,25 @@ struct SearchSpec {
   size_t candidates = 50;       // depth of each first-stage list when fusing or re-scoring
 };
 
+// What search_turn_topic_ex does: a first stage over the turn records (dense, lexical or hybrid, as
+// in SearchSpec, with its filter / time range / recency prior), then context terms. For turn t,
+//   score(t) = own(t) + alpha * sim(q, topic(t)) + neighbour_weight * max(0, base(prev t), base(next t))
+//              + group_weight * max(0, max{base(u) : u in S0, group(u) == group(t)})  (+ the recency prior)
+// base: the first-stage score over S0 (mode 0: sim(q, t); 1: BM25; 2: the fused score of
+// fusion.h over the two `candidates`-deep lists); S0: the first-stage lists, plus (mode 0 with
+// alpha != 0) every turn of the top `candidates` topics, scored exactly. base is 0 outside S0.
+// own(t) = base(t) on S0; the neighbours of S0's turns are candidates too (neighbour_weight != 0):
+// own = sim(q, t) in mode 0, 0 otherwise. A turn's group: the value of meta[group_key] on the turn
+// record, else on its topic; the topic itself when group_key is empty or neither holds the key.
+// prev / next: the turns of the same group adjacent in id order (write order) that pass the filter.
+struct TurnSearchSpec {
+  SearchSpec first;              // mode, fusion, lexical_weight, filter, recency, candidates
+  double alpha = 0.0;            // weight of sim(q, topic)
+  double neighbour_weight = 0.0; // weight of the best adjacent turn's base score
+  double group_weight = 0.0;     // weight of the best base score in the turn's group
+  std::string group_key;         // "" : the topic is the group
+};
+
 // A copy of one record (what get() returns), with a copy of its current vector.
 struct RecordView {
   Record rec;
@@ -144,6 +163,11 @@ class Store {
   // `candidates` turns plus every turn of the top `candidates` topics, scored exactly.
   SearchResult search_turn_topic(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
                                  bool include_invalidated, float alpha, size_t candidates) const;
+  // Two-level search with a hybrid first stage, filters and context terms (TurnSearchSpec above),
+  // in one call; texts: B query texts for modes 1 and 2.
+  SearchResult search_turn_topic_ex(const std::string& ns, const float* q, const std::vector<std::string>& texts,
+                                    size_t B, size_t k, size_t ef, bool include_invalidated,
+                                    const TurnSearchSpec& spec) const;
   // Lexical / hybrid search, metadata filters, time ranges and the recency prior (spec above).
   // q: [B, dim] (zeros are fine for mode 1); texts: B query texts for modes 1 and 2.
   // Filters act inside the search: an exact scan of the records the meta index says match when
@@ -158,6 +182,9 @@ class Store {
   std::vector<std::string> meta_values(const std::string& ns, const std::string& key, uint8_t level) const;
   size_t count(const std::string& ns, bool include_invalidated, uint8_t level) const;
   bool contains(int64_t id) const;
+  // The topic id of each record (a turn record's parent; -1 for a topic); KeyError naming `ids`
+  // for an unknown id, before anything is written to `out`.
+  void parents(const int64_t* ids, size_t n, int64_t* out) const;
   // Ids of a namespace's records at `level`, ascending.
   std::vector<int64_t> ids(const std::string& ns, bool include_invalidated, uint8_t level) const;
 

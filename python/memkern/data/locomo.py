@@ -5,10 +5,11 @@ Published format: a JSON list of samples, each with ``conversation`` (``speaker_
 "D<session>:<turn>", "text"}``) and ``qa`` (``question``, ``answer`` or ``adversarial_answer``,
 ``evidence``: a list of dia_ids, ``category`` 1-5).
 
-The repository's zip also ships one conversation per file, the sample's ``conversation`` fields
-(``speaker_a``, ``session_N``, ...) at the top level beside ``qa``: such a file, or a folder of
-them (every ``*.json`` in it, by name), loads too, each file's name (without ``.json``) being its
-conversation id unless it carries a ``sample_id``.
+Per-conversation layout (what the repository's ``locomo10.zip`` unpacks to): one conversation per
+file, its fields at the top level (``speaker_a``, ``speaker_b``, ``session_N``,
+``session_N_date_time``, ``qa``, ...), the sample id taken from the file name
+(``conv-26.json`` -> ``"conv-26"``) unless the file has a ``sample_id``. :func:`load_locomo`
+reads such a file, or a folder of them.
 
 Each sample becomes one :class:`~memkern.data.schema.Conversation`; turn ids are the dia_ids
 (unique within a sample), session ids ``"session_N"``. ``role`` is ``"user"`` for speaker_a and
@@ -24,9 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import bad_arg
 from .schema import Conversation, Dataset, DatasetFormatError, Question, Session, Turn, read_json, require
 
 __all__ = ["load_locomo", "parse_locomo", "LOCOMO_CATEGORIES"]
@@ -62,19 +63,35 @@ def _answer(v: Any, where: str) -> str:
     raise DatasetFormatError(f"{where}: expected a string or a number, got {type(v).__name__} {str(v)[:60]!r}")
 
 
+def _natural(name: str) -> list:
+    """Sort key: digit runs compared as numbers (``conv-3`` before ``conv-26``)."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def _as_sample(data: Any, stem: str) -> Any:
+    """A per-conversation file's object as a published sample (``conversation`` + ``qa``); any
+    other JSON is returned unchanged."""
+    if isinstance(data, dict) and "conversation" not in data and "speaker_a" in data:
+        return {"sample_id": str(data.get("sample_id", stem)),
+                "conversation": {k: v for k, v in data.items() if k not in ("qa", "sample_id")},
+                "qa": data.get("qa", [])}
+    return data
+
+
 def load_locomo(path: str | os.PathLike, limit: int | None = None,
                 conversations: Sequence[str] | None = None) -> Dataset:
-    """Load a LoCoMo JSON file (``locomo10.json``), a one-conversation file, or a folder of them.
+    """Load LoCoMo: the published file (``locomo10.json``), one per-conversation file, or a folder
+    of per-conversation files (``*.json``, in natural name order).
 
     Parameters
     ----------
     path : str or PathLike
-        A file, or a folder whose ``*.json`` files are read in name order (module doc).
     limit : int, optional
         Keep only the first ``limit`` samples.
     conversations : sequence of str, optional
-        Keep only these conversation ids (``"conv-26"``, ...), in the files' order; an id that
-        is not there raises :class:`memkern.MemkernValueError` naming it.
+        Keep only these sample ids (e.g. ``["conv-26", "conv-30"]``), in this order. In a folder
+        only the files ``<id>.json`` are read (the others are never opened). An id the data does
+        not hold raises :class:`DatasetFormatError`.
 
     Raises
     ------
@@ -83,42 +100,47 @@ def load_locomo(path: str | os.PathLike, limit: int | None = None,
     is neither a string nor a number, ``qa[i].category`` outside 1-5; also a directory, a file that
     is not UTF-8 or JSON nested too deeply).
     """
-    if os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.endswith(".json"))
-        if not files:
-            raise DatasetFormatError(f"LoCoMo folder {os.fspath(path)!r}: expected *.json files, got none")
+    want = None
+    if conversations is not None:
+        if isinstance(conversations, (str, bytes)) or not all(isinstance(c, str) and c for c in conversations):
+            raise DatasetFormatError(f"conversations: expected a list of sample ids, got {conversations!r}")
+        want = list(dict.fromkeys(conversations))
+    p = Path(path)
+    if p.is_dir():
+        if want is not None:
+            files = [p / f"{c}.json" for c in want]
+            missing = [f.name for f in files if not f.is_file()]
+            if missing:
+                raise DatasetFormatError(f"LoCoMo folder {os.fspath(path)!r}: expected {', '.join(missing)} "
+                                         f"(conversations {want}), got no such file")
+        else:
+            files = sorted((f for f in p.iterdir() if f.suffix == ".json" and f.is_file()), key=lambda f: _natural(f.name))
+            if not files:
+                raise DatasetFormatError(f"LoCoMo folder {os.fspath(path)!r}: expected *.json conversation files, got none")
         data = []
         for f in files:
-            data.extend(_samples(read_json(os.path.join(path, f), "LoCoMo"), f[: -len(".json")]))
+            item = _as_sample(read_json(f, "LoCoMo"), f.stem)
+            data.extend(item if isinstance(item, list) else [item])
     else:
-        data = _samples(read_json(path, "LoCoMo"), os.path.basename(os.fspath(path)).rsplit(".", 1)[0])
-    if conversations is not None:
-        want = [str(c) for c in conversations]
-        have = [str(d.get("sample_id")) for d in data if isinstance(d, dict)]
-        missing = [c for c in want if c not in have]
+        data = _as_sample(read_json(path, "LoCoMo"), p.stem)
+    if want is not None:
+        samples = data if isinstance(data, list) else [data]
+        by_id = {str(x.get("sample_id", f"conv-{i}")) if isinstance(x, dict) else None: x
+                 for i, x in enumerate(samples)}
+        missing = [c for c in want if c not in by_id]
         if missing:
-            raise bad_arg("conversations", f"ids of conversations in {os.fspath(path)!r} ({', '.join(have)})",
-                          ", ".join(missing))
-        data = [d for d in data if isinstance(d, dict) and str(d.get("sample_id")) in set(want)]
+            raise DatasetFormatError(f"conversations: expected sample ids the data holds "
+                                     f"({', '.join(sorted(k for k in by_id if k))}), got {', '.join(missing)}")
+        data = [by_id[c] for c in want]
     ds = parse_locomo(data, limit=limit)
     ds.meta["source"] = os.fspath(path)
-    if conversations is not None:
-        ds.meta["conversations"] = [c.conversation_id for c in ds.conversations]
     return ds
 
 
-def _samples(data: Any, name: str) -> list:
-    """The samples of one file: a list as is, one sample, or one conversation at the top level
-    (``speaker_a`` and ``session_N`` beside ``qa``; its id the ``sample_id`` or ``name``)."""
-    if isinstance(data, dict) and "conversation" not in data and "speaker_a" in data:
-        return [{"sample_id": data.get("sample_id", name), "conversation": data, "qa": data.get("qa", [])}]
-    if isinstance(data, dict) and "conversation" in data:
-        return [dict(data, sample_id=data.get("sample_id", name))]
-    return data
-
-
 def parse_locomo(data: Any, limit: int | None = None, name: str = "locomo") -> Dataset:
-    """Map already-parsed LoCoMo JSON (a list of samples, or one sample) to a :class:`Dataset`."""
+    """Map already-parsed LoCoMo JSON (a list of samples, one sample, or one per-conversation
+    object) to a :class:`Dataset`."""
+    data = _as_sample(data, "conv-0")
     if isinstance(data, dict) and "conversation" in data:
         data = [data]
     if not isinstance(data, list):

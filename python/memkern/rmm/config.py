@@ -16,10 +16,12 @@ from ..errors import MemkernTypeError, bad_arg
 from ..validate import check_choice, check_float, check_int
 from ..template import DEFAULT_TEMPLATE, TurnTemplate
 
-__all__ = ["RMMConfig", "RETRIEVAL_MODES"]
+__all__ = ["RMMConfig", "RETRIEVAL_MODES", "TURN_STAGES"]
 
 #: The values of :attr:`RMMConfig.retrieval`.
 RETRIEVAL_MODES = ("auto", "topic", "turn+topic")
+#: The values of :attr:`RMMConfig.turn_stage`.
+TURN_STAGES = ("hybrid", "dense")
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,37 @@ class RMMConfig:
         ``"topic"``. ``"topic"``: search topic records, show their raw turns. ``"turn+topic"``:
         two-level memory (see :mod:`memkern.rmm`), the best measured retrieval
         (``bench/RESULTS.md``, retrieval section); needs a TurnStore.
+    turn_stage : {"hybrid", "dense"}
+        Two-level memory, the first stage over the turn records: ``"hybrid"`` (default) fuses
+        dense similarity and BM25 over the turn texts (weighted min-max fusion,
+        ``lexical_weight``); ``"dense"``: similarity only. Both add the context terms below, in
+        one store call (:meth:`memkern.MemoryStore.search`, *Two-level search*). Chosen on real
+        conversations (LoCoMo development split; ``bench/RESULTS.md``, real-data retrieval).
+    lexical_weight : float
+        Weight of the BM25 list in the hybrid turn stage, in [0, 1] (default 0.5).
+    neighbour_weight : float
+        Weight of the best neighbouring turn's first-stage score (the previous / next turn of the
+        same session): evidence often sits next to the turn the question matches (default 0.3).
+    session_weight : float
+        Weight of the best first-stage score among the session's retrieved turns (default 0.3).
+    candidates : int
+        Depth of each first-stage list (default 80).
     alpha : float
-        Two-level memory: weight of the topic similarity in a turn's score (default 1.0, chosen
-        on generated data; see the retrieval section of ``bench/RESULTS.md``).
+        Two-level memory: weight of the topic similarity in a turn's score (default 0.5), used
+        when at least ``topic_min_turns`` turns are shown.
+    topic_min_turns : int
+        The topic term is added only when this many turns or more are shown: a turn budget
+        ``retrieve(turns=N)`` with ``N >= topic_min_turns``, or :meth:`memkern.RMM.respond`
+        (up to ``top_m * turns_per_memory`` turns). Measured on real conversations, the topic
+        term helps multi-hop questions at 10-20 turns and costs precision at 5 (default 10).
     turns_per_memory : int
         Two-level memory: best retrieved turns shown under each memory.
     template : str
         The turn template (:mod:`memkern.template`): how a turn is embedded and shown, default
         ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
+    text_template : str or None
+        Two-level memory: the template of each turn record's text, what lexical search matches
+        (``None``, the default: ``template``).
     """
 
     top_k: int = 20
@@ -100,9 +125,16 @@ class RMMConfig:
     save_every: int = 1
     explore: float = 0.0
     retrieval: str = "auto"
-    alpha: float = 1.0
+    turn_stage: str = "hybrid"
+    lexical_weight: float = 0.5
+    neighbour_weight: float = 0.3
+    session_weight: float = 0.3
+    candidates: int = 80
+    alpha: float = 0.5
+    topic_min_turns: int = 10
     turns_per_memory: int = 3
     template: str = DEFAULT_TEMPLATE
+    text_template: str | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__  # frozen: checked values are stored normalised
@@ -111,9 +143,18 @@ class RMMConfig:
         if self.top_m > self.top_k:
             raise bad_arg("top_m", f"<= top_k ({self.top_k})", self.top_m)
         check_choice("retrieval", self.retrieval, RETRIEVAL_MODES)
-        put(self, "alpha", check_float("alpha", self.alpha, finite=True))
+        check_choice("turn_stage", self.turn_stage, TURN_STAGES)
+        put(self, "alpha", check_float("alpha", self.alpha, -100.0, 100.0, finite=True))
+        put(self, "lexical_weight", check_float("lexical_weight", self.lexical_weight, 0.0, 1.0, finite=True))
+        for name in ("neighbour_weight", "session_weight"):
+            put(self, name, check_float(name, getattr(self, name), -100.0, 100.0, finite=True))
         TurnTemplate(self.template)  # a bad pattern raises here, naming `template`
-        for name in ("turns_per_memory", "save_every"):
+        if self.text_template is not None:
+            try:
+                TurnTemplate(self.text_template)
+            except Exception as e:
+                raise bad_arg("text_template", "None or a turn template (memkern.template)", self.text_template) from e
+        for name in ("turns_per_memory", "save_every", "candidates", "topic_min_turns"):
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "seed", check_int("seed", self.seed, 0))
         for name in ("answer_max_new_tokens", "extract_max_new_tokens", "decide_max_new_tokens"):

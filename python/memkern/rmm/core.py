@@ -125,9 +125,12 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
         ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
         file paths are built.
-    extractor : {"llm", "embedding", "window", "sentences"} or memkern.protocols.Extractor
+    extractor : {"embedding", "llm", "window", "sentences"} or memkern.protocols.Extractor
         Topic extraction (see :mod:`memkern.extract`), by name or your own object:
-        ``"embedding"`` is TextTiling-like segmentation, ``"window"`` fixed windows.
+        ``"embedding"`` (the default; no chat model) is TextTiling-like segmentation of each
+        session into contiguous topics, from the same turn vectors the turn records get (each turn
+        is embedded once); ``"window"`` fixed windows; ``"llm"`` topic summaries written by the chat
+        model.
     decider : {"llm", "embedding", "add"} or memkern.protocols.Decider, optional
         Update decisions, by name or your own object. ``None``: ``"add"``
         (:class:`memkern.update.AppendDecider`: every dialogue stretch kept) with the
@@ -173,7 +176,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         embedder: EmbedderProtocol | None = None,
         reranker: Any = None,
         namespace: str = "default",
-        extractor: str | Extractor = "llm",
+        extractor: str | Extractor = "embedding",
         decider: str | Decider | None = None,
         *,
         config: RMMConfig | None = None,
@@ -199,6 +202,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
             config = config.with_overrides(**overrides)
         self.config: RMMConfig = config
         self.turn_template = TurnTemplate(config.template)
+        self.text_template = self.turn_template if config.text_template is None else TurnTemplate(config.text_template)
         self._retrieval = config.retrieval
         if self._retrieval == "auto":
             self._retrieval = "turn+topic" if isinstance(store, TurnStore) else "topic"
@@ -214,6 +218,7 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         self._reranker = reranker
         self._extractor: Extractor | None = custom_extractor
         self._decider: Decider | None = custom_decider
+        self._hybrid: bool | None = None  # RetrieveStage.hybrid_turns, decided on first use
         self._buffer: list[tuple[Any, np.ndarray]] = []
         self.n_responses = 0
         self.n_updates = 0
@@ -304,7 +309,8 @@ class RMM(ReflectStage, RetrieveStage, FeedbackStage, AsyncStage):
         check_str("query", query, nonempty=True)
         if session_turns is not None:
             session_turns = validate_turns(session_turns, "session_turns")
-        search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
+        search_kw = self._first_stage(query, None,
+                                      self._search_filters(filter, time_range, time_field, recency, recency_weight, now))
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")

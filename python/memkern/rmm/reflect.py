@@ -4,7 +4,9 @@ The extractor splits each session into topics (:mod:`memkern.extract`); topics o
 that repeat each other (cosine >= 0.95) are folded together; each remaining topic is compared with
 its ``candidates_k`` most similar memories and the decider chooses ADD / MERGE / UPDATE /
 INVALIDATE / NOOP, applied by :func:`memkern.update.apply_decision`. In two-level memory every turn
-of the session is embedded once and stored as its own turn record.
+of the session is embedded once, through the turn template, and stored as its own turn record
+(its text the turn rendered with ``text_template``, what lexical search matches); the TextTiling
+extractor (``"embedding"``) segments the session from those same vectors.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, bad_arg
-from ..extract import Topic, validate_turns
+from ..extract import TextTilingExtractor, Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
 from ..template import event_seconds, parse_date
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
@@ -123,13 +125,35 @@ class ReflectStage:
         for start in range(0, n, max(1, int(extract_batch))):
             chunk = prepared[start : start + extract_batch]
             t0 = time.perf_counter()
-            topics_per = self.extractor.extract_batch([c[1] for c in chunk], seed=self.seed)
+            turn_embs = self._turn_embeddings([c[1] for c in chunk])
+            t_turns = (time.perf_counter() - t0) / max(1, len(chunk))
+            t0 = time.perf_counter()
+            ex = self.extractor
+            if turn_embs is not None and isinstance(ex, TextTilingExtractor) and ex.template == self.turn_template:
+                # the extractor would embed the very texts the turn records are embedded from
+                topics_per = ex.extract_batch([c[1] for c in chunk], seed=self.seed, turn_embeddings=turn_embs)
+            else:
+                topics_per = ex.extract_batch([c[1] for c in chunk], seed=self.seed)
             t_extract = (time.perf_counter() - t0) / max(1, len(chunk))
-            for (sid, turns, ts), topics in zip(chunk, topics_per):
-                res = self._fold(topics, turns, sid, ts, t_extract)
+            for i, ((sid, turns, ts), topics) in enumerate(zip(chunk, topics_per)):
+                res = self._fold(topics, turns, sid, ts, t_extract, None if turn_embs is None else turn_embs[i],
+                                 t_turns)
                 out.append(res)
                 if progress is not None:
                     progress(len(out))
+        return out
+
+    def _turn_embeddings(self, sessions: list[list[dict]]) -> list[np.ndarray] | None:
+        """Two-level memory: each session's turns embedded through the turn template, in one
+        batch, float32 ``[len(session), d]`` per session; ``None`` in topic mode."""
+        if not self.two_level:
+            return None
+        texts = [self.turn_template.render_turn(t) for s in sessions for t in s]
+        emb = self._embed(texts) if texts else np.zeros((0, self.store.dim), np.float32)
+        out, pos = [], 0
+        for s in sessions:
+            out.append(emb[pos:pos + len(s)])
+            pos += len(s)
         return out
 
     def _candidates(self, embs: np.ndarray) -> list[list[Candidate]]:
@@ -150,17 +174,19 @@ class ReflectStage:
             out.append(cands)
         return out
 
-    def _fold(self, topics: list[Topic], turns: list[dict], sid: str, ts: Any, t_extract: float) -> list[UpdateResult]:
+    def _fold(self, topics: list[Topic], turns: list[dict], sid: str, ts: Any, t_extract: float,
+              turn_embs: np.ndarray | None = None, t_turns: float = 0.0) -> list[UpdateResult]:
+        """Fold one session's topics into the bank; ``turn_embs`` (two-level): its turns'
+        embeddings ``[len(turns), d]`` (:meth:`_turn_embeddings`, embedded once per turn)."""
         timings = {"extract": t_extract}
         if not topics:
-            timings.update(embed=0.0, decide=0.0, update=0.0, total=t_extract)
+            timings.update(embed=t_turns, decide=0.0, update=0.0, total=t_extract + t_turns)
             return []
         t0 = time.perf_counter()
         embs = self._embed([tp.summary for tp in topics])
-        # Two-level memory: every turn of the session embedded once, in one batch, through the
-        # turn template (speaker name and date included).
-        turn_embs = self._embed(self.turn_template.render_turns(turns)) if self.two_level and turns else None
-        timings["embed"] = time.perf_counter() - t0
+        if not turns:
+            turn_embs = None
+        timings["embed"] = time.perf_counter() - t0 + t_turns
         # Topics of one session that repeat each other are folded together first.
         keep: list[int] = []
         ne = _normalize(embs)
@@ -194,11 +220,12 @@ class ReflectStage:
                 meta["date"] = date
             te = None
             if self.two_level:
-                te = turn_embs[list(tp.turns)] if tp.turns else np.zeros((0, self.store.dim), np.float32)
+                te = turn_embs[list(tp.turns)] if tp.turns and turn_embs is not None \
+                    else np.zeros((0, self.store.dim), np.float32)
             r = apply_decision(
                 self.store, self.namespace, tp.summary, e, [turns[i] for i in tp.turns], d, c,
                 embed=lambda texts: self._embed(texts), meta=meta, topic_source=tp.source, turn_embeddings=te,
-                event_time=et, render_turn=self.turn_template.render_turn,
+                event_time=et, render_turn=self.turn_template.render_turn, turn_text=self._turn_text,
             )
             results.append(r)
         timings["update"] = time.perf_counter() - t0 + t_search
@@ -235,7 +262,9 @@ class ReflectStage:
                 continue
             te = full_turn_matrix(self.store, r, r.turns, [], np.zeros((0, self.store.dim), np.float32), self._embed,
                                   self.turn_template.render_turn)
-            self.store.update(i, turns=r.turns, turn_embeddings=te)
+            tx = self._turn_text
+            self.store.update(i, turns=r.turns, turn_embeddings=te,
+                              **({"turn_texts": [tx(t) for t in r.turns]} if tx is not None else {}))
             done += 1
         log.info("rmm.index_turns: %d topic(s) of namespace %r given turn records", done, self.namespace)
         return done

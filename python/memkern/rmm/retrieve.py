@@ -1,10 +1,23 @@
 """RMM's retrieval stage: top-K search (topic or turn+topic), the reranker's choice, the budget.
 
 Topic mode searches topic records. Two-level mode (``retrieval="turn+topic"``) searches
-``4 * top_k`` turn records scored ``sim(q, turn) + alpha * sim(q, its topic)`` and groups them by
-topic (:meth:`RetrieveStage._retrieve_turn_topic`). The reranker then chooses ``top_m`` of the
+``4 * top_k`` turn records in one store call and groups them by topic
+(:meth:`RetrieveStage._retrieve_turn_topic`). On a store with the hybrid two-level search
+(:func:`memkern.protocols.supports_hybrid_turns`: :class:`memkern.MemoryStore`,
+:class:`memkern.InMemoryStore`) a turn's score is (:meth:`memkern.MemoryStore.search`, *Two-level
+search*; settings in :class:`memkern.rmm.RMMConfig`)::
+
+    base(t)  = (1 - w) * minmax(dense) + w * minmax(BM25)      (turn_stage="hybrid", w = lexical_weight)
+    score(t) = base(t) + neighbour_weight * best base of the previous / next turn of its session
+             + session_weight * best base in its session + alpha * sim(q, its topic)
+
+over the templated turn texts and vectors (speaker and date included), with ``alpha`` used only
+when ``topic_min_turns`` or more turns are shown. On other two-level stores: ``sim(q, turn) +
+alpha * sim(q, its topic)``. :meth:`RetrieveStage._first_stage` builds these keywords for a query
+(the place for query-time filters and priors). The reranker then chooses ``top_m`` of the
 ``<= top_k`` candidates (:meth:`RetrieveStage._retrieve_and_rerank`), or orders all of them when a
-turn budget is given. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
+turn budget is given; the first-stage score is its prior (:meth:`memkern.Reranker.select`), so a
+fresh reranker keeps the first stage's order. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
 shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
 shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
 raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget.
@@ -15,11 +28,10 @@ Filters and time (``retrieve`` / ``respond`` / ``aretrieve`` / ``arespond``): ``
 :func:`memkern.store.check_search_filters`), so the reranker only ever sees records that pass.
 RMM writes each session's date to ``event_time`` (:meth:`memkern.RMM.end_session`), so
 ``time_range`` with the default ``time_field="event"`` selects by conversation date. In two-level
-mode the filtered search runs on turn records (a turn sees its topic's meta keys and carries the
-event time of the write that stored it): the ``4 * top_k`` best passing turns by turn similarity
-(+ the recency prior) are rescored ``turn score + alpha * cos(q, topic)`` (cosine, whatever the
-store's metric) and grouped as without filters. A store whose ``search`` lacks one of these keywords
-(:func:`memkern.protocols.search_keywords`) raises :class:`memkern.MemkernTypeError` naming it.
+mode the filters act inside the turn search (a turn sees its topic's meta keys and carries the
+event time of the write that stored it), in the same store call. A store whose ``search`` lacks
+one of these keywords (:func:`memkern.protocols.search_keywords`) raises
+:class:`memkern.MemkernTypeError` naming it.
 """
 from __future__ import annotations
 
@@ -30,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..protocols import missing_search_keywords
+from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
-__all__ = ["RetrieveStage", "Retrieval", "turn_key", "EXPLORE_COIN_KEY"]
+__all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key", "EXPLORE_COIN_KEY"]
 
 #: Philox key (xor the reranker's seed) of the per-call coin that decides whether a
 #: :meth:`memkern.RMM.respond` call explores (``RMMConfig.explore`` strictly between 0 and 1).
@@ -93,6 +105,29 @@ class Retrieval:
         return sum(len(ids) for ids in self.turn_ids)
 
 
+@dataclass
+class TopicHits:
+    """One candidate memory of two-level retrieval: a topic and its retrieved turns.
+
+    Attributes
+    ----------
+    topic_id : int
+    turn_ids : list[int]
+        The topic's retrieved turn-record ids, best first.
+    scores : list[float]
+        Their first-stage scores, aligned with ``turn_ids`` (descending).
+    """
+
+    topic_id: int
+    turn_ids: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        """The score of the topic's best retrieved turn (its rank among the candidates)."""
+        return self.scores[0]
+
+
 def _normalize(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` (float32 ``[..., d]``) scaled to unit length (zero rows stay ~0)."""
     x = np.asarray(x, dtype=np.float32)
@@ -127,55 +162,104 @@ class RetrieveStage:
                               type(self.store).__name__, MemkernTypeError)
         return kw
 
+    @property
+    def hybrid_turns(self) -> bool:
+        """Whether two-level retrieval runs the hybrid turn stage (the store has it,
+        :func:`memkern.protocols.supports_hybrid_turns`)."""
+        if self._hybrid is None:
+            self._hybrid = self.two_level and supports_hybrid_turns(self.store)
+        return self._hybrid
+
+    @property
+    def _turn_text(self):
+        """``turn -> str``, the text of a turn record (``text_template``), or ``None`` when the
+        store keeps no turn texts (then it stores the turn's content)."""
+        return self.text_template.render_turn if self.hybrid_turns else None
+
+    def _first_stage(self, query: str, budget: int | None, filters: dict) -> dict:
+        """The keyword arguments of the first-stage ``store.search`` for one query.
+
+        ``filters``: the checked ``filter`` / ``time_range`` / recency keywords
+        (:meth:`_search_filters`), passed as they are. Two-level memory on a store with the hybrid
+        turn stage adds it (``mode``, ``texts``, fusion, context weights, ``group_key="session_id"``)
+        and ``alpha``: ``config.alpha`` when at least ``topic_min_turns`` turns are shown
+        (``budget``, or ``top_m * turns_per_memory`` for :meth:`respond`), else 0. Query-time
+        filters and priors (e.g. a time range read from the question) belong here.
+        """
+        kw = dict(filters)
+        if not self.two_level:
+            return kw
+        shown = budget if budget is not None else self.top_m * self.turns_per_memory
+        kw["alpha"] = self.alpha if shown >= self.config.topic_min_turns else 0.0
+        if self.hybrid_turns:
+            cfg = self.config
+            kw.update(mode=cfg.turn_stage, texts=[query], fusion="weighted", lexical_weight=cfg.lexical_weight,
+                      neighbour_weight=cfg.neighbour_weight, group_weight=cfg.session_weight, group_key="session_id",
+                      candidates=cfg.candidates)
+        return kw
+
     def _retrieve_turn_topic(self, q: np.ndarray, search_kw: dict | None = None
-                             ) -> tuple[np.ndarray, dict[int, tuple[Any, list[Any], float]]]:
+                             ) -> tuple[np.ndarray, dict[int, TopicHits]]:
         """Turn+topic search, grouped by topic.
 
-        Searches ``4 * top_k`` turns scored ``sim(q, turn) + alpha * sim(q, topic)`` and walks
-        them best first: the first ``top_k`` distinct topics become the candidates (in order of
-        their best turn), each keeping its retrieved turns best first (the shown ones are cut to
-        ``turns_per_memory`` in :meth:`_shown_memories`).
+        Searches ``4 * top_k`` turns in one store call (``search_kw``: :meth:`_first_stage`) and
+        walks them best first: the first ``top_k`` distinct topics become the candidates (in order
+        of their best turn), each keeping its retrieved turns best first (the shown ones are cut
+        to ``turns_per_memory`` in :meth:`_shown_memories`). Only ids and scores are read here
+        (the store's ``topic_ids`` where it has one); records are read for what is shown.
 
         Returns
         -------
         ids : int64 [n]
             Candidate topic ids, ``n <= top_k``.
         groups : dict
-            ``topic id -> (topic record, [turn records, best first], best turn+topic score)``.
+            ``topic id -> TopicHits`` (its retrieved turn ids and scores, best first).
         """
-        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        groups: dict[int, TopicHits] = {}
         if self.store.count(self.namespace, level="turn") == 0:
             return np.zeros(0, np.int64), groups
-        if search_kw:
-            # Filtered: the store's turn+topic search takes no filter, so the passing turns are
-            # searched and rescored with their topics here (module doc).
-            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **search_kw)
+        kw = dict(search_kw or {})
+        alpha = kw.pop("alpha", self.alpha)
+        filters = {k: kw.pop(k) for k in SEARCH_FILTER_KEYWORDS if k in kw}
+        if filters and not self.hybrid_turns:
+            # A two-level store without the hybrid search takes no filter at level="turn+topic":
+            # the passing turns are searched and rescored with their topics here.
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn", **filters)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
-            pairs = self.store.turns_with_topics(tids[keep])
-            if pairs:
-                topic_emb = np.asarray(self.store.embeddings([int(tp.id) for _, tp in pairs]), np.float32)
-                s2 = scores[keep].astype(np.float32) + np.float32(self.alpha) * (
-                    _normalize(topic_emb) @ _normalize(q).reshape(-1))
+            tids, scores = tids[keep], scores[keep]
+            parents = self._topic_ids(tids)
+            if len(tids):
+                topic_emb = np.asarray(self.store.embeddings([int(p) for p in parents]), np.float32)
+                s2 = scores.astype(np.float32) + np.float32(alpha) * (_normalize(topic_emb) @ _normalize(q).reshape(-1))
                 order = np.argsort(-s2, kind="stable")
-                pairs, sc = [pairs[int(i)] for i in order], s2[order]
-            else:
-                sc = np.zeros(0, np.float32)
+                tids, scores, parents = tids[order], s2[order], parents[order]
         else:
-            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=self.alpha)
+            tids, scores = self.store.search(self.namespace, q, k=4 * self.top_k, level="turn+topic", alpha=alpha,
+                                             **filters, **kw)
             tids, scores = np.asarray(tids).reshape(-1), np.asarray(scores).reshape(-1)
             keep = tids >= 0
-            pairs = self.store.turns_with_topics(tids[keep])
-            sc = scores[keep]
-        for (turn, topic), s in zip(pairs, sc):
-            g = groups.get(int(topic.id))
+            tids, scores = tids[keep], scores[keep]
+            parents = self._topic_ids(tids)
+        for t, p, sc in zip(tids.tolist(), parents.tolist(), scores.tolist()):
+            g = groups.get(p)
             if g is None:
                 if len(groups) >= self.top_k:
                     continue
-                groups[int(topic.id)] = g = (topic, [], float(s), [])
-            g[1].append(turn)
-            g[3].append(float(s))
+                groups[p] = g = TopicHits(p)
+            g.turn_ids.append(t)
+            g.scores.append(sc)
         return np.fromiter(groups, dtype=np.int64, count=len(groups)), groups
+
+    def _topic_ids(self, tids: np.ndarray) -> np.ndarray:
+        """The topic id of each turn record id (int64 ``[n]``): the store's ``topic_ids`` when it
+        has one, else read through ``turns_with_topics``."""
+        if len(tids) == 0:
+            return np.zeros(0, np.int64)
+        fn = getattr(self.store, "topic_ids", None)
+        if fn is not None:
+            return np.asarray(fn(tids), np.int64)
+        return np.asarray([int(tp.id) for _, tp in self.store.turns_with_topics(tids)], np.int64)
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
                              explore: float | None = None, search_kw: dict | None = None):
@@ -190,7 +274,7 @@ class RetrieveStage:
         import torch
 
         t0 = time.perf_counter()
-        groups: dict[int, tuple[Any, list[Any], float]] = {}
+        groups: dict[int, TopicHits] = {}
         if self.store.count(self.namespace) == 0:
             timings["retrieve"] = time.perf_counter() - t0
             timings["rerank"] = 0.0
@@ -198,9 +282,10 @@ class RetrieveStage:
         search_kw = search_kw or {}
         if self.two_level and self.store.count(self.namespace, level="turn") > 0:
             ids, groups = self._retrieve_turn_topic(q, search_kw)
-            first = np.asarray([groups[int(i)][2] for i in ids], np.float32)
+            first = np.asarray([groups[int(i)].best for i in ids], np.float32)
         else:  # topic mode, or a bank written in topic mode that has no turn records yet (index_turns)
-            ids, sc = self.store.search(self.namespace, q, k=self.top_k, **search_kw)
+            ids, sc = self.store.search(self.namespace, q, k=self.top_k,
+                                        **{k: v for k, v in search_kw.items() if k in SEARCH_FILTER_KEYWORDS})
             ids, sc = np.asarray(ids).reshape(-1), np.asarray(sc, np.float32).reshape(-1)
             first = sc[ids >= 0]
             ids = ids[ids >= 0].astype(np.int64)
@@ -208,7 +293,7 @@ class RetrieveStage:
         if groups and len(ids):
             # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
             # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
-            best = np.asarray(self.store.embeddings([int(groups[int(i)][1][0].id) for i in ids]), dtype=np.float32)
+            best = np.asarray(self.store.embeddings([groups[int(i)].turn_ids[0] for i in ids]), dtype=np.float32)
             emb = best + np.float32(self.alpha) * emb
         timings["retrieve"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -272,8 +357,7 @@ class RetrieveStage:
                 return draw
         return rr.select(q, cand, mask=mask, greedy=True, m=m, **select_kw)
 
-    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, tuple[Any, list[Any], float]],
-                        budget: int | None = None):
+    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, TopicHits], budget: int | None = None):
         """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
         shown turn keys)``, cut to ``budget`` turns in all.
 
@@ -281,47 +365,42 @@ class RetrieveStage:
         ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
         by score among the first ``budget`` memories (no per-memory cap). Topic mode: each record's summary with its
         raw turns (with a budget, memories in order until it is spent, the last one cut).
-        Memories are ``{"id", "summary", "turns"}``.
+        Memories are ``{"id", "summary", "turns"}``. The shown records are read in two batches.
         """
         memories, shown, keys = [], [], []
-        left = budget
-        if budget is not None and groups:
-            # A budget of N turns: the best N retrieved turns (turn+topic score) among the first N
-            # memories in the reranker's order; a fresh reranker keeps the retriever's order, so
-            # these are the N best turns. (turns_per_memory bounds respond's prompt; here the
-            # budget is the bound.)
-            cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
-                           for k, sc in enumerate(groups[int(i)][3])), key=lambda x: -x[0])
-            take: dict[int, list[int]] = {}
-            for sc, k, i in cand[:budget]:
-                take.setdefault(i, []).append(k)
-            for i in m_sel:
-                if int(i) not in take:
-                    continue
-                trs = sorted([groups[int(i)][1][k] for k in take[int(i)]], key=_turn_order)
+        if groups:
+            if budget is not None:
+                # A budget of N turns: the best N retrieved turns (first-stage score) among the first
+                # N memories in the reranker's order; a fresh reranker keeps the retriever's order,
+                # so these are the N best turns. (turns_per_memory bounds respond's prompt; here the
+                # budget is the bound.)
+                cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
+                               for k, sc in enumerate(groups[int(i)].scores)), key=lambda x: -x[0])
+                take: dict[int, list[int]] = {}
+                for sc, k, i in cand[:budget]:
+                    take.setdefault(i, []).append(groups[i].turn_ids[k])
+                order = [int(i) for i in m_sel if int(i) in take]
+            else:
+                order = [int(i) for i in m_sel if int(i) in groups]
+                take = {i: groups[i].turn_ids[: self.turns_per_memory] for i in order}
+            recs = {r.id: r for r in self.store.get_batch(order + [t for i in order for t in take[i]])}
+            for i in order:
+                trs = sorted((recs[t] for t in take[i]), key=_turn_order)
                 turns = [t.turn for t in trs]
-                memories.append({"id": int(i), "summary": groups[int(i)][0].summary, "turns": turns})
+                memories.append({"id": i, "summary": recs[i].summary, "turns": turns})
                 shown.append([int(t.id) for t in trs])
                 keys.append([turn_key(t) for t in turns])
             return memories, shown, keys
+        left = budget
         for i in m_sel:
             if left is not None and left <= 0:
                 break
-            if int(i) in groups:
-                topic, trs = groups[int(i)][0], list(groups[int(i)][1][: self.turns_per_memory])
-                if left is not None:
-                    trs = trs[:left]
-                trs = sorted(trs, key=_turn_order)
-                turns, rec = [t.turn for t in trs], [int(t.id) for t in trs]
-                summary = topic.summary
-            else:
-                r = self.store.get(int(i))
-                turns = list(r.turns or [])
-                if left is not None:
-                    turns = turns[:left]
-                rec, summary = [], r.summary
-            memories.append({"id": int(i), "summary": summary, "turns": turns})
-            shown.append(rec)
+            r = self.store.get(int(i))
+            turns = list(r.turns or [])
+            if left is not None:
+                turns = turns[:left]
+            memories.append({"id": int(i), "summary": r.summary, "turns": turns})
+            shown.append([])
             keys.append([turn_key(t) for t in turns])
             if left is not None:
                 left -= len(turns)
@@ -373,7 +452,8 @@ class RetrieveStage:
         if explore is not None and explore is not False:
             raise bad_arg("explore", "None or False (retrieve returns the reranker's best memories; exploration is "
                                      "respond's, RMMConfig.explore)", explore)
-        search_kw = self._search_filters(filter, time_range, time_field, recency, recency_weight, now)
+        search_kw = self._first_stage(query, None if turns is None else int(turns),
+                                      self._search_filters(filter, time_range, time_field, recency, recency_weight, now))
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
