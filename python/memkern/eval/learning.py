@@ -2,7 +2,8 @@
 
 Per conversation a bank is written through :meth:`memkern.RMM.end_session` (the default
 two-level memory). Each *split* draws half of the conversation's questions (those with evidence
-turns, categories 1-4 by default) for training and keeps the other half held out. Every *arm*
+turns, adversarial ones left out: LoCoMo categories 1-4) for training and keeps the other half
+held out. Every *arm*
 starts a fresh reranker, asks the training questions once, in a seeded order, through
 ``RMM.respond`` with :class:`CitingChat` (a chat-model fake that cites a shown memory when its
 prompt block holds an evidence turn of the question: the simulation rule), and then reads the
@@ -56,12 +57,14 @@ from .report import ExperimentResult, environment
 from .tasks import Experiment, Task, TaskOutput, sum_timings
 
 __all__ = ["ARMS", "CitingChat", "HiddenSampleReranker", "SwapLastReranker", "LearningExperiment",
-           "LearningResult", "run_learning", "evidence_keys", "bootstrap_ci"]
+           "LearningResult", "run_learning", "learning_experiment", "evidence_keys", "bootstrap_ci", "ADVERSARIAL"]
 
 #: The arms, in table order (module doc).
 ARMS = ("greedy", "explore=0.05", "explore=1", "hidden", "swap-last", "direct")
 BUDGETS = (5, 10)
-CATEGORIES = ("category_1", "category_2", "category_3", "category_4")
+#: Question types left out unless ``categories`` names them: adversarial questions (LoCoMo's
+#: category 5) ask about what was never said.
+ADVERSARIAL = ("category_5", "adversarial")
 _BLOCK = re.compile(r"^\[(\d+)\] ")
 
 
@@ -239,7 +242,8 @@ class LearningResult(ExperimentResult):
     ``metrics[arm]``: ``heldout`` (per budget ``N``: ``before``, ``after``, ``delta`` with its
     interval ``delta_lo`` / ``delta_hi``, ``questions``), ``shown`` and ``greedy`` (recall during the
     training pass), ``shown_minus_greedy`` with its interval, ``explored`` (share of calls),
-    ``calls``, ``updates``, ``by_conversation`` (held-out R@5 delta per conversation). ``rows``:
+    ``calls``, ``updates``, ``by_conversation`` (held-out R@5 delta per conversation); the
+    ``heldout`` views are the budgets and ``"respond"`` (the memories respond would show). ``rows``:
     per-question rows (``phase`` ``"test"`` or ``"train"``).
     """
 
@@ -247,19 +251,24 @@ class LearningResult(ExperimentResult):
 
     @classmethod
     def format_metrics(cls, metrics: dict[str, Any], config: dict[str, Any]) -> str:
-        b0 = config.get("budgets", list(BUDGETS))[0]
-        lines = [f"{'arm':<14}{'R@' + str(b0) + ' before':>12}{'after':>8}{'delta (pts) [95% CI]':>26}"
-                 f"{'shown':>8}{'greedy':>8}{'shown-greedy [95% CI]':>26}{'explored':>10}"]
+        budgets = [str(b) for b in config.get("budgets", list(BUDGETS))]
+        views = budgets + ["respond"]
+        head = f"{'arm':<14}{'R@' + budgets[0] + ' before':>12}{'after':>7}"
+        head += "".join(f"{'Δ ' + ('R@' + v if v != 'respond' else 'shown') + ' [95% CI]':>24}" for v in views)
+        head += f"{'learning: shown':>17}{'greedy':>8}{'shown-greedy [95% CI]':>24}{'explored':>9}"
+        lines = [head]
         for arm, v in metrics.items():
             if arm == "rows":
                 continue
-            h = v["heldout"][str(b0)]
+            h = v["heldout"]
+            line = f"{arm:<14}{h[budgets[0]]['before']:>12.3f}{h[budgets[0]]['after']:>7.3f}"
+            line += "".join(f"{_pts(h[x]['delta'], h[x]['delta_lo'], h[x]['delta_hi']) if x in h else '':>24}"
+                            for x in views)
             sm = v.get("shown_minus_greedy")
-            lines.append(
-                f"{arm:<14}{h['before']:>12.3f}{h['after']:>8.3f}"
-                f"{_pts(h['delta'], h['delta_lo'], h['delta_hi']):>26}"
-                + (f"{v['shown']:>8.3f}{v['greedy']:>8.3f}{_pts(*sm):>26}{v['explored']:>10.2f}"
-                   if sm is not None else f"{'':>8}{'':>8}{'(not through RMM)':>26}{'':>10}"))
+            line += (f"{v['shown']:>17.3f}{v['greedy']:>8.3f}{_pts(sm['delta'], sm['delta_lo'], sm['delta_hi']):>24}"
+                     f"{v['explored']:>9.2f}" if sm is not None
+                     else f"{'(not through RMM)':>17}")
+            lines.append(line)
         return "\n".join(lines)
 
 
@@ -279,7 +288,7 @@ class _Bank:
     questions: list[Question]
 
 
-def _build_bank(conv: Conversation, emb: Any, root: str, rmm_kwargs: dict, categories: Sequence[str]) -> _Bank:
+def _build_bank(conv: Conversation, emb: Any, root: str, rmm_kwargs: dict, categories: Sequence[str] | None) -> _Bank:
     from ..rmm import RMM
     from ..store import MemoryStore
     from .retrieval import turn_dicts
@@ -291,7 +300,8 @@ def _build_bank(conv: Conversation, emb: Any, root: str, rmm_kwargs: dict, categ
     for s, sess in zip(turn_dicts(conv), conv.sessions):
         writer.end_session([{k: v for k, v in t.items() if k != "date"} for t in s], session_id=sess.session_id,
                            date=sess.date)
-    qs = [q for q in conv.questions if q.evidence_turn_ids and q.question_type in categories]
+    qs = [q for q in conv.questions if q.evidence_turn_ids
+          and (q.question_type in categories if categories is not None else q.question_type not in ADVERSARIAL)]
     return _Bank(conv, store, "user", qs)
 
 
@@ -319,7 +329,7 @@ class LearningExperiment(Experiment):
     pool: bool = False
     batch_size: int = 4
     budgets: tuple[int, ...] = BUDGETS
-    categories: tuple[str, ...] = CATEGORIES
+    categories: tuple[str, ...] | None = None
     rmm_kwargs: dict[str, Any] | None = None
     reranker_kwargs: dict[str, Any] | None = None
     k: int = 20
@@ -422,6 +432,9 @@ class LearningExperiment(Experiment):
                 for bud in self.budgets:
                     row[f"before@{bud}"] = _recall(fresh[j].retrieve(q.question, turns=bud).all_turn_ids, ev)
                     row[f"after@{bud}"] = _recall(rmms[j].retrieve(q.question, turns=bud).all_turn_ids, ev)
+                # what respond would show for it (top_m memories, their shown turns)
+                row["before@respond"] = _recall(fresh[j].retrieve(q.question).all_turn_ids, ev)
+                row["after@respond"] = _recall(rmms[j].retrieve(q.question).all_turn_ids, ev)
                 rows.append(row)
         return rows
 
@@ -486,11 +499,12 @@ class LearningExperiment(Experiment):
             train = [r for r in rows if r["arm"] == arm and r["phase"] == "train"]
             qid = np.array([r["question_id"] for r in test])
             held: dict[str, Any] = {}
-            for bud in self.budgets:
+            views = [str(b) for b in self.budgets] + (["respond"] if test and "before@respond" in test[0] else [])
+            for bud in views:
                 before = np.array([r[f"before@{bud}"] for r in test])
                 after = np.array([r[f"after@{bud}"] for r in test])
                 d, lo, hi = bootstrap_ci(after - before, qid, seed=self.seed)
-                held[str(bud)] = dict(before=float(before.mean()) if len(test) else math.nan,
+                held[bud] = dict(before=float(before.mean()) if len(test) else math.nan,
                                       after=float(after.mean()) if len(test) else math.nan,
                                       delta=d, delta_lo=lo, delta_hi=hi, questions=len(test))
             m: dict[str, Any] = dict(heldout=held, updates=mean([r["updates"] for r in test]))
@@ -501,9 +515,9 @@ class LearningExperiment(Experiment):
             if train:
                 sh = np.array([r["shown"] for r in train])
                 gr = np.array([r["greedy"] for r in train])
+                d, lo, hi = bootstrap_ci(sh - gr, np.array([r["question_id"] for r in train]), seed=self.seed)
                 m.update(shown=float(sh.mean()), greedy=float(gr.mean()),
-                         shown_minus_greedy=bootstrap_ci(sh - gr, np.array([r["question_id"] for r in train]),
-                                                         seed=self.seed),
+                         shown_minus_greedy=dict(delta=d, delta_lo=lo, delta_hi=hi),
                          explored=mean([float(r["explored"]) for r in train]),
                          reward_rate=mean([r["reward_rate"] for r in train]), calls=len(train))
             metrics[arm] = m
@@ -512,7 +526,7 @@ class LearningExperiment(Experiment):
         timings["total"] = timings["tasks"]
         config = dict(experiment="learning", arms=list(self.arms), splits=self.splits, test_frac=self.test_frac,
                       pool=self.pool, batch_size=self.batch_size, budgets=list(self.budgets),
-                      categories=list(self.categories), rmm_kwargs=dict(self.rmm_kwargs or {}),
+                      categories=None if self.categories is None else list(self.categories), rmm_kwargs=dict(self.rmm_kwargs or {}),
                       reranker_kwargs=dict(self.reranker_kwargs or {}), k=self.k, seed=self.seed,
                       embedder=emb.model_name, citations="a shown memory holding an evidence turn is cited",
                       interval="per-question bootstrap, 95%, 2000 resamples")
@@ -521,7 +535,7 @@ class LearningExperiment(Experiment):
 
 def learning_experiment(*, arms: Sequence[str] = ARMS, splits: int = 3, test_frac: float = 0.5, pool: bool = False,
                         batch_size: int = 4, budgets: Sequence[int] = BUDGETS,
-                        categories: Sequence[str] = CATEGORIES, rmm_kwargs: dict | None = None,
+                        categories: Sequence[str] | None = None, rmm_kwargs: dict | None = None,
                         reranker_kwargs: dict | None = None, k: int = 20, seed: int = 0) -> LearningExperiment:
     """A checked :class:`LearningExperiment` (the arguments of :func:`run_learning`)."""
     for a in arms:
@@ -536,7 +550,8 @@ def learning_experiment(*, arms: Sequence[str] = ARMS, splits: int = 3, test_fra
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise bad_arg("budgets", "ints >= 1", b)
     return LearningExperiment(arms=tuple(arms), splits=splits, test_frac=float(test_frac), pool=bool(pool),
-                              batch_size=batch_size, budgets=tuple(budgets), categories=tuple(categories),
+                              batch_size=batch_size, budgets=tuple(budgets),
+                              categories=None if categories is None else tuple(categories),
                               rmm_kwargs=dict(rmm_kwargs) if rmm_kwargs else None,
                               reranker_kwargs=dict(reranker_kwargs) if reranker_kwargs else None, k=k, seed=seed)
 
@@ -564,6 +579,8 @@ def run_learning(ds: Dataset, *, emb: Any = None, progress: bool = False, conver
         Random train / held-out splits (each a fresh reranker per arm).
     pool : bool
         One reranker for every conversation (module doc).
+    categories : sequence of str, optional
+        Question types to use (default: all but :data:`ADVERSARIAL`).
     rmm_kwargs, reranker_kwargs : dict, optional
         :class:`memkern.RMM` settings (default: RMM's defaults with the embedding extractor) and
         settings of the fresh reranker (:func:`memkern.rmm.feedback.default_reranker`).
