@@ -64,6 +64,7 @@ T_TILING = ("tests/test_extract.py",)
 T_RETRIEVE = ("tests/test_rmm_retrieve.py", "tests/test_rmm_turns.py")
 T_SERVE = ("tests/test_serve.py",)
 T_ASYNC = ("tests/test_rmm_async.py",)
+T_EXPLORE = ("tests/test_rmm_explore.py", "tests/test_rmm_learning.py")
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -219,7 +220,7 @@ CATALOGUE: list[Mutant] = [
            "f = 1.0",
            "weight decay toward the retriever's order is skipped", T_TRAINER),
     Mutant("trainer-ring-not-written", "trainer", "python/memkern/trainer.py",
-           "            self._write_ring(q, C, valid, idx_p, R_p)\n",
+           "            self._write_ring(q, C, valid, idx_p, R_p, P_p)\n",
            "            pass\n",
            "the replay ring never receives new rows", T_TRAINER),
     Mutant("trainer-guard-norm-off", "trainer", "python/memkern/trainer.py",
@@ -990,4 +991,51 @@ CATALOGUE: list[Mutant] = [
            "scores = prior_t + scores",
            "a prior is added to the adapters' absolute score (q'.m') instead of their residual over q.m, "
            "so a fresh reranker no longer keeps the first stage's order", ("tests/test_reranker.py",)),
+    # ---------------------------------------------------------------- greedy reads, exploration only to learn
+    Mutant("rmm-exploration-shown", "explore", "python/memkern/rmm/retrieve.py",
+           "        return rr.select(q, cand, mask=mask, greedy=True, m=m, **select_kw)",
+           "        return rr.select(q, cand, mask=mask, greedy=False, m=m, **select_kw)",
+           "retrieve and respond show a sampled draw instead of the reranker's best memories", T_EXPLORE),
+    Mutant("rmm-greedy-read-draws", "explore", "python/memkern/rmm/retrieve.py",
+           "        if explore > 0.0:\n", "        if explore >= 0.0:\n",
+           "a call that does not explore still draws from (and advances) the reranker's random stream",
+           T_EXPLORE),
+    Mutant("rmm-noise-counter-not-advanced", "explore", "python/memkern/rmm/retrieve.py",
+           "draw = rr.select(q, cand, mask=mask, m=m, **select_kw)",
+           "draw = rr.select(q, cand, mask=mask, m=m, seed=rr.seed, **select_kw)",
+           "exploring calls draw at a fixed counter: every call (and a reopened RMM) replays the same noise",
+           T_EXPLORE),
+    Mutant("rmm-explore-coin-ignored", "explore", "python/memkern/rmm/retrieve.py",
+           "if float(u[0]) < explore:", "if float(u[0]) < 1.0:",
+           "a share of exploring calls explores on every call", T_EXPLORE),
+    Mutant("rmm-reranker-seed-ignored", "explore", "python/memkern/rmm/feedback.py",
+           "self._reranker = default_reranker(self.store.dim, self.top_m, self.seed)",
+           "self._reranker = default_reranker(self.store.dim, self.top_m, 0)",
+           "the fresh reranker ignores config.seed (its draws are not reproducible from the seed)", T_EXPLORE),
+    Mutant("rmm-learns-nothing-from-greedy", "explore", "python/memkern/rmm/core.py",
+           "rewards = self._record_rewards(sel, cites, len(m_sel))",
+           "rewards = self._record_rewards(sel if not sel.greedy else None, cites, len(m_sel))",
+           "the reranker learns only from explored calls, not from the citations of the best memories shown",
+           T_EXPLORE),
+    Mutant("trainer-prior-offset-dropped", "trainer", "python/memkern/trainer.py",
+           "                scores = scores + P                                   # the policy's scores (prior offset)",
+           "                scores = scores",
+           "a selection drawn with a prior is trained as if drawn from the adapters' scores alone",
+           ("tests/test_trainer.py",)),
+    Mutant("trainer-replay-prior-dropped", "trainer", "python/memkern/trainer.py",
+           "P = None if P_p is None else torch.cat([P_p, ring[\"P\"].index_select(0, pick)])",
+           "P = None if P_p is None else torch.cat([P_p, torch.zeros_like(ring[\"P\"].index_select(0, pick))])",
+           "replayed rows lose the prior offset they were drawn with", ("tests/test_trainer.py",)),
+    Mutant("learning-hidden-unshown-rewarded", "eval", "python/memkern/eval/learning.py",
+           "idx = torch.where(seen, hidden, torch.full_like(hidden, -1))", "idx = hidden",
+           "the hidden-sample learner rewards drawn candidates the model never saw", T_EXPLORE),
+    Mutant("learning-citing-chat-cites-all", "eval", "python/memkern/eval/learning.py",
+           "cites = [i for i, b in enumerate(blocks) if any(k in b for k in keys)]",
+           "cites = list(range(len(blocks)))",
+           "the simulated model cites every shown memory, evidence or not", T_EXPLORE),
+    Mutant("learning-greedy-counterfactual-after", "eval", "python/memkern/eval/learning.py",
+           "            greedy = r.retrieve(q.question)\n            resp = r.respond(q.question)\n",
+           "            resp = r.respond(q.question)\n            greedy = r.retrieve(q.question)\n",
+           "the greedy read a call is compared with is taken after the call learned from it",
+           ("tests/test_eval_learning.py",)),
 ]

@@ -92,3 +92,12 @@ def test_cli_learning_experiment(tmp_path, capsys):
     assert res["metrics_mean"]["explore=1"]["explored"] == 1.0
     assert main(["eval", "memory", "learning", "--conversations", "conv-26", "--out", str(tmp_path)]) == 2
     assert "--conversations" in capsys.readouterr().err
+
+
+def test_the_greedy_read_compared_with_a_call_is_the_one_before_it(dialogues, emb):
+    # every call updates the reranker (batch 1, large steps): a greedy read taken after the call differs
+    res = run_learning(dialogues, emb=emb, splits=1, arms=("greedy",), batch_size=1,
+                       reranker_kwargs=dict(lr=5.0, max_norm=50.0, clip_grad_norm=None))
+    assert res.metrics["greedy"]["shown_minus_greedy"] == dict(delta=0.0, delta_lo=0.0, delta_hi=0.0)
+    train = [r for r in res.metrics["rows"] if r["phase"] == "train"]
+    assert all(r["shown"] == r["greedy"] for r in train)
