@@ -248,13 +248,14 @@ SECTIONS = (
     "inmemory",            # bench_inmemory.py --write-section: InMemoryStore, AsyncMemoryStore, export/import
     "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
     "retrieval",           # issue 13 items 1-4: memkern eval memory retrieval (template, TextTiling, RMM default)
+    "retrieval-locomo",    # memkern eval memory retrieval --locomo ... --write-section: real-data rows, ablations, CIs
     "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
     "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
     "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent (issue 13)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
-OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched"})
+OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo"})
 
 RESULTS_INTRO = """Figures measured on the project's machine kind (2 cores, x86_64, no GPU) unless a section says
 otherwise. These machines are shared and noisy: compare ratios measured inside one run, not

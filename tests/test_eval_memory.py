@@ -244,7 +244,10 @@ def test_rmm_slice_with_real_tiny_model():
     ds = generate_history(1, 6, seed=0)
     r = rmm_loop.run_rmm(ds, conversations=1, sessions=6, questions=3, chat_model=tiny_chat_model(max_new_tokens=16),
                   embedder=BowEmbedder(), extractor="embedding",
-                  rmm_kwargs=dict(answer_max_new_tokens=12, top_k=10, top_m=3, batch_size=2))
+                  rmm_kwargs=dict(answer_max_new_tokens=12, top_k=10, top_m=3, batch_size=2,
+                                  # the dense turn stage: this data's questions paraphrase their evidence
+                                  # (no shared words for BM25), and the check below is the loop's
+                                  turn_stage="dense"))
     m = r["metrics"]
     assert m["questions"] == 3 and len(m["rows"]) == 3
     assert 0.0 <= m["evidence_recall"] <= 1.0 and m["evidence_recall"] > 0  # memories carry their turn ids
@@ -290,22 +293,31 @@ def test_reranker_config_is_public():
 
 # --------------------------------------------------------------------------------- retrieval (issue 13)
 def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
-    """Every configuration at every budget; the default RMM's retrieve reproduces the measured
-    turn + 1 * TextTiling-parent ranking (same template, same topics, exact search at this size)."""
+    """Every configuration at every budget with bootstrap intervals; RMM with the dense turn stage,
+    no context terms and the topic term at every budget reproduces the measured turn + 1 *
+    TextTiling-parent ranking (same template, same topics, exact search at this size)."""
     from memkern.data import generate_dialogues
     from memkern.eval import retrieval
 
     ds = generate_dialogues(1, 6, seed=1)
-    r = retrieval.run_retrieval(ds, emb=bow, alphas=(1.0, 2.0))
+    two_level = dict(turn_stage="dense", neighbour_weight=0.0, session_weight=0.0, alpha=1.0, topic_min_turns=1)
+    r = retrieval.run_retrieval(ds, emb=bow, alphas=(1.0, 2.0), rmm_kwargs=two_level, bootstrap=200)
     m = r.metrics
-    assert set(m) == {"turn (content)", "turn (template)", "window4", "texttiling", "turn+1*window4",
+    assert set(m) == {"turn (speaker)", "turn (content)", "turn (template)", "lexical (template)", "window4",
+                      "texttiling", "turn+1*window4",
                       "turn+2*window4", "turn+1*texttiling", "turn+2*texttiling", "rmm-default",
                       "hybrid (content)", "hybrid (template)", "hybrid (content, all turns)",
                       "hybrid (content)+1*window4", "hybrid (content)+2*window4",
                       "hybrid (content)+1*texttiling", "hybrid (content)+2*texttiling"}
     for name, v in m.items():
         assert v["recall@5turns"] <= v["recall@10turns"] <= v["recall@20turns"] and v["questions"] == m["window4"]["questions"]
-        assert v["delta_recall@5turns"] == pytest.approx(v["recall@5turns"] - m["turn (content)"]["recall@5turns"])
+        assert v["delta_recall@5turns"] == pytest.approx(v["recall@5turns"] - m["turn (speaker)"]["recall@5turns"])
+        for b in (5, 10, 20):
+            lo, hi = v[f"ci95_recall@{b}turns"]
+            assert lo <= v[f"recall@{b}turns"] <= hi
+            dlo, dhi = v[f"ci95_delta_recall@{b}turns"]
+            assert dlo <= v[f"delta_recall@{b}turns"] <= dhi
+    assert m["turn (speaker)"]["ci95_delta_recall@5turns"] == [0.0, 0.0]
     assert m["window4"]["turns_per_unit"] <= 4 and m["texttiling"]["tokens_per_unit"] > 0
     for b in (5, 10, 20):
         assert m["rmm-default"][f"recall@{b}turns"] == pytest.approx(m["turn+1*texttiling"][f"recall@{b}turns"])

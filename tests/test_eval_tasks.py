@@ -148,7 +148,8 @@ def test_result_rows_in_plan_order(ds):
     from memkern.eval.tasks import TaskOutput, Task, concat_rows, run_local
 
     r = run_local(_experiments()[0], ds, cached(_Hash(32)), conversations_per_task=1)
-    assert list(r.metrics) == ["turn (content)", "turn (template)", "hybrid (content)", "hybrid (template)",
+    assert list(r.metrics) == ["turn (speaker)", "turn (content)", "turn (template)", "lexical (template)",
+                               "hybrid (content)", "hybrid (template)",
                                "hybrid (content, all turns)", "window4", "turn+1*window4",
                                "hybrid (content)+1*window4", "texttiling", "turn+1*texttiling",
                                "hybrid (content)+1*texttiling", "rmm-default"]

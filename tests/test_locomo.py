@@ -173,30 +173,38 @@ def test_unreadable_files_are_clear_memkern_errors(tmp_path):
         load_locomo(p)
 
 
-def _conversation_file(tmp_path, name, sid=None):
-    """The repository zip's layout: one conversation per file, its fields at the top level."""
-    s = _sample("ignored")
-    data = dict(s["conversation"], qa=s["qa"])
-    if sid is not None:
-        data["sample_id"] = sid
-    p = tmp_path / f"{name}.json"
-    p.write_text(json.dumps(data))
-    return p
+def _per_conversation(sample):
+    """A sample in the per-conversation layout: the conversation's fields and qa at the top level."""
+    return {**sample["conversation"], "qa": sample["qa"], "event_summary": {"ignored": True}}
 
 
-def test_one_conversation_files_and_folders_load(tmp_path):
-    d = tmp_path / "dev"
+def test_per_conversation_files_and_folders(tmp_path):
+    ref = load_locomo(_write(tmp_path, [_sample("conv-3"), _sample("conv-26")]))
+    d = tmp_path / "convs"
     d.mkdir()
-    one = _conversation_file(d, "conv-30")
-    _conversation_file(d, "conv-26")
-    _conversation_file(d, "conv-3", sid="conv-3b")            # a sample_id wins over the file name
-    (d / "notes.txt").write_text("not json")
-    ds = load_locomo(one)
-    assert [c.conversation_id for c in ds.conversations] == ["conv-30"] and ds.n_questions == 3
-    assert ds.conversations[0].turn_map()["D1:1"].speaker == "Caroline"
-    ds = load_locomo(d)
-    assert [c.conversation_id for c in ds.conversations] == ["conv-3b", "conv-26", "conv-30"]   # natural order
-    ds = load_locomo(d, conversations=["conv-30", "conv-26"])
-    assert [c.conversation_id for c in ds.conversations] == ["conv-30", "conv-26"]                # as asked
-    with pytest.raises(DatasetFormatError, match="conv-99"):
-        load_locomo(d, conversations=["conv-26", "conv-99"])
+    for sid in ("conv-26", "conv-3"):
+        (d / f"{sid}.json").write_text(json.dumps(_per_conversation(_sample(sid))))
+    (d / "notes.txt").write_text("not a conversation")
+    one = load_locomo(d / "conv-26.json")  # one file: the sample id is the file name
+    assert [c.conversation_id for c in one.conversations] == ["conv-26"]
+    assert one.conversations[0].questions[0].question_id == "conv-26/q0"
+    both = load_locomo(d)  # a folder: natural name order (conv-3 before conv-26)
+    assert [c.conversation_id for c in both.conversations] == ["conv-3", "conv-26"]
+    assert both.content_hash() == ref.content_hash()
+    picked = load_locomo(d, conversations=["conv-26"])
+    assert [c.conversation_id for c in picked.conversations] == ["conv-26"]
+    assert load_locomo(tmp_path / "locomo.json", conversations=["conv-26", "conv-3"]).n_questions == 6
+    # a folder with conversations given opens only those files
+    (d / "conv-9.json").write_text("{broken")
+    assert len(load_locomo(d, conversations=["conv-3"]).conversations) == 1
+    with pytest.raises(DatasetFormatError, match="conv-9"):
+        load_locomo(d)
+    with pytest.raises(DatasetFormatError, match="conv-77"):
+        load_locomo(d, conversations=["conv-3", "conv-77"])
+    with pytest.raises(DatasetFormatError, match="conv-77"):
+        load_locomo(tmp_path / "locomo.json", conversations=["conv-77"])
+    with pytest.raises(DatasetFormatError, match="conversations"):
+        load_locomo(d, conversations="conv-3")
+    # a file with a sample_id keeps it
+    (d / "renamed.json").write_text(json.dumps({**_per_conversation(_sample("x")), "sample_id": "conv-5"}))
+    assert load_locomo(d / "renamed.json").conversations[0].conversation_id == "conv-5"

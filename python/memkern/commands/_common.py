@@ -114,15 +114,6 @@ def input_path(text: str) -> str:
 
 
 @_arg_type
-def id_list(text: str) -> list[str]:
-    """Comma-separated ids (``conv-26,conv-30``), none empty."""
-    ids = [t.strip() for t in text.split(",")]
-    if not ids or any(not t for t in ids):
-        raise bad_arg("value", "comma-separated ids (e.g. conv-26,conv-30)", text)
-    return ids
-
-
-@_arg_type
 def nonempty_text(text: str) -> str:
     if not text.strip():
         raise bad_arg("value", "a non-empty text", text)

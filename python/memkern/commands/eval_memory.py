@@ -1,7 +1,7 @@
 """``memkern eval memory EXPERIMENT``: retrieval experiments on generated data or benchmark files.
 
 Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``,
-``retrieval`` (content-only vs templated turns, fixed windows, TextTiling topics,
+``retrieval`` (issue 13: content-only vs templated turns, fixed windows, TextTiling topics,
 turn + alpha * parent, and the default RMM's ``RMM.retrieve``, at 5/10/20-turn budgets),
 ``learning`` (the reranker learning through ``RMM.respond`` from simulated citations: held-out
 R@5 before / after, what the user was shown, each exploration scheme; :mod:`memkern.eval.learning`),
@@ -16,6 +16,11 @@ Every (experiment, seed) is cut into (configuration, conversations) tasks
 (:mod:`memkern.eval.tasks`, ``--task-conversations`` per task); the local run runs them one after
 the other, ``--ray`` as Ray tasks, and both merge them the same way (the same JSON).
 
+On LoCoMo (``--locomo`` a file or a folder of per-conversation files, ``--conversations`` the
+sample ids to use) the ``retrieval`` experiment adds the ablation rows of the RMM default
+(``--ablations``, default all there) and ``--write-section`` writes its table into the
+repository's ``bench/sections/retrieval-locomo.md`` and reassembles ``bench/RESULTS.md``.
+
 Examples::
 
     memkern eval memory granularity --users 12 --sessions 40 --seeds 0 1 2
@@ -23,6 +28,7 @@ Examples::
     memkern eval memory reflection --longmemeval longmemeval_s.json --limit 200
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
     memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
+    memkern eval memory retrieval --locomo locomo/ --conversations conv-26,conv-30,conv-41 --seeds 0
     memkern eval memory learning --locomo locomo/ --conversations conv-26,conv-30,conv-41 --seeds 0
     memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds x granularities x conversations as Ray tasks
 """
@@ -49,15 +55,24 @@ def _fraction(text: str) -> float:
 EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "retrieval", "learning", "all")
 
 
+@C._arg_type
+def _id_list(text: str) -> list[str]:
+    """A comma-separated list of non-empty names."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise C.bad_arg("value", "comma-separated names (e.g. conv-26,conv-30)", text)
+    return parts
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", choices=EXPERIMENTS, help="which experiment to run")
     d = p.add_argument_group("data")
     src = d.add_mutually_exclusive_group()
     src.add_argument("--longmemeval", metavar="PATH", type=C.input_file, help="a LongMemEval JSON file")
     src.add_argument("--locomo", metavar="PATH", type=C.input_path,
-                     help="a LoCoMo JSON file, or a folder of one-conversation files")
-    d.add_argument("--conversations", metavar="IDS", type=C.id_list, default=None,
-                   help="LoCoMo: only these conversations, comma-separated (e.g. conv-26,conv-30,conv-41)")
+                     help="a LoCoMo JSON file, or a folder of per-conversation files (conv-26.json, ...)")
+    d.add_argument("--conversations", type=_id_list, default=None, metavar="IDS",
+                   help="LoCoMo: comma-separated sample ids to use (e.g. conv-26,conv-30,conv-41); default all")
     d.add_argument("--limit", type=C.positive_int, default=None, help="first N questions (LongMemEval) / samples (LoCoMo)")
     d.add_argument("--data", choices=("generated", "dialogues"), default="generated",
                    help="generated data: 'generated' (one user and an assistant, LongMemEval-like; default) or "
@@ -98,6 +113,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     t.add_argument("--window", type=C.positive_int, default=4, help="fixed window size (turns)")
     t.add_argument("--topic-turns", type=C.positive_float, default=4.0, help="TextTiling target topic size (turns)")
     t.add_argument("--no-rmm", action="store_true", help="skip the rmm-default row (RMM.retrieve on a store)")
+    t.add_argument("--ablations", type=_id_list, default=None, metavar="NAMES",
+                   help="comma-separated ablation rows of the RMM default ('all', 'none', or names such as "
+                        "'rmm: no neighbours'); default all with --locomo, none otherwise")
+    t.add_argument("--bootstrap", type=C.positive_int, default=2000, help="resamples of the 95%% intervals")
+    t.add_argument("--write-section", action="store_true",
+                   help="with --locomo: write the table to bench/sections/retrieval-locomo.md and reassemble "
+                        "bench/RESULTS.md (needs a source checkout)")
+    t.add_argument("--bench-dir", default=None, help="the repository's bench/ folder for --write-section (found "
+                   "automatically for a source checkout)")
     r = p.add_argument_group("reflection / collapse")
     r.add_argument("--k", type=C.positive_int, default=20, help="candidates from the retriever")
     r.add_argument("--top-m", type=C.positive_int, default=5, help="memories selected")
@@ -142,12 +166,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _datasets(args):
     from ..eval.data import load_dataset
 
-    if args.longmemeval:
-        ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
-        return [(s, ds) for s in args.seeds]
     if args.conversations is not None and not args.locomo:
         raise C.bad_arg("--conversations", "--locomo PATH as well (conversation ids of a LoCoMo file)",
                         ",".join(args.conversations))
+    if args.longmemeval:
+        ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
+        return [(s, ds) for s in args.seeds]
     if args.locomo:
         ds = load_dataset("locomo", args.locomo, limit=args.limit, conversations=args.conversations)
         return [(s, ds) for s in args.seeds]
@@ -176,9 +200,18 @@ def make_experiment(exp: str, seed: int, args, out: str, tag: str):
         return turn_in_topic_experiment(args.alphas, args.parents, topic_threshold=args.topic_threshold,
                                         max_questions=args.max_questions, seed=seed)
     if exp == "retrieval":
+        abl = args.ablations
+        if abl is None:
+            abl = ["all"] if args.locomo and not args.no_rmm else []
+        elif abl == ["none"]:
+            abl = []
+        from ..eval.retrieval import LOCOMO_TYPES
+
         return retrieval_experiment(alphas=[a for a in args.alphas if a > 0] or [1.0], template=args.template,
                                     window=args.window, texttiling={"target_turns": args.topic_turns},
-                                    rmm=not args.no_rmm, max_questions=args.max_questions, seed=seed)
+                                    rmm=not args.no_rmm, max_questions=args.max_questions, seed=seed,
+                                    ablations=abl, bootstrap=args.bootstrap,
+                                    question_types=LOCOMO_TYPES if args.locomo else None)
     if exp == "learning":
         from ..eval.learning import ARMS, learning_experiment
 
@@ -210,6 +243,50 @@ def make_experiment(exp: str, seed: int, args, out: str, tag: str):
     return RMMExperiment(seed=seed, chat_model=args.chat_model,
                          kwargs=dict(conversations=args.rmm_conversations, sessions=args.rmm_sessions,
                                      questions=args.rmm_questions, extractor=args.extractor, rmm_kwargs=kw))
+
+
+def _command_line(args) -> str:
+    """The command that reproduces this run's retrieval table (for the section)."""
+    cmd = ["memkern eval memory retrieval", "--locomo PATH"]
+    if args.conversations:
+        cmd.append(f"--conversations {','.join(args.conversations)}")
+    cmd.append(f"--seeds {' '.join(map(str, args.seeds))}")
+    if args.ablations is not None:
+        cmd.append(f"--ablations {','.join(args.ablations)!r}")
+    cmd.append("--write-section")
+    return "OMP_NUM_THREADS=1 " + " ".join(cmd)
+
+
+def _write_locomo_section(args, result, path) -> int:
+    """Write the LoCoMo retrieval table to bench/sections/retrieval-locomo.md and reassemble
+    RESULTS.md (1 with a one-line message when it cannot)."""
+    import sys
+
+    from ..eval.retrieval import locomo_section
+    from .bench import find_bench_dir
+
+    if not args.locomo:
+        print("eval memory: --write-section: expected --locomo (the section records real-data figures), got none")
+        return 1
+    bench_dir = find_bench_dir(getattr(args, "bench_dir", None))
+    if bench_dir is None:
+        print("eval memory: --write-section: expected a source checkout with bench/report.py, got none")
+        return 1
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memkern_bench_report", bench_dir / "report.py")
+    bench_report = importlib.util.module_from_spec(spec)
+    if str(bench_dir) not in sys.path:
+        sys.path.insert(0, str(bench_dir))  # report.py imports harness.py beside it
+    spec.loader.exec_module(bench_report)
+
+    body = locomo_section(result.to_dict() if hasattr(result, "to_dict") else result)
+    p = bench_report.write_section("retrieval-locomo", "Retrieval on real conversations (LoCoMo development split)",
+                                   body, _command_line(args), raw_json=f"<--out>/{path.name}",
+                                   sections_dir=bench_dir / "sections")
+    bench_report.write_results(bench_dir)
+    print(f"wrote {p} and reassembled {bench_dir / 'RESULTS.md'}")
+    return 0
 
 
 def run(args) -> int:
@@ -256,5 +333,7 @@ def run(args) -> int:
         path = report.write_result(agg, out / f"{exp}{tag}-{stamp}.json")
         print(f"\n== {exp} ({len(results)} run(s)); result: {path}")
         print(report.format_aggregate(agg) if len(results) > 1 else report.format_table(results[0]))
+        if exp == "retrieval" and getattr(args, "write_section", False):
+            status = max(status, _write_locomo_section(args, results[0], path))
     emb.flush()
     return status

@@ -6,10 +6,16 @@ Each speaker has facts that are introduced and change over time: a pet, the city
 (and a move), their job (and a job change), a sibling living elsewhere (later visited), a booked
 trip, and an activity they took up. What makes it harder than the template data:
 
-* **Paraphrased questions.** Facts are stated with one surface form ("half marathon", "Guess
-  where I'm moving?") and asked about with another ("21 km running event", "Which city is X
-  relocating to?"); among a question's paraphrases the generator picks the one with the fewest
-  content words shared with its evidence (:func:`content_overlap`).
+* **Paraphrased and echoed questions, as on real data.** Facts are stated with one surface form
+  ("half marathon", "Guess where I'm moving?"); a question either *echoes* its evidence's words
+  ("Which city is X moving to?"), with probability ``echo``, or paraphrases them
+  ("Which city is X relocating to?": among the paraphrases the one with the fewest content words
+  shared with the evidence, :func:`content_overlap`). On LoCoMo's development split 79% of the
+  questions share a content word with their evidence (mean overlap 0.32) and 97% name a speaker;
+  the default ``echo=0.7`` gives about the same (6 conversations x 20 sessions, seeds 0 / 1: 76% / 65%,
+  mean 0.30 / 0.26; every question names its speaker), so
+  lexical search helps here as much as on real conversations. ``echo=0`` keeps every question a
+  paraphrase (the harder, lexically disjoint variant).
 * **Evidence that needs a neighbouring turn.** Many facts come as a teaser, a reply, and the
   answer ("Guess where I'm moving?" / "Where?" / "Lisbon!"): the answer turn alone does not say
   what it answers, so the evidence is the teaser *and* the answer turn.
@@ -154,6 +160,7 @@ class _Q:
     evidence_keys: list[str]
     owner: str = ""
     kind: str = ""  # fact kind for adversarial questions: pet / move / job
+    echoes: list[str] = field(default_factory=list)  # forms that reuse the evidence's own words
 
 
 @dataclass
@@ -190,7 +197,7 @@ def _int_range(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
 
 def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int = 0, *, speakers: tuple[int, int] = (2, 3),
                        filler_per_session: tuple[int, int] = (1, 3), start_date: str = "2023-03-06",
-                       name: str | None = None) -> Dataset:
+                       name: str | None = None, echo: float = 0.7) -> Dataset:
     """Generate LoCoMo-shaped multi-party dialogues with exact evidence labels.
 
     Parameters
@@ -209,6 +216,9 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
         ISO date of the first session.
     name : str, optional
         Dataset name (default ``"dialogues-{n_conversations}x{sessions}-seed{seed}"``).
+    echo : float
+        Probability that a question echoes its evidence's words rather than paraphrasing them
+        (module doc), in [0, 1]; default 0.7 (real data's lexical overlap).
 
     Returns
     -------
@@ -220,6 +230,9 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     check_int("n_conversations", n_conversations, 1)
     check_int("sessions", sessions, 6)
     check_int("seed", seed, 0)
+    from ..validate import check_float
+
+    echo = check_float("echo", echo, 0.0, 1.0)
     lo, hi = _int_range("speakers", speakers, 2, 3)
     flo, fhi = _int_range("filler_per_session", filler_per_session, 0, 10)
     try:
@@ -227,14 +240,14 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     except ValueError:
         raise bad_arg("start_date", "an ISO date 'YYYY-MM-DD'", start_date) from None
     rng = np.random.default_rng(seed)
-    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0) for i in range(n_conversations)]
+    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0, echo) for i in range(n_conversations)]
     ds = Dataset(name or f"dialogues-{n_conversations}x{sessions}-seed{seed}", convs,
-                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions})
+                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions, "echo": echo})
     ds.validate()
     return ds
 
 
-def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conversation:
+def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: float) -> Conversation:
     names = list(_NAMES)
     people = [_take(rng, names) for _ in range(int(rng.integers(spk_range[0], spk_range[1] + 1)))]
     cities, sibs, pets, petn = list(_CITIES), list(_SIB_NAMES), list(_PETS), list(_PET_NAMES)
@@ -275,12 +288,14 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"{c1}! Signed the lease yesterday.", kb)]))
             facts[p].add("move")
             cv.questions.append(_Q("single-hop", [f"Which city is {p} relocating to?",
-                                                  f"To what town does {p} plan to relocate?"], c1, [ka, kb], p, "move"))
+                                                  f"To what town does {p} plan to relocate?"], c1, [ka, kb], p, "move",
+                                   [f"Which city is {p} moving to?"]))
             cv.questions.append(_Q("knowledge-update", [f"Where does {p} reside currently?",
-                                                        f"In which town is {p} based at present?"], c1, [k0, ka, kb]))
+                                                        f"In which town is {p} based at present?"], c1, [k0, ka, kb],
+                                   echoes=[f"Which city is home for {p} after the move?"]))
         else:
             cv.questions.append(_Q("single-hop", [f"Where does {p} reside?", f"Which town is {p} based in?"],
-                                   c0, [k0]))
+                                   c0, [k0], echoes=[f"Which city is home for {p}?"]))
         # -- pet: teaser / question / answer
         if rng.random() < 0.75:
             word, noun, kinds, quip = _take(rng, pets)
@@ -294,13 +309,13 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"A little {kind} {word}. We're calling him {pn}. {quip}", kb)]))
             facts[p].add("pet")
             cv.questions.append(_Q("single-hop", [f"What did {p} name the {noun}?", f"What is {p}'s {noun} called?"],
-                                   pn, [ka, kb], p, "pet:" + noun))
+                                   pn, [ka, kb], p, "pet:" + noun, [f"What name did {p} give the {word}?"]))
             sd = dates[s].date()
             back = (sd.weekday() - wd) % 7 or 7
             cv.questions.append(_Q("temporal", [f"When did {p} adopt the {noun}?",
                                                 f"On what day did the {noun} join {p}'s household?"],
                                    f"the {_WEEKDAYS[wd]} before {_day(sd)} ({_day(sd - _dt.timedelta(days=back))})",
-                                   [ka]))
+                                   [ka], echoes=[f"When did the new family member arrive at {p}'s?"]))
             # distractor: same pet, other facts
             cv.episodes.append(_Episode(when(s + 1) if s + 1 < S else s, [
                 _Line(other(p), f"How is {pn} settling in?"),
@@ -317,7 +332,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"I start as a {ev} on Monday!", kb)]))
             facts[p].add("job")
             cv.questions.append(_Q("single-hop", [f"What profession did {p} take up?",
-                                                  f"What does {p} do for a living these days?"], ans, [ka, kb], p, "job"))
+                                                  f"What does {p} do for a living these days?"], ans, [ka, kb], p, "job",
+                                   [f"What job does {p} start on Monday?"]))
             # distractor: same person, other facts about work
             cv.episodes.append(_Episode(when(), [
                 _Line(p, "Work has been exhausting this week, I need a holiday."),
@@ -338,7 +354,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, "Lovely. We mostly ate and walked around the old harbour.")]))
             facts[p].add("visit")
             cv.questions.append(_Q("multi-hop", [f"Which city did {p} travel to for a family visit?",
-                                                 f"In what town did {p} stay with a relative recently?"], sc, [k1, k2]))
+                                                 f"In what town did {p} stay with a relative recently?"], sc, [k1, k2],
+                                   echoes=[f"Which city did {p} spend four days in?"]))
         # -- booked trip (temporal)
         if rng.random() < 0.6:
             place, region = _take(rng, trips)
@@ -352,7 +369,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
                 _Line(p, f"Two weeks in {place}, flying out on {go.day} {_MONTHS[go.month - 1]}.", kb)]))
             facts[p].add("trip")
             cv.questions.append(_Q("temporal", [f"When does {p}'s vacation in {region} begin?",
-                                                f"On which date will {p} depart for {region}?"], _day(go), [kb]))
+                                                f"On which date will {p} depart for {region}?"], _day(go), [kb],
+                                   echoes=[f"When is {p} flying out for the trip?"]))
         # -- activity taken up (single-hop with paraphrase; distractor by another speaker)
         ev, qv = _take(rng, acts)
         s = when()
@@ -362,7 +380,8 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             _Line(p, f"I signed up for {ev} this weekend, first time ever!", k)]))
         cv.questions.append(_Q("temporal", [f"When did {p} first try the {qv}?",
                                             f"Around what date was {p}'s first go at the {qv}?"],
-                               f"the weekend after {_day(dates[s].date())}", [k]))
+                               f"the weekend after {_day(dates[s].date())}", [k],
+                               echoes=[f"When did {p} try {ev}?"]))
     # distractors: same places, other people
     for p, c in home.items():
         q = other(p)
@@ -387,10 +406,10 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0) -> Conver
             a = _pick(rng, people)
             b = other(a)
             cv.episodes.append(_Episode(s, [_Line(a if i % 2 == 0 else b, t) for i, t in enumerate(ex)]))
-    return _assemble(rng, ci, people, dates, cv)
+    return _assemble(rng, ci, people, dates, cv, echo)
 
 
-def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv) -> Conversation:
+def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv, echo: float) -> Conversation:
     cid = f"dlg-{ci}"
     by_s: dict[int, list[_Episode]] = {}
     for e in cv.episodes:
@@ -423,7 +442,8 @@ def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv) -> Conversation
         scores = [content_overlap(p, ev_text) for p in q.paraphrases]
         best = min(scores)
         cands = [p for p, sc in zip(q.paraphrases, scores) if sc == best]
-        qtext = cands[int(rng.integers(len(cands)))]
+        pick, u = int(rng.integers(len(cands))), float(rng.random())  # both drawn for every question
+        qtext = q.echoes[0] if q.echoes and u < echo else cands[pick]
         tids = [where[k][0] for k in q.evidence_keys]
         sids: list[str] = []
         for k in q.evidence_keys:

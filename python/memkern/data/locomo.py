@@ -134,6 +134,7 @@ def load_locomo(path: str | os.PathLike, limit: int | None = None,
         data = [by_id[c] for c in want]
     ds = parse_locomo(data, limit=limit)
     ds.meta["source"] = os.fspath(path)
+    ds.meta["conversations"] = [c.conversation_id for c in ds.conversations]
     return ds
 
 

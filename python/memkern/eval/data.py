@@ -24,15 +24,10 @@ def load_dataset(source: str = "generated", path: str | None = None, *, users: i
                  seed: int = 0, limit: int | None = None, conversations: Sequence[str] | None = None) -> Dataset:
     """``source``: ``"generated"`` (:func:`~memkern.data.generate_history`; args users/sessions/seed),
     ``"dialogues"`` (:func:`~memkern.data.generate_dialogues`; ``users`` = conversations), ``"longmemeval"``
-    or ``"locomo"`` (path: a file or a folder of one-conversation files; ``conversations``: the ids to
-    keep, :func:`memkern.data.load_locomo`)."""
+    or ``"locomo"`` (path: a file or a folder of per-conversation files; ``conversations``: the
+    sample ids to keep, :func:`~memkern.data.load_locomo`)."""
     from .. import data as D
 
-    if conversations is not None and source != "locomo":
-        raise bad_arg("conversations", "None unless source is 'locomo' (conversation ids of a LoCoMo file)",
-                      list(conversations))
-    if source == "locomo" and path:
-        return D.load_locomo(path, limit=limit, conversations=conversations)
     if source == "generated":
         return D.generate_history(users, sessions, seed=seed)
     if source == "dialogues":
@@ -40,7 +35,9 @@ def load_dataset(source: str = "generated", path: str | None = None, *, users: i
     if source in ("longmemeval", "locomo"):
         if not path:
             raise bad_arg("path", f"a {source} file", path)
-        return D.load_longmemeval(path, limit=limit) if source == "longmemeval" else D.load_locomo(path, limit=limit)
+        if source == "longmemeval":
+            return D.load_longmemeval(path, limit=limit)
+        return D.load_locomo(path, limit=limit, conversations=conversations)
     raise bad_arg("source", "'generated', 'dialogues', 'longmemeval' or 'locomo'", source)
 
 

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 from ..errors import bad_arg
 
-__all__ = ["recall_at_k", "ndcg_at_k", "recall_at_budget", "mean_std"]
+__all__ = ["recall_at_k", "ndcg_at_k", "recall_at_budget", "mean_std", "bootstrap_ci"]
 
 Unit = Sequence[str]
 
@@ -102,3 +102,27 @@ def mean_std(xs: Sequence[float]) -> tuple[float, float]:
     if len(v) < 2:
         return m, 0.0
     return m, math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+
+
+def bootstrap_ci(values: Sequence[float], reps: int = 2000, seed: int = 0, level: float = 0.95
+                 ) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-question ``values`` (NaN entries dropped).
+
+    ``reps`` resamples of the questions with replacement, drawn from ``numpy.random.default_rng(seed)``
+    (the same ``seed`` and length draw the same resamples, so intervals of different rows, and of
+    their per-question differences, come from the same resampled question sets). Returns
+    ``(lo, hi)``, the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles; ``(nan, nan)`` for no value.
+    """
+    import numpy as np
+
+    _check(reps, "reps")
+    if not 0.0 < float(level) < 1.0:
+        raise bad_arg("level", "a float in (0, 1)", level)
+    v = np.asarray([float(x) for x in values], dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, v.size, size=(reps, v.size))
+    means = v[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return float(lo), float(hi)

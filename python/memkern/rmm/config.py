@@ -21,7 +21,7 @@ __all__ = ["RMMConfig", "RETRIEVAL_MODES", "TURN_STAGES"]
 #: The values of :attr:`RMMConfig.retrieval`.
 RETRIEVAL_MODES = ("auto", "topic", "turn+topic")
 #: The values of :attr:`RMMConfig.turn_stage`.
-TURN_STAGES = ("hybrid", "dense")
+TURN_STAGES = ("hybrid", "dense", "lexical")
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,11 @@ class RMMConfig:
         ``"topic"``. ``"topic"``: search topic records, show their raw turns. ``"turn+topic"``:
         two-level memory (see :mod:`memkern.rmm`), the best measured retrieval
         (``bench/RESULTS.md``, retrieval section); needs a TurnStore.
-    turn_stage : {"hybrid", "dense"}
+    turn_stage : {"hybrid", "dense", "lexical"}
         Two-level memory, the first stage over the turn records: ``"hybrid"`` (default) fuses
         dense similarity and BM25 over the turn texts (weighted min-max fusion,
-        ``lexical_weight``); ``"dense"``: similarity only. Both add the context terms below, in
+        ``lexical_weight``); ``"dense"``: similarity only; ``"lexical"``: BM25 only. All add the
+        context terms below, in
         one store call (:meth:`memkern.MemoryStore.search`, *Two-level search*). Chosen on real
         conversations (LoCoMo development split; ``bench/RESULTS.md``, real-data retrieval).
     lexical_weight : float
