@@ -1095,8 +1095,8 @@ CATALOGUE: list[Mutant] = [
            "            kw.update(mode=\"dense\", texts=[query],",
            "RMM's first stage is always dense (turn_stage ignored)", T_RMM_DEFAULT),
     Mutant("rmm-no-prior", "retrieval", "python/memkern/rmm/retrieve.py",
-           "greedy=not explore, m=m, prior=prior)",
-           "greedy=not explore, m=m)",
+           "0.0 if order_all else explore, prior=prior)",
+           "0.0 if order_all else explore)",
            "RMM's reranker orders candidates by their embeddings alone: a fresh reranker no longer keeps the "
            "first stage's order", T_RMM_DEFAULT),
     Mutant("locomo-folder-ids-not-file-names", "data", "python/memkern/data/locomo.py",
