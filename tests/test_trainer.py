@@ -406,14 +406,27 @@ def test_weight_decay_alone_is_exact(device):
 # ------------------------------------------------------------------------------------------------
 # a selection drawn with a prior: the gradient is that of the policy it was drawn from
 # ------------------------------------------------------------------------------------------------
+def _triton_ok() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # pragma: no cover
+        return False
+    import os
+
+    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
+    pytest.mark.interpret, pytest.mark.skipif(not _triton_ok(), reason="needs CUDA or TRITON_INTERPRET=1")])])
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
 @pytest.mark.parametrize("form", ["dense", "table"])
 @pytest.mark.parametrize("replay", [False, True])
-def test_a_prior_enters_the_policy_gradient_also_for_replayed_rows(logp, form, replay, device):
+def test_a_prior_enters_the_policy_gradient_also_for_replayed_rows(logp, form, replay, backend, device):
     # the policy is softmax((prior + q'.m' - q.m) / tau): its REINFORCE gradient needs the prior in the
-    # probabilities (not only in the draw), for new rows and for rows replayed from the ring
+    # probabilities (not only in the draw), for new rows and for rows replayed from the ring; both backends
     d, M, B, K = 10, 3, 3, 7
-    rr = _bare(d, M, device, logp=logp, replay_capacity=4 if replay else 0, replay_size=B if replay else 0)
+    rr = _bare(d, M, device, logp=logp, replay_capacity=4 if replay else 0, replay_size=B if replay else 0,
+               backend=backend)
     rows = []
     for step in range(2 if replay else 1):
         g = torch.Generator().manual_seed(40 + step)
