@@ -58,17 +58,18 @@ class RMMConfig:
         ``Response.citation_source == "similarity"``). ``None``: no citation, all rewards -1.
     save_every : int
         Save the reranker every this many updates (default 1: after each update). Saving writes
-        the whole reranker state, replay buffer included (~10 MB at the default capacity), so
-        larger values cut the amortised per-response cost; :meth:`RMM.close` always saves.
+        the whole reranker state (~2.4 MB for RMM's fresh reranker at d = 384; a reranker with a
+        replay ring, e.g. the stable preset's, ~10 MB), so larger values cut the amortised
+        per-response cost; :meth:`RMM.close` always saves.
     explore : float
         Share of :meth:`memkern.RMM.respond` calls that show a sampled draw (Gumbel-top-M at the
         reranker's ``tau``) instead of the reranker's best memories; default ``0.0``: every call
         shows the best memories and the reranker learns from the citations of what it showed
         (see :mod:`memkern.rmm.feedback`). ``True`` / ``False`` mean ``1.0`` / ``0.0`` (``1.0``
         is the paper's way: every call samples). The draws and the per-call coin come from the
-        reranker's Philox stream (its ``seed`` and counter, saved with its state), so they
-        advance with every exploring call, are reproducible from ``seed``, and a reopened RMM
-        continues the stream. Exploring calls are marked ``Response.explored``.
+        reranker's Philox stream (its ``seed`` and counter, saved with its state at every save: each
+        update and :meth:`memkern.RMM.close`), so they advance with every exploring call, are
+        reproducible from ``seed``, and a reopened RMM continues the stream. Exploring calls are marked ``Response.explored``.
         :meth:`memkern.RMM.retrieve` never explores.
     retrieval : {"auto", "topic", "turn+topic"}
         ``"auto"`` (default): ``"turn+topic"`` on a store with two-level memory
