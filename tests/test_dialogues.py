@@ -98,6 +98,22 @@ def test_questions_overlap_their_evidence_like_real_ones():
         generate_dialogues(1, 6, echo=1.5)
 
 
+# Mean words per turn and turns per session on LoCoMo's development split.
+LOCOMO_DEV_WORDS, LOCOMO_DEV_TURNS_PER_SESSION = 27.3, 20.8
+
+
+def test_turns_and_sessions_have_real_lengths():
+    # chatty turns of about LoCoMo's length: in 7-word turns the template's speaker name and date
+    # dominate a turn's embedding (and content-only vectors look better than they are on real data)
+    ds = generate_dialogues(4, 10, seed=2)
+    words = [len(t.content.split()) for c in ds.conversations for t in c.turns()]
+    per_session = [len(s.turns) for c in ds.conversations for s in c.sessions]
+    assert abs(np.mean(words) - LOCOMO_DEV_WORDS) < 8, np.mean(words)
+    assert abs(np.mean(per_session) - LOCOMO_DEV_TURNS_PER_SESSION) < 6, np.mean(per_session)
+    bare = generate_dialogues(4, 10, seed=2, chat=False, filler_per_session=(1, 3))
+    assert np.mean([len(t.content.split()) for c in bare.conversations for t in c.turns()]) < 10
+
+
 def test_evidence_needs_neighbouring_turn():
     # teaser / other speaker's question / answer: the answer turn alone shares nothing with the
     # (paraphrased) question and does not say what it answers; the evidence holds the teaser too.

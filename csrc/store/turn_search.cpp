@@ -231,7 +231,7 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       return it == base.end() ? 0.0 : it->second;
     };
     // ---- context: neighbours (prev / next in the group) and the group's best base score
-    std::unordered_map<int64_t, double> nb;     // candidate -> best base of its neighbours (>= 0)
+    std::unordered_map<int64_t, double> nb;     // turn -> best base of its neighbours in S0 (>= 0)
     std::unordered_map<int64_t, double> gbest;  // group -> best base of S0's turns in it (>= 0)
     std::unordered_map<int64_t, int64_t> gid;   // turn -> group
     if (context) {
@@ -252,17 +252,14 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
         const std::vector<int64_t>& m = members_of(g);
         auto pos = std::lower_bound(m.begin(), m.end(), t);
         if (pos == m.end() || *pos != t) continue;
-        double& own_nb = nb[t];
+        // t's base reaches both its neighbours (candidates from here on); a neighbour's own base
+        // reaches t the same way, when it is in S0 (else it is 0 and adds nothing).
         if (pos != m.begin()) {
-          int64_t p = *(pos - 1);
-          own_nb = std::max(own_nb, base_of(p));
-          double& pn = nb[p];
+          double& pn = nb[*(pos - 1)];
           pn = std::max(pn, bt);
         }
         if (pos + 1 != m.end()) {
-          int64_t n = *(pos + 1);
-          own_nb = std::max(own_nb, base_of(n));
-          double& nn = nb[n];
+          double& nn = nb[*(pos + 1)];
           nn = std::max(nn, bt);
         }
       }

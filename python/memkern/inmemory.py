@@ -824,10 +824,8 @@ class _PyStore:
                         j = bisect.bisect_left(m, t)
                         if j == len(m) or m[j] != t:
                             continue
-                        nb.setdefault(t, 0.0)
                         for u in ((m[j - 1],) if j > 0 else ()) + ((m[j + 1],) if j + 1 < len(m) else ()):
-                            nb[t] = max(nb[t], base.get(u, 0.0))
-                            nb[u] = max(nb.get(u, 0.0), bt)
+                            nb[u] = max(nb.get(u, 0.0), bt)  # t's base reaches both its neighbours
                 res = []
                 cands = list(base.items()) + [(u, float(t_sc[b][t_row[u]]) if mode == 0 else 0.0)
                                               for u in nb if u not in base]

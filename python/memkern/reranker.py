@@ -194,7 +194,7 @@ def _residual(q, r, cands, ids, scores) -> torch.Tensor:
     else:
         ii = ids.unsqueeze(0) if ids.dim() == 1 else ids
         C = cands[ii.clamp_min(0)]                                   # [B, K, d]
-    delta = torch.einsum("bkd,bd->bk", C.float(), dq)
+    delta = torch.bmm(C.float(), dq.unsqueeze(-1)).squeeze(-1)          # [B, K]
     return torch.where(torch.isfinite(scores), delta, scores)
 
 

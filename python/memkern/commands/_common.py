@@ -140,15 +140,17 @@ def add_model_args(p) -> None:
     p.add_argument("--retrieval", choices=("auto", "topic", "turn+topic"), default="auto",
                    help="memory unit retrieved: 'auto' (default: turns scored with their topic, two-level "
                         "memory, on the MemoryStore), 'topic' (the paper's) or 'turn+topic'")
-    p.add_argument("--alpha", type=finite_float, default=1.0,
-                   help="weight of the topic score in two-level retrieval (default 1.0)")
+    p.add_argument("--alpha", type=finite_float, default=None,
+                   help="weight of the topic score in two-level retrieval (default: RMMConfig's, 0.5)")
     p.add_argument("--template", default=None, type=turn_template,
                    help="turn template: how turns are embedded and shown (default '[{date}] {speaker}: {content}')")
 
 
 def rmm_retrieval_kwargs(args) -> dict:
     """The RMM keyword arguments chosen by --retrieval / --alpha / --template."""
-    kw = {"retrieval": args.retrieval, "alpha": args.alpha}
+    kw = {"retrieval": args.retrieval}
+    if getattr(args, "alpha", None) is not None:
+        kw["alpha"] = args.alpha
     if getattr(args, "template", None) is not None:
         kw["template"] = args.template
     return kw

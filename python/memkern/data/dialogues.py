@@ -22,6 +22,13 @@ trip, and an activity they took up. What makes it harder than the template data:
 * **Distractors about the same entities.** Small talk about the same person's other facts
   ("How's Biscuit settling in?") and the same places with other people ("My cousin went to
   Lisbon last spring").
+* **Chatty turns and sessions of real length.** LoCoMo's turns are long (27 words on average on
+  the development split, 21 turns per session): the fact sits in a turn of chat. Every line here
+  gets a reaction or a preface and follow-up sentences drawn from this module's own small-talk
+  pools (``chat``, default on: ~24 words per turn), and each session ``filler_per_session``
+  small-talk exchanges (default 5-8). In short turns the speaker's name and the date of the turn
+  template dominate a turn's embedding, and embedding the content alone looked better than the
+  template; at real lengths the template wins, as on LoCoMo.
 * **Question categories**: ``single-hop``, ``multi-hop`` (sibling's city + the visit),
   ``temporal`` (when something happened, relative to a session date, LoCoMo-style answers such
   as ``"the Saturday before 8 May, 2023"``), ``knowledge-update`` (the latest of changed values)
@@ -137,6 +144,18 @@ _FILLER = [
     ("I've been learning to make dumplings.", "Save me some next time!"),
     ("Do you still play chess online?", "Every evening, my rating is climbing slowly."),
 ]
+# Small talk that wraps each line (chat=True): an opener, a preface before a question, follow-ups.
+# None of their words is a content word of a question paraphrase (tests/test_dialogues.py).
+_OPENERS = ["Oh wow,", "Honestly,", "You know what,", "So,", "Haha,", "Well,", "Okay so,", "Oh,"]
+_PREFACES = ["That is so exciting to hear!", "Hold on a second.", "I love that for you.",
+             "Oh, that reminds me of something.", "Sounds like a lot going on.", "Ha, I was wondering about that."]
+_FOLLOW_UPS = ["It has been such a busy week, honestly.", "I keep thinking about it, to be honest.",
+               "Anyway, how are things going on your end?", "It still feels a little unreal.",
+               "I will tell you more about it when we catch up properly.", "My head is still spinning a bit.",
+               "Sorry, I am rambling again.", "It made me really happy.", "I was so nervous about it at the start.",
+               "Let me know what you think.", "We should grab coffee soon and talk properly.",
+               "Things have been hectic but good.", "I honestly did not expect any of this.",
+               "It is funny how things work out sometimes."]
 
 
 @dataclass
@@ -196,8 +215,8 @@ def _int_range(name: str, value: Any, low: int, high: int) -> tuple[int, int]:
 
 
 def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int = 0, *, speakers: tuple[int, int] = (2, 3),
-                       filler_per_session: tuple[int, int] = (1, 3), start_date: str = "2023-03-06",
-                       name: str | None = None, echo: float = 0.7) -> Dataset:
+                       filler_per_session: tuple[int, int] = (5, 8), start_date: str = "2023-03-06",
+                       name: str | None = None, echo: float = 0.7, chat: bool = True) -> Dataset:
     """Generate LoCoMo-shaped multi-party dialogues with exact evidence labels.
 
     Parameters
@@ -219,6 +238,9 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     echo : float
         Probability that a question echoes its evidence's words rather than paraphrasing them
         (module doc), in [0, 1]; default 0.7 (real data's lexical overlap).
+    chat : bool
+        Wrap every line in small talk (module doc; default True: turns of real length). ``False``:
+        the bare lines (short turns).
 
     Returns
     -------
@@ -240,14 +262,16 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     except ValueError:
         raise bad_arg("start_date", "an ISO date 'YYYY-MM-DD'", start_date) from None
     rng = np.random.default_rng(seed)
-    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0, echo) for i in range(n_conversations)]
+    convs = [_gen_conversation(rng, i, sessions, (lo, hi), (flo, fhi), t0, echo, bool(chat))
+             for i in range(n_conversations)]
     ds = Dataset(name or f"dialogues-{n_conversations}x{sessions}-seed{seed}", convs,
-                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions, "echo": echo})
+                 {"generator": "memkern.data.generate_dialogues", "seed": seed, "sessions": sessions, "echo": echo,
+                  "chat": bool(chat)})
     ds.validate()
     return ds
 
 
-def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: float) -> Conversation:
+def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: float, chat: bool) -> Conversation:
     names = list(_NAMES)
     people = [_take(rng, names) for _ in range(int(rng.integers(spk_range[0], spk_range[1] + 1)))]
     cities, sibs, pets, petn = list(_CITIES), list(_SIB_NAMES), list(_PETS), list(_PET_NAMES)
@@ -406,10 +430,27 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: flo
             a = _pick(rng, people)
             b = other(a)
             cv.episodes.append(_Episode(s, [_Line(a if i % 2 == 0 else b, t) for i, t in enumerate(ex)]))
-    return _assemble(rng, ci, people, dates, cv, echo)
+    return _assemble(rng, ci, people, dates, cv, echo, chat)
 
 
-def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv, echo: float) -> Conversation:
+def _chatty(rng, text: str) -> str:
+    """``text`` in small talk: maybe an opener; before a question a preface, after a statement one
+    or two follow-up sentences (so a question line still ends with its question mark)."""
+    out = text
+    if rng.random() < 0.5:
+        out = f"{_pick(rng, _OPENERS)} {out[0].lower() + out[1:] if out[:2] != out[:2].upper() else out}"
+    if out.endswith("?"):
+        if rng.random() < 0.7:
+            out = f"{_pick(rng, _PREFACES)} {out}"
+    else:
+        n = int(rng.choice([1, 2, 3, 3, 4]))
+        if n:
+            picks = rng.choice(len(_FOLLOW_UPS), size=n, replace=False)
+            out = " ".join([out] + [_FOLLOW_UPS[int(i)] for i in picks])
+    return out
+
+
+def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv, echo: float, chat: bool = False) -> Conversation:
     cid = f"dlg-{ci}"
     by_s: dict[int, list[_Episode]] = {}
     for e in cv.episodes:
@@ -427,10 +468,11 @@ def _assemble(rng, ci: int, people: list[str], dates, cv: _Conv, echo: float) ->
                 k = len(sess.turns)
                 tid = f"D{s + 1}:{k + 1}"
                 role = "user" if ln.speaker == people[0] else "assistant"
-                sess.turns.append(Turn(tid, role, ln.text, sid, k, sdate, ln.speaker, False))
+                sess.turns.append(Turn(tid, role, _chatty(rng, ln.text) if chat else ln.text, sid, k, sdate,
+                                       ln.speaker, False))
                 if ln.key:
                     where[ln.key] = (tid, sid)
-                    text[ln.key] = ln.text
+                    text[ln.key] = sess.turns[-1].content
         sessions.append(sess)
     ev_ids = {where[k][0] for q in cv.questions for k in q.evidence_keys if q.category != "adversarial"}
     for sess in sessions:
