@@ -52,7 +52,7 @@ import numpy as np
 
 from ..data.schema import Conversation, Dataset, Question
 from ..errors import bad_arg
-from .data import dataset_info, mean, progress_bar
+from .data import dataset_info, mean
 from .report import ExperimentResult, environment
 from .tasks import Experiment, Task, TaskOutput, sum_timings
 
