@@ -61,7 +61,8 @@ def test_cli_locomo_retrieval_rows_and_section(tmp_path, capsys):
     sec = (bench / "sections" / "retrieval-locomo.md").read_text()
     assert sec.startswith("## Retrieval on real conversations (LoCoMo development split)")
     assert "--conversations conv-2" in sec and "**rmm-default**" in sec and "rmm: dense stage" in sec
-    assert str(data) not in sec and str(tmp_path) not in sec  # no machine paths
+    assert str(data) not in sec and str(tmp_path) not in sec and str(REPO) not in sec  # no machine paths
+    assert "/site-packages/" not in sec
     results = (bench / "RESULTS.md").read_text()
     assert "Retrieval on real conversations" in results
     # the section's table: every row with its interval

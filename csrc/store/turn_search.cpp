@@ -158,17 +158,31 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
     if (first.mode == 0) s0 = std::move(dl);
     else if (first.mode == 1) s0 = std::move(ll);
     else s0 = fusion::fuse(dl, ll, first.fusion, first.lexical_weight);
-    std::unordered_map<int64_t, double> base;
-    base.reserve(s0.size() * 2 + 16);
-    for (const auto& e : s0) base.emplace(e.second, e.first);
+    // The candidates: S0 (in_s0), then the neighbours the context adds; slot: id -> index.
+    struct Cand {
+      int64_t id, parent, group;
+      double base, nb;  // nb: best base of its neighbours in S0 (>= 0)
+      bool in_s0;
+    };
+    std::vector<Cand> cands;
+    cands.reserve(s0.size() * 2 + 16);
+    std::unordered_map<int64_t, uint32_t> slot;
+    slot.reserve(s0.size() * 4 + 32);
+    auto add = [&](int64_t id, double base, bool in_s0) -> uint32_t {
+      auto ins = slot.emplace(id, static_cast<uint32_t>(cands.size()));
+      if (ins.second) cands.push_back(Cand{id, records_.at(id).parent, 0, base, 0.0, in_s0});
+      return ins.first->second;
+    };
+    for (const auto& e : s0) add(e.second, e.first, true);
     std::unordered_map<int64_t, double> topic_sim;  // topic id -> sim(q, topic)
     if (topic_children) {
       for (auto& h : topics->knn(qq, C, ef, f_topic)) {
         topic_sim[h.second] = space_->score(h.first);
         for (int64_t c : records_.at(h.second).children)
-          if (!base.count(c) && allow(c)) base.emplace(c, sim(turns, c));
+          if (!slot.count(c) && allow(c)) add(c, sim(turns, c), true);
       }
     }
+    const size_t n_s0 = cands.size();
     // ---- groups (only when a context term needs them). A group is an int64: a meta[group_key]
     // value interned for this query (>= 0), or -2 - topic id for turns grouped by their topic.
     std::unordered_map<std::string_view, int64_t> interned;
@@ -190,16 +204,18 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
     // its topic's, and the per-turn lookups are skipped): the distinct (key, value) pairs of the
     // turns' meta index are few, so this is cheap.
     const bool own_keys = context && !spec.group_key.empty() && !ns->meta[kTurn].values(spec.group_key).empty();
-    auto group_of = [&](int64_t id) -> int64_t {
-      if (own_keys)
-        if (const std::string* v = key_value(id)) return intern(*v);
-      int64_t parent = records_.at(id).parent;
+    auto group_of_parent = [&](int64_t parent) -> int64_t {
       auto it = topic_group.find(parent);
       if (it != topic_group.end()) return it->second;
       const std::string* v = spec.group_key.empty() ? nullptr : key_value(parent);
       int64_t g = v ? intern(*v) : -2 - parent;
       topic_group.emplace(parent, g);
       return g;
+    };
+    auto group_of = [&](int64_t id, int64_t parent) -> int64_t {
+      if (own_keys)
+        if (const std::string* v = key_value(id)) return intern(*v);
+      return group_of_parent(parent);
     };
     // The group's allowed turns in id order (built once per group and query).
     std::unordered_map<int64_t, std::vector<int64_t>> members;
@@ -209,7 +225,7 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       std::vector<int64_t> m;
       auto take_topic = [&](int64_t topic) {
         for (int64_t c : records_.at(topic).children)
-          if (allow(c) && (!own_keys || group_of(c) == g)) m.push_back(c);
+          if (allow(c) && (!own_keys || group_of(c, topic) == g)) m.push_back(c);
       };
       if (g < 0) {
         take_topic(-2 - g);
@@ -218,7 +234,7 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
         if (own_keys)
           if (auto* ts = ns->meta[kTurn].find(spec.group_key, v))
             for (int64_t t : *ts)
-              if (allow(t) && group_of(t) == g) m.push_back(t);
+              if (allow(t) && group_of(t, records_.at(t).parent) == g) m.push_back(t);
         if (auto* ps = ns->meta[kTopic].find(spec.group_key, v))
           for (int64_t tp : *ps) take_topic(tp);
       }
@@ -226,24 +242,17 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       m.erase(std::unique(m.begin(), m.end()), m.end());
       return members.emplace(g, std::move(m)).first->second;
     };
-    auto base_of = [&](int64_t id) -> double {
-      auto it = base.find(id);
-      return it == base.end() ? 0.0 : it->second;
-    };
     // ---- context: neighbours (prev / next in the group) and the group's best base score
-    std::unordered_map<int64_t, double> nb;     // turn -> best base of its neighbours in S0 (>= 0)
     std::unordered_map<int64_t, double> gbest;  // group -> best base of S0's turns in it (>= 0)
-    std::unordered_map<int64_t, int64_t> gid;   // turn -> group
     if (context) {
-      std::vector<int64_t> s0_ids;
-      s0_ids.reserve(base.size());
-      for (const auto& kv : base) s0_ids.push_back(kv.first);
-      std::sort(s0_ids.begin(), s0_ids.end());  // a deterministic order of the group builds
-      gid.reserve(s0_ids.size() * 2);
-      for (int64_t t : s0_ids) {
-        int64_t g = group_of(t);
-        gid.emplace(t, g);
-        double bt = base_of(t);
+      std::vector<uint32_t> order(n_s0);
+      for (uint32_t i = 0; i < n_s0; ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),  // a deterministic order of the group builds
+                [&](uint32_t a, uint32_t b2) { return cands[a].id < cands[b2].id; });
+      for (uint32_t i : order) {
+        const int64_t t = cands[i].id;
+        const double bt = cands[i].base;
+        const int64_t g = cands[i].group = group_of(t, cands[i].parent);
         if (spec.group_weight != 0.0) {
           double& best = gbest[g];  // starts at 0: context never lowers a score
           best = std::max(best, bt);
@@ -252,21 +261,23 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
         const std::vector<int64_t>& m = members_of(g);
         auto pos = std::lower_bound(m.begin(), m.end(), t);
         if (pos == m.end() || *pos != t) continue;
-        // t's base reaches both its neighbours (candidates from here on); a neighbour's own base
-        // reaches t the same way, when it is in S0 (else it is 0 and adds nothing).
+        // t's base reaches both its neighbours (candidates from here on: a neighbour is in t's
+        // group); a neighbour's own base reaches t the same way when it is in S0.
         if (pos != m.begin()) {
-          double& pn = nb[*(pos - 1)];
-          pn = std::max(pn, bt);
+          Cand& pc = cands[add(*(pos - 1), 0.0, false)];
+          pc.group = g;
+          pc.nb = std::max(pc.nb, bt);
         }
         if (pos + 1 != m.end()) {
-          double& nn = nb[*(pos + 1)];
-          nn = std::max(nn, bt);
+          Cand& nc = cands[add(*(pos + 1), 0.0, false)];
+          nc.group = g;
+          nc.nb = std::max(nc.nb, bt);
         }
       }
     }
     // ---- final scores over S0 and the neighbours
     std::vector<Scored> out;
-    out.reserve(base.size() + nb.size());
+    out.reserve(cands.size());
     auto topic_of = [&](int64_t parent) -> double {
       auto it = topic_sim.find(parent);
       if (it != topic_sim.end()) return it->second;
@@ -274,27 +285,20 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
       topic_sim.emplace(parent, s);
       return s;
     };
-    auto finish = [&](int64_t t, double own) {
-      double s = own;
-      if (spec.alpha != 0.0) s += spec.alpha * topic_of(records_.at(t).parent);
-      if (spec.neighbour_weight != 0.0) {
-        auto it = nb.find(t);
-        if (it != nb.end()) s += spec.neighbour_weight * it->second;
-      }
+    for (const Cand& c : cands) {
+      double s = c.in_s0 ? c.base : (first.mode == 0 ? sim(turns, c.id) : 0.0);
+      if (spec.alpha != 0.0) s += spec.alpha * topic_of(c.parent);
+      s += spec.neighbour_weight * c.nb;
       if (spec.group_weight != 0.0) {
-        auto gi = gid.find(t);
-        auto it = gbest.find(gi != gid.end() ? gi->second : group_of(t));
+        auto it = gbest.find(c.group);
         if (it != gbest.end()) s += spec.group_weight * it->second;
       }
       if (rescore) {
-        double age = std::max(0.0, first.now - record_time(records_.at(t), flt.time_field));
+        double age = std::max(0.0, first.now - record_time(records_.at(c.id), flt.time_field));
         s += first.recency_weight * std::exp2(-age / first.half_life);
       }
-      out.emplace_back(s, t);
-    };
-    for (const auto& kv : base) finish(kv.first, kv.second);
-    for (const auto& kv : nb)
-      if (!base.count(kv.first)) finish(kv.first, first.mode == 0 ? sim(turns, kv.first) : 0.0);
+      out.emplace_back(s, c.id);
+    }
     size_t m = std::min(k, out.size());
     std::partial_sort(out.begin(), out.begin() + m, out.end(), better);
     for (size_t j = 0; j < m; ++j) {

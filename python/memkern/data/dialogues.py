@@ -29,6 +29,12 @@ trip, and an activity they took up. What makes it harder than the template data:
   small-talk exchanges (default 5-8). In short turns the speaker's name and the date of the turn
   template dominate a turn's embedding, and embedding the content alone looked better than the
   template; at real lengths the template wins, as on LoCoMo.
+* **Friends with the same kinds of facts.** Speakers may keep the same kind of pet, take up the
+  same activity or book the same destination (pets, activities and trips are drawn per speaker
+  with replacement; names, cities and jobs stay distinct), as LoCoMo's two speakers talk about the
+  same subjects: then only the speaker's name tells whose fact a turn holds, which content-only
+  vectors cannot see (on LoCoMo's development split dense content-only turns trail dense
+  ``"{speaker}: {text}"`` turns by 21 points of R@5).
 * **Question categories**: ``single-hop``, ``multi-hop`` (sibling's city + the visit),
   ``temporal`` (when something happened, relative to a session date, LoCoMo-style answers such
   as ``"the Saturday before 8 May, 2023"``), ``knowledge-update`` (the latest of changed values)
@@ -274,8 +280,8 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
 def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: float, chat: bool) -> Conversation:
     names = list(_NAMES)
     people = [_take(rng, names) for _ in range(int(rng.integers(spk_range[0], spk_range[1] + 1)))]
-    cities, sibs, pets, petn = list(_CITIES), list(_SIB_NAMES), list(_PETS), list(_PET_NAMES)
-    jobs, old_work, acts, trips = list(_JOBS), list(_OLD_WORK), list(_ACTIVITIES), list(_TRIP_PLACES)
+    cities, sibs, petn = list(_CITIES), list(_SIB_NAMES), list(_PET_NAMES)
+    jobs, old_work = list(_JOBS), list(_OLD_WORK)
     # session dates: gaps of 3-21 days, random afternoon/evening times
     dates, d = [], t0
     for s in range(S):
@@ -322,7 +328,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: flo
                                    c0, [k0], echoes=[f"Which city is home for {p}?"]))
         # -- pet: teaser / question / answer
         if rng.random() < 0.75:
-            word, noun, kinds, quip = _take(rng, pets)
+            word, noun, kinds, quip = _pick(rng, _PETS)  # friends may keep the same kind of pet
             kind, pn = _pick(rng, kinds), _take(rng, petn)
             s = when()
             wd = int(rng.integers(7))
@@ -382,7 +388,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: flo
                                    echoes=[f"Which city did {p} spend four days in?"]))
         # -- booked trip (temporal)
         if rng.random() < 0.6:
-            place, region = _take(rng, trips)
+            place, region = _pick(rng, _TRIP_PLACES)
             s = when()
             lead = int(rng.integers(10, 60))
             go = dates[s].date() + _dt.timedelta(days=lead)
@@ -396,7 +402,7 @@ def _gen_conversation(rng, ci: int, S: int, spk_range, fill_range, t0, echo: flo
                                                 f"On which date will {p} depart for {region}?"], _day(go), [kb],
                                    echoes=[f"When is {p} flying out for the trip?"]))
         # -- activity taken up (single-hop with paraphrase; distractor by another speaker)
-        ev, qv = _take(rng, acts)
+        ev, qv = _pick(rng, _ACTIVITIES)
         s = when()
         k = cv.key()
         cv.episodes.append(_Episode(s, [

@@ -490,6 +490,19 @@ _CATEGORY_NAMES = {"category_1": "multi-hop", "category_2": "temporal", "categor
                    "category_4": "single-hop"}
 
 
+def _model_label(name: Any) -> str:
+    """A model's name without the machine's folders (the package folder of a local model path)."""
+    import os
+
+    text = str(name)
+    if os.sep not in text and "/" not in text:
+        return text
+    parts = [p for p in text.replace(os.sep, "/").split("/") if p]
+    if len(parts) >= 2 and parts[-1] in ("model", "models"):
+        return parts[-2]
+    return parts[-1] if parts else text
+
+
 def locomo_section(result: dict[str, Any]) -> str:
     """The markdown body of the real-data retrieval section (``bench/sections/retrieval-locomo.md``)
     from a retrieval result (:class:`RetrievalResult` ``.to_dict()``): every row's R@5/10/20 with
@@ -516,7 +529,7 @@ def locomo_section(result: dict[str, Any]) -> str:
          f"with evidence labels. Each row ranks the turns of the question's conversation; recall is the share of "
          f"the question's evidence turns among the N turns returned. Intervals: per-question bootstrap "
          f"({bs.get('reps', '?')} resamples, seed {bs.get('seed', '?')}), 95%; differences are paired (the same "
-         f"resampled questions). Embedder: {cfg.get('embedder')}. RMM rows: a fresh `memkern.RMM(store)` per "
+         f"resampled questions). Embedder: {_model_label(cfg.get('embedder'))}. RMM rows: a fresh `memkern.RMM(store)` per "
          f"conversation (real `MemoryStore`, offline embedder, no chat model), every session through "
          f"`end_session(turns, session_id, date)` with speakers and turn ids, each question read through "
          f"`RMM.retrieve(question, turns=N, explore=False)` (the reranker's greedy order; a fresh reranker keeps "

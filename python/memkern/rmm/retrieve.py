@@ -83,7 +83,8 @@ class Retrieval:
     budget : int or None
         The turn budget asked for (``None``: ``top_m`` memories, as :meth:`RMM.respond`).
     timings : dict[str, float]
-        Seconds: ``embed``, ``retrieve``, ``rerank``, ``total``.
+        Seconds: ``embed`` (the query), ``retrieve`` (first stage + grouping), ``rerank``, ``show``
+        (reading the shown records), ``total``.
     """
 
     query: str
@@ -291,8 +292,8 @@ class RetrieveStage:
             ids = ids[ids >= 0].astype(np.int64)
         emb = np.asarray(self.store.embeddings(ids), dtype=np.float32) if len(ids) else np.zeros((0, self.store.dim), np.float32)
         if groups and len(ids):
-            # Reranker candidate = best turn + alpha * topic: a fresh reranker's score q . c is then
-            # exactly the turn+topic retrieval score (the topic vector alone would re-rank by topic).
+            # Reranker candidate = best turn + alpha * topic (the topic vector alone would re-rank by
+            # topic); the order comes from the first-stage score, the reranker's prior.
             best = np.asarray(self.store.embeddings([groups[int(i)].turn_ids[0] for i in ids]), dtype=np.float32)
             emb = best + np.float32(self.alpha) * emb
         timings["retrieve"] = time.perf_counter() - t0
@@ -460,7 +461,9 @@ class RetrieveStage:
         timings["embed"] = time.perf_counter() - t0
         _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=0.0,
                                                            search_kw=search_kw)
+        t0 = time.perf_counter()
         memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
+        timings["show"] = time.perf_counter() - t0
         timings["total"] = sum(timings.values())
         return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,
                          None if turns is None else int(turns), timings)
