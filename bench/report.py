@@ -256,6 +256,7 @@ SECTIONS = (
     "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent (issue 13)
     "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo (issue 22 item 3)
     "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede (issue 22 item 5)
+    "learning",            # memkern eval memory learning: greedy reads, exploration only to learn (LoCoMo dev)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo"})

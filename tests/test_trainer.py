@@ -269,8 +269,9 @@ def test_update_accepts_rewards_as_list_numpy_or_tensor_on_any_device(device):
         rr.update(rr.select(q, C, mask=mask), object())
 
 
-def test_presets_are_two_trainer_configurations():
-    for name in ("paper", "stable"):
+def test_presets_are_trainer_configurations():
+    assert set(PRESETS) == set(TRAINER_PRESETS) == {"paper", "stable", "rmm"}
+    for name in ("paper", "stable", "rmm"):
         rr = Reranker.from_preset(name, 8)
         cfg = rr.trainer.config()
         for k, v in TRAINER_PRESETS[name].items():
@@ -400,3 +401,56 @@ def test_weight_decay_alone_is_exact(device):
     torch.testing.assert_close(rr.Wm.detach().cpu().double(), (W0[1] - 0.5 * dWm) * 0.9, rtol=1e-5, atol=1e-6)
     n = math.sqrt(float(((W0[0] - 0.5 * dWq) ** 2).sum() + ((W0[1] - 0.5 * dWm) ** 2).sum())) * 0.9
     assert abs(st["adapter_norm"] - n) < 1e-5 * max(n, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# a selection drawn with a prior: the gradient is that of the policy it was drawn from
+# ------------------------------------------------------------------------------------------------
+def _triton_ok() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # pragma: no cover
+        return False
+    import os
+
+    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
+    pytest.mark.interpret, pytest.mark.skipif(not _triton_ok(), reason="needs CUDA or TRITON_INTERPRET=1")])])
+@pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
+@pytest.mark.parametrize("form", ["dense", "table"])
+@pytest.mark.parametrize("replay", [False, True])
+def test_a_prior_enters_the_policy_gradient_also_for_replayed_rows(logp, form, replay, backend, device):
+    # the policy is softmax((prior + q'.m' - q.m) / tau): its REINFORCE gradient needs the prior in the
+    # probabilities (not only in the draw), for new rows and for rows replayed from the ring; both backends
+    d, M, B, K = 10, 3, 3, 7
+    rr = _bare(d, M, device, logp=logp, replay_capacity=4 if replay else 0, replay_size=B if replay else 0,
+               backend=backend)
+    rows = []
+    for step in range(2 if replay else 1):
+        g = torch.Generator().manual_seed(40 + step)
+        q, C, mask = _batch(B=B, K=K, d=d, seed=20 + step, device=device)
+        prior = (torch.randn(B, K, generator=g) * 3.0).to(device)
+        if form == "table":
+            table = C.reshape(B * K, d)
+            ids = torch.arange(B * K, device=device).reshape(B, K).masked_fill(~mask, -1)
+            sel = rr.select(q, (ids, table), seed=3 + step, prior=prior)
+        else:
+            sel = rr.select(q, C, mask=mask, seed=3 + step, prior=prior)
+        R = torch.tensor([[1.0, -1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, 1.0, 0.0]])
+        rows.append((q, C, mask, prior, sel.indices, R))
+        W0 = (rr.Wq.detach().cpu().double().clone(), rr.Wm.detach().cpu().double().clone())
+        use = rows[-1:] if step == 0 else rows[::-1]        # step 1: its rows + the 3 replayed rows of step 0
+        cat = [torch.cat([r[k].cpu() for r in use]) for k in range(6)]
+        adv = torch.where(cat[4] >= 0, cat[5].double() - 0.5, torch.zeros((), dtype=torch.float64))
+        _, dWq, dWm, _, _ = ref.reference_loss_and_grads(cat[0], rr.Wq.detach().cpu(), rr.Wm.detach().cpu(), cat[1],
+                                                         cat[4], adv, tau=rr.tau, baseline=0.0, logp=logp,
+                                                         valid=cat[2], prior=cat[3])
+        st = rr.update(sel, R)
+        assert st["n_replay"] == (B if step else 0)
+        torch.testing.assert_close(rr.Wq.detach().cpu().double(), W0[0] - 0.1 * dWq, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(rr.Wm.detach().cpu().double(), W0[1] - 0.1 * dWm, rtol=1e-4, atol=1e-6)
+    if replay:   # the ring keeps the rows' prior offsets through save / load
+        rr2 = Reranker.from_state_dict(rr.state_dict())
+        torch.testing.assert_close(rr2.trainer.replay_rows()["P"], rr.trainer.replay_rows()["P"].cpu())

@@ -24,10 +24,11 @@ import torch
 
 
 def reference_scores(q: torch.Tensor, Wq: torch.Tensor, Wm: torch.Tensor, cands: torch.Tensor,
-                     valid: torch.Tensor | None = None) -> torch.Tensor:
+                     valid: torch.Tensor | None = None, prior: torch.Tensor | None = None) -> torch.Tensor:
     """Scores ``s [B, K]`` (float64) with explicit ``m'``; invalid entries are ``-inf``.
 
-    q [B, d], Wq [d, d], Wm [d, d], cands [B, K, d], valid [B, K] bool (None = all valid).
+    q [B, d], Wq [d, d], Wm [d, d], cands [B, K, d], valid [B, K] bool (None = all valid);
+    prior [B, K] (None = none): the scores are then ``prior + (q' . m' - q . m)``.
     """
     q = q.double()
     Wq = Wq.double()
@@ -36,6 +37,8 @@ def reference_scores(q: torch.Tensor, Wq: torch.Tensor, Wm: torch.Tensor, cands:
     qp = q + q @ Wq.T                       # q' = q + Wq q (row form)
     mp = c + c @ Wm.T                       # m' = m + Wm m, [B, K, d]
     s = torch.einsum("bkd,bd->bk", mp, qp)
+    if prior is not None:
+        s = prior.double() + s - torch.einsum("bkd,bd->bk", c, q)
     if valid is not None:
         s = s.masked_fill(~valid, float("-inf"))
     return s
@@ -73,15 +76,15 @@ def reference_logp(scores: torch.Tensor, indices: torch.Tensor, tau: float, logp
 
 
 def reference_loss_and_grads(q, Wq, Wm, cands, indices, rewards, *, tau=0.5, baseline=0.5,
-                             logp="softmax", valid=None):
+                             logp="softmax", valid=None, prior=None):
     """REINFORCE loss and its gradients by autograd, float64.
 
     Returns ``(loss, dWq, dWm, scores, logp)``; ``loss = -(1/B) sum_bj (R_bj - b) logp_bj`` with
-    slots whose index is ``-1`` contributing nothing.
+    slots whose index is ``-1`` contributing nothing; ``prior``: as in :func:`reference_scores`.
     """
     Wq64 = Wq.detach().double().clone().requires_grad_(True)
     Wm64 = Wm.detach().double().clone().requires_grad_(True)
-    s = reference_scores(q, Wq64, Wm64, cands, valid)
+    s = reference_scores(q, Wq64, Wm64, cands, valid, prior)
     lp = reference_logp(s, indices, tau, logp)
     adv = (rewards.double() - torch.as_tensor(baseline, dtype=torch.float64))
     adv = torch.where(indices >= 0, adv, torch.zeros_like(adv))

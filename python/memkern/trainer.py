@@ -19,6 +19,9 @@ Per step (``B`` new rows, ``R`` rewards ``[B, M]``, ``slot`` = selected slots wi
     A       = A / (sqrt(sum_slot (A - mean_slot A)^2 / n) + 1e-6)   if normalize_advantages and n > 1
                                                                     (population variance, divisor n)
     g       = closed-form REINFORCE gradient of (Wq, Wm)  (memkern.ops.reinforce_grad, baseline 0)
+              of the policy the rows were drawn from: for a selection drawn with a prior
+              (Reranker.select(prior=)) its scores are prior + (q'.m' - q.m), so the constant
+              prior - q.m enters the probabilities; replayed rows keep theirs in the ring
     |g|     = sqrt(|dWq|^2 + |dWm|^2);  g <- g * min(1, clip / |g|);  g <- 0 if loss or |g| non-finite
     optimizer.step()
     W       <- W * f,   f = (1 - lr * weight_decay) * min(1, max_norm / ((1 - lr wd) |W|))
@@ -60,6 +63,8 @@ TRAINER_PRESETS: dict[str, dict[str, Any]] = {
     "stable": dict(lr=5e-2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True,
                    clip_grad_norm=1.0, weight_decay=1e-2, replay_capacity=256, replay_size=None, guard=True,
                    max_norm=20.0),
+    "rmm": dict(lr=0.2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True, clip_grad_norm=1.0,
+                weight_decay=1e-2, replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
 }
 
 TRAINER_KEYS = ("lr", "optimizer", "baseline", "normalize_advantages", "clip_grad_norm", "weight_decay",
@@ -197,6 +202,7 @@ class ReinforceTrainer:
         self.max_norm = None if max_norm is None else float(max_norm)
         self.optimizer, self.optimizer_name = _resolve_optimizer(optimizer, [reranker.Wq, reranker.Wm], self.lr)
         self.steps = 0
+        self._prior_seen = False                       # a selection with a prior was trained on
         # device state (allocated lazily on the adapters' device)
         self._rb: torch.Tensor | None = None          # running baseline (0-dim); None before the first update
         self._ring: dict[str, torch.Tensor] | None = None   # replay ring: q [C,d], C [C,K,d], valid [C,K], idx, R [C,M]
@@ -300,7 +306,7 @@ class ReinforceTrainer:
         return {"q": torch.zeros(cap, d, device=device), "C": torch.zeros(cap, K, d, device=device),
                 "valid": torch.zeros(cap, K, dtype=torch.bool, device=device),
                 "idx": torch.full((cap, M), -1, dtype=torch.int64, device=device),
-                "R": torch.zeros(cap, M, device=device)}
+                "R": torch.zeros(cap, M, device=device), "P": torch.zeros(cap, K, device=device)}
 
     def _fit_ring(self, d, K, M, device):
         """Allocate the ring, or grow its K/M (copying the rows) when a batch has more candidates/slots."""
@@ -316,6 +322,7 @@ class ReinforceTrainer:
             new["q"].copy_(r["q"])
             new["C"][:, :K0].copy_(r["C"])
             new["valid"][:, :K0].copy_(r["valid"])
+            new["P"][:, :K0].copy_(r["P"])
             new["idx"][:, :M0].copy_(r["idx"])
             new["R"][:, :M0].copy_(r["R"])
             r = new
@@ -347,12 +354,13 @@ class ReinforceTrainer:
             t = self._rpos_t if name == "_rpos" else self._draws_t
         return t
 
-    def _write_ring(self, q, C, valid, idx, R):
+    def _write_ring(self, q, C, valid, idx, R, P=None):
         cap = self.replay_capacity
         n = q.shape[0]
         rpos = self._counter("_rpos", q.device)
         if n > cap:                                   # only the newest cap rows survive (FIFO)
             q, C, valid, idx, R = q[-cap:], C[-cap:], valid[-cap:], idx[-cap:], R[-cap:]
+            P = None if P is None else P[-cap:]
             if isinstance(rpos, torch.Tensor):
                 rpos.add_(n - cap).remainder_(cap)
             else:
@@ -360,8 +368,9 @@ class ReinforceTrainer:
             self._rpos = (self._rpos + n - cap) % cap
             n = cap
         pos = torch.arange(n, device=q.device).add_(rpos).remainder_(cap)
-        for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R)):
-            self._ring[key].index_copy_(0, pos, t)
+        for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R), ("P", P)):
+            if t is not None:                         # P None: no row had a prior yet, the ring's stay 0
+                self._ring[key].index_copy_(0, pos, t)
         if isinstance(rpos, torch.Tensor):
             rpos.add_(n).remainder_(cap)
         self._rpos = (self._rpos + n) % cap
@@ -411,10 +420,17 @@ class ReinforceTrainer:
             self._fit_ring(q.shape[1], K, M, q.device)
             Kr, Mr = self._ring["C"].shape[1], self._ring["idx"].shape[1]
             q = q.float()
+            P_new = _prior_offset(selection, q, C, valid)
             C = self._pad(C.float(), Kr, 1, 0.0)
             valid = self._pad(valid, Kr, 1, False)
             idx_p = self._pad(idx_new, Mr, 1, -1)
             R_p = self._pad(R_new, Mr, 1, 0.0)
+            # rows keep their prior offsets in the ring once any row had a prior (before that the ring's
+            # offsets are all 0 and the step skips them)
+            self._prior_seen = self._prior_seen or P_new is not None
+            P_p = None
+            if self._prior_seen:
+                P_p = self._pad(torch.zeros(valid.shape, device=q.device) if P_new is None else P_new, Kr, 1, 0.0)
             size = min(B_new if self.replay_size is None else self.replay_size, self._rlen)
             if size > 0:
                 pick = self._draw(size, q.device)
@@ -422,6 +438,7 @@ class ReinforceTrainer:
                 q_r, C_r, valid_r = (ring[k].index_select(0, pick) for k in ("q", "C", "valid"))
                 idx = torch.cat([idx_p, ring["idx"].index_select(0, pick)])
                 R = torch.cat([R_p, ring["R"].index_select(0, pick)])
+                P = None if P_p is None else torch.cat([P_p, ring["P"].index_select(0, pick)])
                 n_replay = size
                 cached = selection.__dict__.get("_forward")
                 if (cached is not None and K == Kr
@@ -433,7 +450,7 @@ class ReinforceTrainer:
                 else:
                     q_all, C_all, valid_all = (torch.cat(p) for p in ((q, q_r), (C, C_r), (valid, valid_r)))
             else:
-                q_all, C_all, valid_all, idx, R = q, C, valid, idx_p, R_p
+                q_all, C_all, valid_all, idx, R, P = q, C, valid, idx_p, R_p, P_p
             cands, ids, mask = C_all, None, valid_all
         else:
             q_all = selection.q if selection.q.dim() == 2 else selection.q.unsqueeze(0)
@@ -446,6 +463,7 @@ class ReinforceTrainer:
                 if mask is not None and mask.dim() == 1:
                     mask = mask.unsqueeze(0)
             idx, R = idx_new, R_new
+            P = None if selection.prior is None else _prior_offset(selection, *_dense_rows(selection))
 
         # ---- advantages (tensor ops; no branch on values). Rewards of -1 slots are ignored, even NaN.
         red = self.reducer
@@ -495,6 +513,8 @@ class ReinforceTrainer:
             # new rows from select() (q', scores at these adapters) + a forward of the replayed rows
             qn, Cn, qp_n, s_n = reuse
             qf_r, qp_r, _, Cf_r, s_r = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            if P is not None:                                   # the policy's scores: prior offset + adapters'
+                s_n, s_r = s_n + P[:B_new], s_r + P[B_new:]
             qf, qp, scores = torch.cat([qn, qf_r]), torch.cat([qp_n, qp_r]), torch.cat([s_n, s_r])
             Bn = qf.shape[0]
             if be == "torch":
@@ -514,6 +534,8 @@ class ReinforceTrainer:
                 Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
             else:
                 qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            if P is not None:
+                scores = scores + P                                   # the policy's scores (prior offset)
             Bn = q2.shape[0]
             if be == "torch":
                 g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
@@ -574,7 +596,7 @@ class ReinforceTrainer:
         else:
             adapter_norm = None
         if self.replay_capacity > 0:
-            self._write_ring(q, C, valid, idx_p, R_p)
+            self._write_ring(q, C, valid, idx_p, R_p, P_p)
         n_pos_new = n_valid_new = None
         if self.guard:
             slot_new = idx_new >= 0
@@ -701,7 +723,7 @@ class ReinforceTrainer:
             replay["K"] = torch.full((n,), rows["C"].shape[1], dtype=torch.int64)
             replay["M"] = torch.full((n,), rows["idx"].shape[1], dtype=torch.int64)
         win = torch.stack(self._win).tolist() if self._win is not None else [0.0, 0.0, 0.0]
-        return {"steps": self.steps, "running_baseline": None if self._rb is None else float(self._rb),
+        return {"steps": self.steps, "prior_seen": self._prior_seen, "running_baseline": None if self._rb is None else float(self._rb),
                 "replay": replay, "replay_pos": self._rpos, "replay_draws": self._replay_draws,
                 "window": [(win[0], win[1])], "window_steps": self._win_steps, "since_check": self._since_check,
                 "best_rate": self._best_rate, "rate_ema": self._rate_ema, "good_state": self._good_state,
@@ -713,6 +735,7 @@ class ReinforceTrainer:
         of per-step ``(n_pos, n_slots)``)."""
         dev = self.reranker.Wq.device
         self.steps = int(state["steps"])
+        self._prior_seen = bool(state.get("prior_seen", False))
         rb = state["running_baseline"]
         self._rb = None if rb is None else torch.tensor(float(rb), device=dev)
         self._ring, self._rlen, self._rpos = None, 0, 0
@@ -720,22 +743,24 @@ class ReinforceTrainer:
         rp = state["replay"]
         if rp is not None and self.replay_capacity > 0 and rp["q"].shape[0] > 0:
             q, C, valid, idx, R = (rp[k] for k in ("q", "C", "valid", "idx", "R"))
+            P = rp["P"] if "P" in rp else torch.zeros(C.shape[:2])     # rows saved before priors: none
             n = q.shape[0]
             Ks, Ms = rp["K"], rp["M"]
             # rows were stored padded to the longest; positions past a row's own K/M are padding
             kmask = torch.arange(C.shape[1])[None, :] < Ks[:, None]
             mmask = torch.arange(idx.shape[1])[None, :] < Ms[:, None]
             valid = valid & kmask
+            P = torch.where(valid, P.float(), torch.zeros((), dtype=torch.float32))
             idx = torch.where(mmask, idx, torch.full_like(idx, -1))
             R = torch.where(mmask, R, torch.zeros_like(R))
             self._fit_ring(q.shape[1], C.shape[1], idx.shape[1], dev)
             if "replay_pos" in state and n <= self.replay_capacity:   # format 2: the ring as it was
-                for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R)):
+                for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R), ("P", P)):
                     self._ring[key][:n].copy_(t.to(dev))
                 self._rlen, self._rpos = n, int(state["replay_pos"]) % self.replay_capacity
             else:                                                     # format 1: rows oldest first
                 self._write_ring(q.to(dev).float(), C.to(dev).float(), valid.to(dev), idx.to(dev),
-                                 R.to(dev).float())
+                                 R.to(dev).float(), P.to(dev))
         self._replay_draws = int(state["replay_draws"])
         self._sync_counters()
         window = list(state["window"])
@@ -822,6 +847,19 @@ def _as_rewards(rewards, indices):
                                                                torch.uint8)):
         raise bad_arg("rewards", "float, int or bool values", rewards.dtype, MemkernTypeError)
     return rewards.to(indices.device, torch.float32, non_blocking=True)
+
+
+def _prior_offset(sel, q, C, valid):
+    """The part of the policy's scores that is not the adapters': ``prior - q . m`` (float32 ``[B, K]``,
+    0 on padding), so that ``prior + (q' . m' - q . m)`` (what :meth:`memkern.Reranker.select` drew
+    from) is ``that + q' . m'``; None when ``sel`` was drawn without a prior. ``q [B, d]``, ``C [B, K, d]``,
+    ``valid [B, K]``: the selection's dense rows (:func:`_dense_rows`)."""
+    p = sel.prior
+    if p is None:
+        return None
+    p = p if p.dim() == 2 else p.unsqueeze(0)
+    qm = torch.bmm(C.float(), q.float().unsqueeze(2)).squeeze(2)
+    return torch.where(valid, p.to(qm.device, torch.float32) - qm, torch.zeros((), device=qm.device))
 
 
 def _dense_rows(sel):

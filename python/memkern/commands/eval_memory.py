@@ -2,8 +2,10 @@
 
 Experiments: ``granularity``, ``turn-in-topic``, ``reflection``, ``collapse``, ``rmm``,
 ``retrieval`` (issue 13: content-only vs templated turns, fixed windows, TextTiling topics,
-turn + alpha * parent, and the default RMM's ``RMM.retrieve``, at 5/10/20-turn budgets), ``all``
-(all but ``rmm`` and ``retrieval``). Each run prints a table and writes one JSON per experiment (config, dataset
+turn + alpha * parent, and the default RMM's ``RMM.retrieve``, at 5/10/20-turn budgets),
+``learning`` (the reranker learning through ``RMM.respond`` from simulated citations: held-out
+R@5 before / after, what the user was shown, each exploration scheme; :mod:`memkern.eval.learning`),
+``all`` (all but ``rmm``, ``retrieval`` and ``learning``). Each run prints a table and writes one JSON per experiment (config, dataset
 hash, metrics, timings) under ``--out``.
 
 On generated data each ``--seeds`` value generates its own dataset (and seeds the experiment);
@@ -27,6 +29,7 @@ Examples::
     memkern eval memory granularity --granularities turn session topic-llm --llm-conversations 1
     memkern eval memory retrieval --data dialogues --users 6 --sessions 20 --seeds 0 1 2 3 4
     memkern eval memory retrieval --locomo locomo/ --conversations conv-26,conv-30,conv-41 --seeds 0
+    memkern eval memory learning --locomo locomo/ --conversations conv-26,conv-30,conv-41 --seeds 0
     memkern eval memory granularity --seeds 0 1 2 3 --ray     # seeds x granularities x conversations as Ray tasks
 """
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _fraction(text: str) -> float:
         raise C.bad_arg("value", "a finite number > 0.0 and < 1.0", text)
     return v
 
-EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "retrieval", "all")
+EXPERIMENTS = ("granularity", "turn-in-topic", "reflection", "collapse", "rmm", "retrieval", "learning", "all")
 
 
 @C._arg_type
@@ -135,6 +138,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     r.add_argument("--steps", type=C.positive_int, default=10_000, help="collapse: updates per run")
     r.add_argument("--lr", type=C.positive_float, default=None, help="reflection: override the presets' learning rate")
     r.add_argument("--optimizer", default=None, help="reflection: override the presets' optimizer")
+    lg = p.add_argument_group("learning (simulated citations; also uses --test-frac, --k, --rmm-batch-size)")
+    lg.add_argument("--learning-arms", nargs="+", default=None, metavar="ARM",
+                    help="greedy explore=<share> hidden swap-last direct (default: greedy explore=0.05 explore=1 "
+                         "hidden swap-last direct)")
+    lg.add_argument("--learning-splits", type=C.positive_int, default=3,
+                    help="random train / held-out splits per seed (default 3)")
+    lg.add_argument("--learning-pool", action="store_true",
+                    help="one reranker for every conversation (default: one per conversation)")
     m = p.add_argument_group("rmm (real chat model; slow on CPU)")
     m.add_argument("--rmm-conversations", type=C.positive_int, default=1)
     m.add_argument("--rmm-sessions", type=C.positive_int, default=4)
@@ -155,6 +166,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _datasets(args):
     from ..eval.data import load_dataset
 
+    if args.conversations is not None and not args.locomo:
+        raise C.bad_arg("--conversations", "--locomo PATH as well (conversation ids of a LoCoMo file)",
+                        ",".join(args.conversations))
     if args.longmemeval:
         ds = load_dataset("longmemeval", args.longmemeval, limit=args.limit)
         return [(s, ds) for s in args.seeds]
@@ -198,6 +212,12 @@ def make_experiment(exp: str, seed: int, args, out: str, tag: str):
                                     rmm=not args.no_rmm, max_questions=args.max_questions, seed=seed,
                                     ablations=abl, bootstrap=args.bootstrap,
                                     question_types=LOCOMO_TYPES if args.locomo else None)
+    if exp == "learning":
+        from ..eval.learning import ARMS, learning_experiment
+
+        return learning_experiment(arms=args.learning_arms or ARMS, splits=args.learning_splits,
+                                   test_frac=args.test_frac, pool=args.learning_pool,
+                                   batch_size=args.rmm_batch_size, k=args.k, seed=seed)
     if exp == "reflection":
         return ReflectionExperiment(
             presets=tuple(args.presets or ["default", "paper"]), seed=seed,

@@ -36,6 +36,7 @@ RESULT_TYPES: dict[str, str] = {
     "collapse": "memkern.eval.collapse:CollapseResult",
     "rmm": "memkern.eval.rmm_loop:RMMResult",
     "retrieval": "memkern.eval.retrieval:RetrievalResult",
+    "learning": "memkern.eval.learning:LearningResult",
 }
 
 _FIELDS = ("config", "dataset", "metrics", "timings", "environment")

@@ -5,10 +5,11 @@ is split into topic memories (:mod:`memkern.extract`), and each enters the bank 
 UPDATE / INVALIDATE / NOOP (:mod:`memkern.update`).
 
 Retrospective reflection (:meth:`RMM.respond`): the query is embedded, the store returns the top-K
-(default 20) memories, the reranker samples the top-M (default 5) (:mod:`memkern.rmm.retrieve`),
-the chat model answers from them and cites the ones it used by number; citations become rewards
-(+1 cited, -1 uncited), which are buffered and fed to ``reranker.update`` every ``batch_size``
-(default 4) responses (:mod:`memkern.rmm.feedback`). The reranker's state (and the not-yet-used
+(default 20) memories, the reranker picks its best top-M (default 5) (:mod:`memkern.rmm.retrieve`;
+``RMMConfig.explore``: a share of calls shows a sampled draw instead), the chat model answers from
+them and cites the ones it used by number; citations become rewards (+1 cited, -1 uncited), which
+are buffered and fed to ``reranker.update`` every ``batch_size`` (default 4) responses
+(:mod:`memkern.rmm.feedback`: what the reranker learns from). The reranker's state (and the not-yet-used
 reward buffer) is persisted per namespace under ``<store.path>/rerankers/``.
 
 Two-level memory (``retrieval="turn+topic"``, opt-in): every write also stores each turn of a

@@ -37,7 +37,8 @@ class RMMConfig:
     batch_size : int
         Responses whose rewards are buffered before one ``reranker.update`` (default 4).
     seed : int
-        Seeds reranker sampling (``seed + response index``) and generation.
+        Seeds generation, and the fresh reranker an RMM builds (``Reranker(seed=seed)``: its
+        exploration draws and replay picks).
     answer_max_new_tokens, extract_max_new_tokens, decide_max_new_tokens : int
         Generation budgets (keep small for CPU models).
     candidates_k : int
@@ -58,12 +59,19 @@ class RMMConfig:
         ``Response.citation_source == "similarity"``). ``None``: no citation, all rewards -1.
     save_every : int
         Save the reranker every this many updates (default 1: after each update). Saving writes
-        the whole reranker state, replay buffer included (~10 MB at the default capacity), so
-        larger values cut the amortised per-response cost; :meth:`RMM.close` always saves.
-    explore : bool
-        ``True`` (the paper's way): the reranker *samples* the top-M (Gumbel-top-M at its ``tau``),
-        which explores but may show weaker memories; ``False``: the reranker's top-M by score
-        (no noise; rewards still train it).
+        the whole reranker state (~2.4 MB for RMM's fresh reranker at d = 384; a reranker with a
+        replay ring, e.g. the stable preset's, ~10 MB), so larger values cut the amortised
+        per-response cost; :meth:`RMM.close` always saves.
+    explore : float
+        Share of :meth:`memkern.RMM.respond` calls that show a sampled draw (Gumbel-top-M at the
+        reranker's ``tau``) instead of the reranker's best memories; default ``0.0``: every call
+        shows the best memories and the reranker learns from the citations of what it showed
+        (see :mod:`memkern.rmm.feedback`). ``True`` / ``False`` mean ``1.0`` / ``0.0`` (``1.0``
+        is the paper's way: every call samples). The draws and the per-call coin come from the
+        reranker's Philox stream (its ``seed`` and counter, saved with its state at every save: each
+        update and :meth:`memkern.RMM.close`), so they advance with every exploring call, are
+        reproducible from ``seed``, and a reopened RMM continues the stream. Exploring calls are marked ``Response.explored``.
+        :meth:`memkern.RMM.retrieve` never explores.
     retrieval : {"auto", "topic", "turn+topic"}
         ``"auto"`` (default): ``"turn+topic"`` on a store with two-level memory
         (:class:`memkern.protocols.TurnStore`, e.g. :class:`memkern.MemoryStore`), else
@@ -132,7 +140,7 @@ class RMMConfig:
     decider_kwargs: dict | None = None
     cite_fallback: float | None = 0.5
     save_every: int = 1
-    explore: bool = True
+    explore: float = 0.0
     retrieval: str = "auto"
     turn_stage: str = "hybrid"
     lexical_weight: float = 0.5
@@ -176,7 +184,8 @@ class RMMConfig:
         for name in ("answer_max_new_tokens", "extract_max_new_tokens", "decide_max_new_tokens"):
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "persist", bool(self.persist))
-        put(self, "explore", bool(self.explore))
+        put(self, "explore", check_float("explore", float(self.explore) if isinstance(self.explore, bool) else self.explore,
+                                         0.0, 1.0, expected="a share in [0, 1] (or a bool)"))
         put(self, "supersede", bool(self.supersede))
         put(self, "embedding_threshold", check_float("embedding_threshold", self.embedding_threshold, finite=True))
         for name in ("coverage_threshold", "cite_fallback"):

@@ -70,6 +70,9 @@ class Response:
     turn_ids : list[list[int]]
         Aligned with ``memory_ids``: the turn record ids shown under each memory, in the order
         shown (conversation order). ``retrieval="turn+topic"`` only; empty lists in topic mode.
+    explored : bool
+        The memories shown were a sampled draw (a share ``RMMConfig.explore`` of the calls), not
+        the reranker's best.
     """
 
     answer: str
@@ -82,6 +85,7 @@ class Response:
     citation_source: str = "model"
     turn_ids: list[list[int]] = field(default_factory=list)
     selection: Any = field(default=None, repr=False, compare=False)
+    explored: bool = False
 
 
 def _component(name: str, value: Any, proto: type, names: tuple[str, ...] = ("llm", "embedding")) -> tuple[Any, str]:
@@ -344,7 +348,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
         timings["total"] = sum(timings[k] for k in ("embed", "retrieve", "rerank", "generate", "update"))
         log.debug("rmm.respond: %d memories, cited %s; timings %s", len(m_sel), cites, {k: round(v * 1000, 2) for k, v in timings.items()})
         return Response(answer, [int(i) for i in m_sel], cites, rewards, timings, raw, parsed, citation_source, shown,
-                        selection=sel)
+                        selection=sel, explored=sel is not None and not bool(getattr(sel, "greedy", True)))
 
     # ------------------------------------------------------------------ inspection
     @property

@@ -11,6 +11,20 @@ A persisted reranker file that is not a valid reranker of the store's dim (damag
 something else) never blocks the namespace: it is moved aside to ``<namespace>.pt.damaged`` (kept
 for inspection, never read; ``memkern forget`` removes it), a warning is logged, and the namespace
 continues with a fresh reranker. An unreadable reward buffer is dropped with a warning.
+
+What the reranker learns from. :meth:`memkern.RMM.respond` shows the reranker's best memories
+(``RMMConfig.explore=0``, the default), and the update is REINFORCE on that shown slate under the
+reranker's stochastic policy (Plackett-Luce over ``prior + (q'.m' - q.m)`` at ``tau``): a cited
+memory is pushed up, an uncited one down, and the probability the uncited ones lose goes to the
+candidates that were not shown, in proportion to their probability. So exploration happens
+without showing worse memories: a memory leaves the shown set only after it was shown and not
+cited, and the next best candidate, never seen yet, takes its place. The model can only cite
+what it was shown, so no other slate carries a signal about the unshown candidates: a hidden draw
+scored by the shown memories' citations only re-weights the same labels, and importance weights
+against the (deterministic) shown slate only shrink them. Showing sampled draws (a share
+``RMMConfig.explore`` of the calls, logged as ``Response.explored``) buys labels on lower-ranked
+candidates, mostly useless ones, at the price of worse memories for the user. The learning
+section of ``bench/RESULTS.md`` measures each of these (``memkern eval memory learning``).
 """
 from __future__ import annotations
 
@@ -30,7 +44,7 @@ from .aio import locked
 
 log = logging.getLogger("memkern")
 
-__all__ = ["parse_answer", "FeedbackStage"]
+__all__ = ["parse_answer", "FeedbackStage", "default_reranker"]
 
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
 
@@ -94,6 +108,20 @@ def _parse_answer(text: str, n_memories: int) -> tuple[str, list[int], bool, boo
 def citation_rewards(cites: Sequence[int], n_shown: int) -> list[float]:
     """Rewards aligned with the ``n_shown`` memories: ``+1`` cited, ``-1`` uncited."""
     return [1.0 if i in cites else -1.0 for i in range(n_shown)]
+
+
+def default_reranker(dim: int, top_m: int, seed: int = 0, **overrides: Any) -> Any:
+    """The fresh reranker an RMM builds for a namespace: ``Reranker.from_preset("rmm", dim,
+    top_m=top_m, seed=seed)`` (``overrides``: further :class:`memkern.Reranker` settings).
+
+    The ``"rmm"`` preset is the stable setting with a larger step and a tighter trust region
+    (SGD lr 0.2, adapters projected on ``||(Wq, Wm)|| <= 1``) and no replay: a namespace sees few
+    citations (each question asked about once or so), and its reranker must learn from them
+    without drifting far from the first stage (module doc; measured in ``bench/RESULTS.md``,
+    learning section)."""
+    from ..reranker import Reranker
+
+    return Reranker.from_preset("rmm", dim, top_m=top_m, seed=seed, **overrides)
 
 
 class FeedbackStage:
@@ -188,7 +216,7 @@ class FeedbackStage:
     @property
     def reranker(self) -> Any:
         """The namespace's reranker: the one given, the one persisted under
-        ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m)``."""
+        ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m, seed=seed)``."""
         if self._reranker is None:
             from ..reranker import Reranker
 
@@ -206,8 +234,9 @@ class FeedbackStage:
                     log.warning("rmm: %s; kept as %s, namespace %r continues with a fresh reranker",
                                 e, damaged, self.namespace)
             if self._reranker is None:
-                self._reranker = Reranker(self.store.dim, top_m=self.top_m)
-                log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d)", self.namespace, self.store.dim, self.top_m)
+                self._reranker = default_reranker(self.store.dim, self.top_m, self.seed)
+                log.info("rmm: fresh reranker for namespace %r (dim %d, top_m %d, seed %d)", self.namespace,
+                         self.store.dim, self.top_m, self.seed)
         return self._reranker
 
     def _buffer_path(self) -> str | None:

@@ -45,7 +45,11 @@ from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
-__all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key"]
+__all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key", "EXPLORE_COIN_KEY"]
+
+#: Philox key (xor the reranker's seed) of the per-call coin that decides whether a
+#: :meth:`memkern.RMM.respond` call explores (``RMMConfig.explore`` strictly between 0 and 1).
+EXPLORE_COIN_KEY = 0x2545F4914F6CDD1D
 
 
 def turn_key(turn: dict) -> Any:
@@ -262,14 +266,15 @@ class RetrieveStage:
         return np.asarray([int(tp.id) for _, tp in self.store.turns_with_topics(tids)], np.int64)
 
     def _retrieve_and_rerank(self, q: np.ndarray, timings: dict[str, float], order_all: bool = False,
-                             explore: bool | None = None, search_kw: dict | None = None, time_q: Any = None):
+                             explore: float | None = None, search_kw: dict | None = None, time_q: Any = None):
         """Top-K search then top-M selection (``order_all``: every candidate, in the reranker's order).
 
         Returns (candidate ids, candidates, selected ids, selection, groups); ``groups`` is the
         turn+topic grouping of :meth:`_retrieve_turn_topic` (empty in topic mode). ``explore``
-        (default ``config.explore``): sample (Gumbel-top-M) rather than take the best scores.
-        ``search_kw``: the checked first-stage filters (:meth:`_search_filters`); ``time_q``: the
-        question's time term (:meth:`memkern.rmm.timeprior.TimeStage._time_query`).
+        (default ``config.explore``): the share of calls that show a sampled draw
+        (:meth:`_choose`; ``0``: always the best scores). ``search_kw``: the checked first-stage
+        filters (:meth:`_search_filters`); ``time_q``: the question's time term
+        (:meth:`memkern.rmm.timeprior.TimeStage._time_query`).
         """
         import torch
 
@@ -299,7 +304,7 @@ class RetrieveStage:
         t0 = time.perf_counter()
         n = len(ids)
         m = n if order_all else self.top_m
-        explore = self.explore if explore is None else bool(explore)
+        explore = self.explore if explore is None else float(explore)
         if n <= 1 or (n <= m and not order_all):
             # Nothing to choose: every candidate is shown, the reranker neither samples nor learns.
             timings["rerank"] = time.perf_counter() - t0
@@ -312,14 +317,50 @@ class RetrieveStage:
         # reranker keeps the first stage's order.
         prior = torch.zeros(1, self.top_k, dtype=torch.float32)
         prior[0, :n] = torch.from_numpy(first)
-        sel = self.reranker.select(torch.from_numpy(q), cand, mask=mask, seed=self.seed + self.n_responses,
-                                   greedy=not explore, m=m, prior=prior)
+        sel = self._choose(torch.from_numpy(q), cand, mask, m, 0.0 if order_all else explore, prior=prior)
         picks = [int(i) for i in sel.indices[0].tolist() if int(i) >= 0 or not order_all]
         bad = [i for i in picks if not 0 <= i < n]
         if bad:
             raise MemkernValueError(f"reranker.select: expected indices of unmasked candidates in [0, {n}), got {picks}")
         timings["rerank"] = time.perf_counter() - t0
         return ids, emb, ids[picks], sel, groups
+
+    def _choose(self, q: Any, cand: Any, mask: Any, m: int, explore: float, **select_kw: Any) -> Any:
+        """The reranker's choice of ``m`` candidates: its best (``greedy=True``), or, on a share
+        ``explore`` of the calls, a Gumbel-top-M draw from its own Philox stream.
+
+        With ``explore > 0`` every call draws (``reranker.select`` without a seed: the reranker's
+        ``seed`` and advancing counter, persisted with its state), and the call explores when
+        ``explore >= 1`` or when the uniform at the draw's counter under the coin key
+        (:data:`EXPLORE_COIN_KEY` xor the reranker's seed) is below ``explore``. A sampled draw
+        has ``greedy=False`` (:attr:`memkern.rmm.Response.explored`).
+
+        Parameters
+        ----------
+        q : float32 [1, d]
+        cand : float32 [1, K, d]
+        mask : bool [1, K]
+        m : int
+        explore : float in [0, 1]
+        select_kw : passed to ``reranker.select``
+
+        Returns
+        -------
+        memkern.Selection
+        """
+        rr = self.reranker
+        if explore > 0.0:
+            draw = rr.select(q, cand, mask=mask, m=m, **select_kw)
+            if explore >= 1.0:
+                return draw
+            import torch
+
+            from ..ops import philox_uniform
+
+            u = philox_uniform(int(draw.seed) ^ EXPLORE_COIN_KEY, torch.tensor([int(draw.offset)], dtype=torch.int64))
+            if float(u[0]) < explore:
+                return draw
+        return rr.select(q, cand, mask=mask, greedy=True, m=m, **select_kw)
 
     def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, TopicHits], budget: int | None = None):
         """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
@@ -376,8 +417,10 @@ class RetrieveStage:
         """What :meth:`respond` would show the model for ``query``, without calling the model.
 
         The query is embedded (``kind="query"``), the store searched and the reranker consulted
-        exactly as in :meth:`respond` (the reranker does not learn here). ``turns=None`` gives
-        the ``top_m`` memories :meth:`respond` shows; ``turns=N`` takes memories in the
+        exactly as in :meth:`respond` (the reranker does not learn here, and its random stream
+        does not move): the result is the reranker's best memories, the same for the same
+        query and state. ``turns=None`` gives the ``top_m`` memories :meth:`respond` shows
+        (unless that call explores, ``RMMConfig.explore``); ``turns=N`` takes memories in the
         reranker's order until ``N`` turns are shown (the last memory cut to its best turns).
 
         Parameters
@@ -385,9 +428,10 @@ class RetrieveStage:
         query : str
         turns : int, optional
             Turn budget (>= 1).
-        explore : bool, optional
-            Sample the reranker's choice (``True``) or take its best scores (``False``); default
-            ``config.explore`` (with ``seed + responses so far``, as :meth:`respond` would).
+        explore : None or False
+            Kept for compatibility: ``retrieve`` always returns the reranker's best memories
+            (exploration happens only in :meth:`respond`, ``RMMConfig.explore``); ``True``
+            raises :class:`memkern.MemkernValueError`.
         filter : dict, optional
             Metadata filter on the records' ``meta`` (``{"key": value}``, ``{"key": {"$in":
             [...]}}``; RMM's records carry ``session_id``, ``source``, ``date``).
@@ -413,6 +457,9 @@ class RetrieveStage:
             raise bad_arg("query", "a non-empty str", query)
         if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
             raise bad_arg("turns", "None or an int >= 1", turns)
+        if explore is not None and explore is not False:
+            raise bad_arg("explore", "None or False (retrieve returns the reranker's best memories; exploration is "
+                                     "respond's, RMMConfig.explore)", explore)
         search_kw = self._first_stage(query, None if turns is None else int(turns),
                                       self._search_filters(filter, time_range, time_field, recency, recency_weight, now))
         timings: dict[str, float] = {}
@@ -422,7 +469,7 @@ class RetrieveStage:
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=explore,
+        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=0.0,
                                                            search_kw=search_kw, time_q=time_q)
         t0 = time.perf_counter()
         memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
