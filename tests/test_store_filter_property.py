@@ -1,5 +1,5 @@
 """Random metadata filters, time ranges and invalidations on MemoryStore and InMemoryStore against
-a numpy reference: every level (topic, turn; turn+topic refuses filters the same way on both),
+a numpy reference: every level (topic, turn; turn+topic applies them inside its turn stage on both),
 every mode (dense, lexical, hybrid).
 
 The sizes are chosen so that the native search takes each of its filter paths: the exact scan of a
@@ -170,11 +170,26 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
                 assert sorted(a[0][b].tolist()) == sorted(b_[0][b].tolist()) or \
                     np.allclose(np.sort(a[1][b]), np.sort(b_[1][b]), atol=1e-5), where
         assert empty_seen >= 10  # the empty-intersection cases were drawn
-        # turn+topic refuses filters and time ranges alike on both stores.
-        for s in (exact, twin):
-            for kw in ({"filter": {"a": True, "b": True}}, {"time_range": window}):
-                with pytest.raises(MemkernValueError, match="turn\\+topic"):
-                    s.search("u", np.ones(D, np.float32), k=3, level="turn+topic", **kw)
+        # turn+topic applies filters and time ranges inside its turn stage, alike on both stores:
+        # every returned turn passes them, and an empty intersection gives all padding.
+        info, by_id = refs[("turn", False)][2], refs[("turn", False)][3]
+        for kw in ({"filter": {"a": True, "b": True}}, {"time_range": window}, {"filter": {"a": True}},
+                   {"time_range": (0.0, 50.0)}):
+            allowed = set(_allowed(info, kw.get("filter"), kw.get("time_range"), False))
+            q = rng.standard_normal((2, D)).astype(np.float32)
+            for mode in MODES:
+                extra = {} if mode == "dense" else {"texts": ["w1 w2", "w3"]}
+                res = {}
+                for s in (exact, twin):
+                    ids, sc = s.search("u", q, k=5, level="turn+topic", mode=mode, **kw, **extra)
+                    for b in range(2):
+                        row = [int(i) for i in ids[b] if i >= 0]
+                        assert set(row) <= allowed, (kw, mode, s, row)
+                        if not allowed:
+                            assert row == [] and np.all(sc[b] == PAD_SCORE), (kw, mode, s)
+                    res[s] = (ids, sc)
+                np.testing.assert_allclose(res[exact][1], res[twin][1], rtol=1e-4, atol=1e-4,
+                                           err_msg=f"{kw} {mode}")
     finally:
         for s in stores:
             s.close()
