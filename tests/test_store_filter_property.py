@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memkern import MemkernValueError
 from memkern.inmemory import InMemoryStore
 from memkern.store import PAD_SCORE, MemoryStore
 
