@@ -83,6 +83,9 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .errors import require
+
+require("reranker", "torch", feature="memkern.Reranker")  # names the extra when a package is missing
 import torch
 from torch import nn
 
