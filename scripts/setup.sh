@@ -38,24 +38,23 @@ if ! has torch; then
   echo "[setup] installing $TORCH_SPEC"
   pipi "$TORCH_SPEC"
 fi
-# Build tools for the editable build (no build isolation: the build reuses them). cmake and ninja
-# come from pip only when the machine has no usable ones.
-tools=()
-has scikit_build_core || tools+=("scikit-build-core>=0.10")
-has pybind11 || tools+=("pybind11>=2.12")
-if ! command -v cmake >/dev/null || ! "$PY" - <<'EOF'
-import re, subprocess, sys
-out = subprocess.run(["cmake", "--version"], capture_output=True, text=True).stdout
-m = re.search(r"(\d+)\.(\d+)", out)
-sys.exit(0 if m and (int(m[1]), int(m[2])) >= (3, 18) else 1)
-EOF
-then
-  has cmake || tools+=(cmake)
-fi
-command -v ninja >/dev/null || has ninja || tools+=(ninja)
-if [ ${#tools[@]} -gt 0 ]; then
-  echo "[setup] installing build tools: ${tools[*]}"
-  pipi "${tools[@]}"
+# The editable build. demo: in pip's isolated build environment (the build tools, and cmake / ninja
+# when the machine has none, stay out of .venv). test: with the build tools installed in .venv, so
+# that `pip install --no-build-isolation --no-deps -e .` rebuilds the C++ incrementally.
+build=()
+if [ "$MODE" = test ]; then
+  tools=()
+  has scikit_build_core || tools+=("scikit-build-core>=0.10")
+  has pybind11 || tools+=("pybind11>=2.12")
+  if ! cmake --version 2>/dev/null | "$PY" -c 'import re, sys; m = re.search(r"(\d+)\.(\d+)", sys.stdin.read()); sys.exit(0 if m and (int(m[1]), int(m[2])) >= (3, 18) else 1)'; then
+    has cmake || tools+=(cmake)
+  fi
+  command -v ninja >/dev/null || has ninja || tools+=(ninja)
+  if [ ${#tools[@]} -gt 0 ]; then
+    echo "[setup] installing build tools: ${tools[*]}"
+    pipi "${tools[@]}"
+  fi
+  build=(--no-build-isolation)
 fi
 
 # Packages that ship only data (the default models' files; the tests' essay texts) are installed
@@ -75,7 +74,7 @@ for extra in sys.argv[1].split(","):
 print("\n".join(seen))
 ' "$EXTRAS" "$DATA_ONLY")
 echo "[setup] building and installing memkern (editable) with the requirements of [$EXTRAS]"
-pipi --no-build-isolation -e . "${reqs[@]}"
+pipi "${build[@]}" -e . "${reqs[@]}"
 data=()
 for pkg in $DATA_ONLY; do
   has "${pkg//-/_}" || data+=("$pkg")
