@@ -214,3 +214,60 @@ def test_setup_script_modes():
     assert "./scripts/setup.sh && .venv/bin/memkern demo" in readme
     test_cmd = "./scripts/setup.sh test && .venv/bin/python -m pytest -q"
     assert test_cmd in readme and test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+def _check_wheel():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_wheel", ROOT / "scripts" / "check_wheel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_check_wheel_refuses_cpu_specific_flags(tmp_path):
+    cw = _check_wheel()
+    base = "/usr/bin/g++ -Icsrc/include -O3 -DNDEBUG -fPIC -fvisibility=hidden -flto=auto -std=gnu++17 -c a.cpp"
+    good = [{"file": "a.cpp", "command": base}, {"file": "b.cpp", "command": base + " -march=x86-64"}]
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    assert cw.check_compile_commands(tmp_path / "good.json") == []
+    for flag in ("-march=native", "-mtune=native", "-mavx2", "-mfma", "-mavx512f", "-march=haswell", "-msse4.2"):
+        bad = good + [{"file": "c.cpp", "arguments": base.split() + [flag]}]
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        assert cw.check_compile_commands(tmp_path / "bad.json") == [f"c.cpp: compiled with CPU-specific flags ['{flag}']"]
+
+
+def _fake_wheel(path: Path, files: dict[str, str], requires: list[str]) -> Path:
+    import zipfile
+
+    v = memkern.__version__
+    wheel = path / f"memkern-{v}-cp311-cp311-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+        z.writestr(f"memkern-{v}.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: memkern\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    return wheel
+
+
+def test_check_wheel_contents_follow_pyproject(tmp_path):
+    cw = _check_wheel()
+    files = cw.expected_files()
+    assert "memkern/__init__.py" in files and "memkern/kernels/rerank.py" in files
+    assert not any(k.startswith("memkern/kernels/") and not v.startswith("kernels/") for k, v in files.items())
+    so = "memkern/_store.cpython-311-x86_64-linux-gnu.so"
+    ok = dict.fromkeys([*files, so], "")
+    reqs = ["numpy>=1.24", "tqdm>=4.60", 'torch>=2.4; extra == "models"']
+    assert cw.check_wheel(_fake_wheel(tmp_path, ok, reqs), manylinux=True) == []
+    dropped = next(iter(sorted(files)))
+    problems = cw.check_wheel(_fake_wheel(tmp_path, {k: "" for k in ok if k != dropped}, reqs), manylinux=True)
+    assert problems == [f"missing from the wheel: {dropped}"]
+    problems = cw.check_wheel(_fake_wheel(tmp_path, {**ok, "memkern/__pycache__/x.pyc": ""}, reqs), manylinux=True)
+    assert problems == ["stray file in the wheel: memkern/__pycache__/x.pyc"]
+    problems = cw.check_wheel(_fake_wheel(tmp_path, ok, reqs + ["torch>=2.4"]), manylinux=True)
+    assert problems == ["the base install requires ['torch>=2.4']: they belong in extras"]
+    linux = tmp_path / "linux"
+    linux.mkdir()
+    w = _fake_wheel(linux, ok, reqs)
+    w = w.rename(w.with_name(w.name.replace("manylinux_2_34", "linux")))
+    assert cw.check_wheel(w, manylinux=True) == ["platform tag linux_x86_64: expected a manylinux tag"]
