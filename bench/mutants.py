@@ -60,6 +60,7 @@ T_PERMISSIONS = ("tests/test_store_permissions.py",)
 T_SHARDED = ("tests/test_distributed.py",)
 T_INGEST = ("tests/test_distributed_ingest.py",)
 T_DPTRAIN = ("tests/test_distributed_train.py",)
+T_PACKAGING = ("tests/test_packaging.py",)
 T_RAYEVAL = ("tests/test_distributed_eval.py",)
 T_TEMPLATE = ("tests/test_template.py", "tests/test_rmm_retrieve.py")
 T_TILING = ("tests/test_extract.py",)
@@ -1380,4 +1381,32 @@ CATALOGUE: list[Mutant] = [
            "qtext = cands[pick]",
            "generated questions never reuse their evidence's words (lexically unlike real questions)",
            ("tests/test_dialogues.py",)),
+    Mutant("require-never-raises", "packaging", "python/memkern/errors.py",
+           "        if not found:\n            raise missing_dependency(",
+           "        if False:\n            raise missing_dependency(",
+           "a feature used without its optional package fails with a bare 'No module named' instead of naming the extra",
+           T_PACKAGING),
+    Mutant("missing-dependency-ignores-feature-extra", "packaging", "python/memkern/errors.py",
+           "    extra = extra or EXTRA_OF_MODULE.get(top)",
+           "    extra = EXTRA_OF_MODULE.get(top)",
+           "the error names the package's default extra, not the one the feature needs (Embedder -> reranker)",
+           T_PACKAGING),
+    Mutant("cli-missing-extra-not-named", "packaging", "python/memkern/cli.py",
+           'err = missing_dependency(exc, f"memkern {words}", COMMAND_EXTRAS.get(module))',
+           "err = None",
+           "a command missing an optional package prints 'ModuleNotFoundError: ...' without the extra to install",
+           T_PACKAGING),
+    Mutant("cli-usage-error-doubled-prefix", "packaging", "python/memkern/cli.py",
+           """raise UsageError(f"{message} (see '{self.prog} --help')")""",
+           """raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")""",
+           "usage errors print the prefix twice ('memkern: error: memkern: ...')", ("tests/test_cli_errors.py",)),
+    Mutant("check-wheel-allows-native-flags", "packaging", "scripts/check_wheel.py",
+           'FORBIDDEN = re.compile(r"-march=(?!x86-64$)\S+|',
+           'FORBIDDEN = re.compile(r"-march=x86-64-v9|',
+           "a wheel compiled with -march=native (or -march=haswell) passes the portability check", T_PACKAGING),
+    Mutant("check-wheel-skips-nested-package", "packaging", "scripts/check_wheel.py",
+           'if any(len(d) > len(dest) and wpath.startswith(d + "/") for d in mapping):',
+           'if any(d != dest and wpath.startswith(d + "/") for d in mapping):',
+           "the files of a package mapped on its own (memkern/kernels) are never checked to be in the wheel",
+           T_PACKAGING),
 ]

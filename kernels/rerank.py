@@ -29,6 +29,9 @@ the validation live in ``memkern.ops``; the naive float64 references in ``memker
 """
 from __future__ import annotations
 
+from memkern.errors import require
+
+require("triton", "torch", "triton", feature="memkern.kernels")  # names the extra when a package is missing
 import torch
 import triton
 import triton.language as tl

@@ -135,7 +135,8 @@ def test_demo_absolute_namespace_is_refused_before_anything(tmp_path, capsys, mo
     assert main(["demo", "--store", str(store), "-n", str(tmp_path / "abs" / "x")]) == 2
     assert main(["demo", "--store", str(store), "-n", str(tmp_path / "abs" / "model")]) == 2
     err = capsys.readouterr().err
-    assert err.count("memkern: error: memkern demo: argument --namespace/-n: expected a namespace name") == 2
+    assert err.count("memkern: error: argument --namespace/-n: expected a namespace name") == 2
+    assert err.count("(see 'memkern demo --help')") == 2
     assert all(f.exists() for f in victims) and not store.exists()
 
 
@@ -418,7 +419,7 @@ BAD = [
     (["ingest", "{good}", "--store", "{good}"], 2, "--store: expected a store directory"),
     (["ingest", "{good}", "--store", "{nostore}", "--extractor", "regex"], 2, "argument --extractor: invalid choice"),
     (["ingest", "{good}", "--store", "{store4}"], 2, "--embedder: expected an embedder of the store's dimension 4"),
-    (["eval"], 2, "memkern eval: expected a command"),
+    (["eval"], 2, "expected a command after 'memkern eval'"),
     (["ask", "q?", "--store", "{nostore}"], 2, "--store: expected an existing memkern store directory"),
     (["ask", "  ", "--store", "{store}"], 2, "argument QUESTION: expected a non-empty text"),
     (["ask", "q?", "--store", "{store}", "--top-k", "0"], 2, "argument --top-k: expected an integer >= 1"),
@@ -455,6 +456,8 @@ def test_bad_input_is_one_line_with_exit_code(argv, code, text, files, fake_mode
     assert main(argv) == code
     line = _one_line(capsys)
     assert text in line, line
+    # one prefix: the message after it never starts with the program's name again
+    assert line.startswith("memkern: error: ") and not line[len("memkern: error: "):].startswith("memkern"), line
     assert not os.path.exists(files["nostore"])  # nothing created on bad input
 
 

@@ -15,6 +15,7 @@ from .errors import (
     MemkernKeyError,
     MemkernTypeError,
     MemkernValueError,
+    MissingDependencyError,
     StoreCorruptedError,
 )
 
@@ -51,6 +52,7 @@ __all__ = [
     "MemkernKeyError",
     "MemkernTypeError",
     "MemkernValueError",
+    "MissingDependencyError",
     "StoreCorruptedError",
     "__version__",
     *_LAZY,

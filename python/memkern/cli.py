@@ -6,7 +6,8 @@ arguments) and ``run(args) -> int``. Modules are imported only when their comman
 
 Errors: every failure is one line on stderr, ``memkern: error: <what, naming the argument>``, with
 exit code 2 for bad usage (rejected arguments or input) and 1 for failures (I/O, corrupted store,
-model failure); ``--debug`` also prints the traceback.
+model failure, a missing optional package: the line names the extra to install); ``--debug`` also
+prints the traceback.
 """
 from __future__ import annotations
 
@@ -34,12 +35,21 @@ COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
     (("mcp",), "memkern.commands.mcp", "serve a store as MCP tools over stdio (memkern[serve])"),
 ]
 
+#: the extra a command's optional packages come from (the store commands need none)
+COMMAND_EXTRAS = {
+    "memkern.commands.demo": "models", "memkern.commands.ingest": "models", "memkern.commands.ask": "models",
+    "memkern.commands.models": "models", "memkern.commands.eval_memory": "eval",
+    "memkern.commands.eval_reread": "eval", "memkern.commands.bench": "bench",
+    "memkern.commands.serve": "serve", "memkern.commands.mcp": "serve",
+}
+
 
 class _Parser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line (``memkern: error: ...``, exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+        # error_line adds the one "memkern: error: " prefix; the hint names the command
+        raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
 class UsageError(Exception):
@@ -88,7 +98,11 @@ def error_line(exc: BaseException) -> str:
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Build the parser; only the module of command ``load`` (a dotted module path) is imported."""
+    from . import __version__
+
     parser = _Parser(prog="memkern", description="memkern: long-term memory for LLM agents")
+    parser.add_argument("--version", action="version", version=f"memkern {__version__}",
+                        help="print the version of memkern and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument("--debug", action="store_true",
                         help="on an error, also print its traceback (errors are otherwise one line)")
@@ -136,12 +150,21 @@ def _main(argv: list[str]) -> int:
         probe.parse_args(argv)  # usage errors for groups such as `memkern eval frob`
         probe.print_help()
         if argv:  # e.g. `memkern eval`: a group without its command
-            raise UsageError(f"memkern {' '.join(argv)}: expected a command (see the list above)")
+            raise UsageError(f"expected a command after 'memkern {' '.join(argv)}' (see the list above)")
         return 0
-    args = build_parser(load=module).parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    return int(importlib.import_module(module).run(args) or 0)
+    try:
+        args = build_parser(load=module).parse_args(argv)
+        level = logging.WARNING - 10 * min(args.verbose, 2)
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+        return int(importlib.import_module(module).run(args) or 0)
+    except ModuleNotFoundError as exc:  # an optional package is missing: name the extra that brings it
+        from .errors import missing_dependency
+
+        words = next(" ".join(w) for w, m, _ in COMMANDS if m == module)
+        err = missing_dependency(exc, f"memkern {words}", COMMAND_EXTRAS.get(module))
+        if err is None:
+            raise
+        raise err from exc
 
 
 if __name__ == "__main__":  # pragma: no cover

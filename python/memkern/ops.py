@@ -57,6 +57,9 @@ import logging
 import os
 from typing import Callable, NamedTuple
 
+from .errors import require
+
+require("reranker", "torch", feature="memkern.ops")  # names the extra when a package is missing
 import torch
 
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg

@@ -84,6 +84,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from .errors import require
+
+require("reranker", "torch", feature="memkern.Reranker")  # names the extra when a package is missing
 import torch
 from torch import nn
 

@@ -40,6 +40,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import require
+
+require("reranker", "torch", feature="memkern.ReinforceTrainer")  # names the extra when a package is missing
 import torch
 
 from . import ops

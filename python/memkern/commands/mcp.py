@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import bad_arg
+from ..errors import missing_dependency
 from .serve import add_server_args
 
 
@@ -20,11 +20,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ..server.mcp import build_server, run_stdio
     except ImportError as e:  # pragma: no cover - the extra is part of the test set-up
-        raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
+        raise missing_dependency(e, "memkern mcp", "serve") or e
     try:
         import mcp  # noqa: F401
     except ImportError as e:
-        raise bad_arg("memkern mcp", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
+        raise missing_dependency(e, "memkern mcp", "serve") or e
     from ..server.service import MemoryService
 
     with MemoryService.from_args(args) as service:

@@ -14,7 +14,7 @@ import ipaddress
 import logging
 import os
 
-from ..errors import bad_arg
+from ..errors import bad_arg, missing_dependency
 from . import _common as C
 
 LOOPBACK_NAMES = ("localhost",)
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
         from ..server.app import create_app, uvicorn_config
     except ImportError as e:
-        raise bad_arg("memkern serve", "the serve extra: pip install 'memkern[serve]'", str(e)) from None
+        raise missing_dependency(e, "memkern serve", "serve") or e
     from ..server.service import MemoryService
 
     hosts = args.allowed_host

@@ -23,6 +23,9 @@ import socket
 from datetime import timedelta
 from typing import Any, Sequence
 
+from ..errors import require
+
+require("ray", "ray", "torch", feature="memkern.distributed.DataParallelTrainer")  # names the extra when a package is missing
 import torch
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg

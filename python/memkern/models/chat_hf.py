@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, bad_arg, require
 from ..validate import check_int
 from ..telemetry import traced
 from .chat import JsonScanner, Message, Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
@@ -66,6 +66,7 @@ class ChatModel:
                  max_new_tokens: int = 256, batch_size: int = 16, tokenizer: Any = None,
                  context_length: int | None = None):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        require("models", "torch", "transformers", feature="memkern.ChatModel")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
@@ -231,6 +232,7 @@ def tiny_chat_model(seed: int = 0, device: str | None = None, hidden_size: int =
     template (saved once to the cache). Its outputs are gibberish; it exercises the real
     tokenizer, padding and ``generate`` paths at ~400 tokens/s on one CPU core.
     """
+    require("models", "torch", "transformers", feature="memkern.models.tiny_chat_model")
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 

@@ -14,7 +14,7 @@ import numpy as np
 import json as _json
 
 from ..atomic import atomic_path
-from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
+from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg, require
 from ..validate import check_choice, check_int
 from ..telemetry import traced
 from .lookup import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
@@ -128,6 +128,7 @@ class Embedder:
                  passage_prefix: str = "", normalize: bool = True, query_cache: int = 0,
                  backend: str = "torch", quantize: str | None = None):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        require("models", "torch", "transformers", feature="memkern.Embedder")
         import torch
         from transformers import AutoModel, AutoTokenizer
 

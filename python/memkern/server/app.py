@@ -47,6 +47,9 @@ import json
 import logging
 from typing import Any, Iterable, Mapping, Optional, Union
 
+from ..errors import require
+
+require("serve", "fastapi", "pydantic", feature="memkern.server.app")  # names the extra when a package is missing
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
