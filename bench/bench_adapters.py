@@ -62,7 +62,7 @@ def run(quick: bool = False) -> dict:
         store.add_batch("ns", [f"m{i}" for i in range(n)], rng.standard_normal((n, d)).astype(np.float32))
         qs = rng.standard_normal((nq, d)).astype(np.float32)
         traced, plain = _search_sides(store, qs, k)
-        from memkern import telemetry
+        from memkern.base import telemetry
 
         def noop(x):
             return x

@@ -7,7 +7,7 @@
 - the wheel holds every tracked source file of the packages that ``[tool.scikit-build]
   wheel.packages`` maps (read from pyproject.toml, so moving modules needs no change here), one
   native module, and no stray files (``__pycache__``, ``.pyc``, tests);
-- its metadata: the version of ``memkern/__init__.py`` and no torch / transformers / triton among
+- its metadata: the version of ``memkern/base/version.py`` and no torch / transformers / triton among
   the requirements outside an extra;
 - ``--manylinux``: the file name carries a ``manylinux`` platform tag.
 
@@ -73,7 +73,7 @@ def check_wheel(wheel: Path, manylinux: bool) -> list[str]:
     if not m:
         return [f"{wheel.name}: not a memkern CPython wheel name"]
     version, _, _, platform = m.groups()
-    init = (ROOT / "python/memkern/__init__.py").read_text(encoding="utf-8")
+    init = (ROOT / "python/memkern/base/version.py").read_text(encoding="utf-8")
     source_version = re.search(r'^__version__ = "([^"]+)"', init, re.M).group(1)
     if version != source_version:
         bad.append(f"version {version} != memkern.__version__ {source_version}")

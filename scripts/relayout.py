@@ -25,7 +25,8 @@ How imports are rewritten (with :mod:`ast`-located spans, the rest of each line 
 * a statement whose names now live in several modules is split into one statement per module.
 
 Dotted names ``memkern.<old>`` in strings, comments and ``.md`` files follow :data:`TEXT_MAP`,
-except the span names given to ``traced(...)`` / ``span(...)`` (documented telemetry names).
+except the span names given to ``traced(...)`` / ``span(...)`` and span attribute keys read as
+``attributes["memkern...."]`` (documented telemetry names).
 """
 from __future__ import annotations
 
@@ -338,9 +339,40 @@ def rewrite_imports(path: Path, text: str, tree: Tree) -> str:
             continue
         if edit is not None:
             edits.append(edit)
+    edits += _rewrite_code_strings(parsed, text, offs, tree)
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+def _rewrite_code_strings(parsed, text, offs, tree):
+    """Imports inside string constants that hold Python code (``python -c`` scripts in tests): each
+    line of a string that is one import statement is rewritten as code outside the package, in
+    place (a statement that splits becomes ``a; b`` on its line)."""
+    edits = []
+    for node in ast.walk(parsed):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value
+                and "memkern" in node.value):
+            continue
+        start, end = _span(node, offs, text)
+        seg = text[start:end]
+        changed = False
+        for line in {x.strip() for x in node.value.splitlines()}:
+            if "memkern" not in line or not line.startswith(("from ", "import ")):
+                continue
+            try:
+                stmt = ast.parse(line).body
+            except SyntaxError:
+                continue
+            if len(stmt) != 1 or not isinstance(stmt[0], (ast.Import, ast.ImportFrom)):
+                continue
+            new = "; ".join(x.strip() for x in rewrite_imports(REPO / "string.py", line, tree).splitlines())
+            if new != line and line in seg:
+                seg = re.sub(r"(?:(?<![\w.])|(?<=\\n))" + re.escape(line) + r"(?![\w.])", lambda m: new, seg)
+                changed = True
+        if changed:
+            edits.append((start, end, seg))
+    return edits
 
 
 def _span(node, offs, text):
@@ -429,7 +461,7 @@ def _rewrite_from(node: ast.ImportFrom, text, offs, tree, importer, old_importer
 
 
 _DOTTED = re.compile(r"(?<![\w.])memkern(?:\.\w+)+")
-_SPAN = re.compile(r"""(?:traced|span)\(\s*["'](memkern\.[\w.]+)["']""")
+_SPAN = re.compile(r"""(?:traced\(|span\(|attributes\[)\s*["'](memkern\.[\w.]+)["']""")
 _PATH = re.compile(r"python/memkern/[\w/]+(?:\.py)?/?")
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from memkern.turns import union_turns
+from memkern.base.turns import union_turns
 
 
 class HashEmbedder:
@@ -115,7 +115,7 @@ class FakeStore:
         r = self._bump(rid)
         r.summary = summary
         r.embedding = np.asarray(embedding, np.float32).reshape(self.dim)
-        r.turns = union_turns(r.turns, turns)  # the one turn identity (memkern.turns)
+        r.turns = union_turns(r.turns, turns)  # the one turn identity (memkern.base.turns)
         return rid
 
     def update(self, rid, summary=None, embedding=None, turns=None, meta=None):

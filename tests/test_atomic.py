@@ -1,4 +1,4 @@
-"""memkern.atomic: the one atomic durable write (temp -> fsync -> rename -> fsync folder, mode 0600),
+"""memkern.base.atomic: the one atomic durable write (temp -> fsync -> rename -> fsync folder, mode 0600),
 and that the reranker state, a user's learned memory, survives a kill or a failure at every step."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import textwrap
 import pytest
 import torch
 
-from memkern import atomic
-from memkern.atomic import atomic_path, atomic_write, temp_files
+from memkern.base import atomic
+from memkern.base.atomic import atomic_path, atomic_write, temp_files
 
 D = 8
 
@@ -92,7 +92,7 @@ def test_full_disk_rlimit_leaves_the_old_file(tmp_path):
         import resource, signal, sys
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-        from memkern.atomic import atomic_write
+        from memkern.base.atomic import atomic_write
         try:
             atomic_write({str(target)!r}, b"x" * 100_000)
         except OSError as e:
@@ -110,7 +110,7 @@ def test_full_disk_rlimit_leaves_the_old_file(tmp_path):
 _KILL = textwrap.dedent("""
     import os, signal, sys
     import torch
-    from memkern import Reranker, atomic
+    from memkern import Reranker; from memkern.base import atomic
     path, point = sys.argv[1], sys.argv[2]
     new = Reranker({D}, seed=1)
     with torch.no_grad():

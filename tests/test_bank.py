@@ -45,7 +45,7 @@ def test_inspect_lists_the_namespace_by_id_with_status_filter(tmp_path):
 
 
 def test_reset_deletes_one_namespace_and_its_reranker_files(tmp_path):
-    from memkern.paths import RERANKER_SUFFIXES, reranker_file
+    from memkern.base.paths import RERANKER_SUFFIXES, reranker_file
 
     store = _store(tmp_path)
     files = [reranker_file(store.path, "u", sfx) for sfx in RERANKER_SUFFIXES]

@@ -16,7 +16,7 @@ from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern import MemkernError, MemkernTypeError, MemkernValueError
 from memkern.cli import main
 from memkern.commands import _common as C
-from memkern.paths import check_namespace, path_in, reranker_file
+from memkern.base.paths import check_namespace, path_in, reranker_file
 from memkern.store import MemoryStore
 
 

@@ -1,4 +1,4 @@
-"""One set of bounds at the API edge (memkern.validate): the checks themselves, and a property test
+"""One set of bounds at the API edge (memkern.base.validate): the checks themselves, and a property test
 that writes random *accepted* values through every in-process entry point (both stores, RMM, import,
 ingest, the four adapters) and reads them back through every read route with no error.
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from attack import values as AV  # noqa: E402
 from attack.common import HashEmbedder, cli, fake_cli_models  # noqa: E402
 from memkern import InMemoryStore, MemkernTypeError, MemkernValueError, MemoryStore  # noqa: E402
-from memkern import validate as V  # noqa: E402
+from memkern.base import validate as V  # noqa: E402
 from memkern.template import event_seconds  # noqa: E402
 from memkern.transfer import export_store, import_store  # noqa: E402
 

@@ -49,7 +49,7 @@ def test_version_is_one_and_printed():
     assert re.fullmatch(r"\d+\.\d+\.\d+([.-]?\w+)?", memkern.__version__)
     # the package's metadata takes its version from __init__.py (one source)
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'dynamic = ["version"]' in text and 'metadata.version.input = "python/memkern/__init__.py"' in text
+    assert 'dynamic = ["version"]' in text and 'metadata.version.input = "python/memkern/base/version.py"' in text
     from importlib.metadata import version
 
     assert version("memkern") == memkern.__version__

@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn")
 
 import memkern  # noqa: E402
 from memkern.server import Limits, MemoryService  # noqa: E402
-from memkern.validate import MAX_TIME, MIN_TIME, iso_time  # noqa: E402
+from memkern.base.validate import MAX_TIME, MIN_TIME, iso_time  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402

@@ -474,7 +474,7 @@ def test_default_path(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / ".local" / "share" / "memkern" / "default"
-    # $MEMKERN_STORE wins, for the Python API and the CLI alike (one definition: memkern.paths)
+    # $MEMKERN_STORE wins, for the Python API and the CLI alike (one definition: memkern.base.paths)
     monkeypatch.setenv("MEMKERN_STORE", str(tmp_path / "env-store"))
     from memkern.commands._common import default_store_path as cli_default
 

@@ -1,4 +1,4 @@
-"""memkern.telemetry: spans through the OpenTelemetry API (recorded by the SDK's in-memory
+"""memkern.base.telemetry: spans through the OpenTelemetry API (recorded by the SDK's in-memory
 exporter the test installs), nothing configured or sent by memkern itself, and a no-op path that
 costs ~nothing (both with the API installed and no provider, and with OpenTelemetry off)."""
 from __future__ import annotations
@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from memkern import MemkernKeyError, MemoryStore, telemetry  # noqa: E402
+from memkern import MemkernKeyError, MemoryStore
+from memkern.base import telemetry  # noqa: E402
 
 
 def _run(code: str, env: dict | None = None) -> str:
@@ -34,7 +35,7 @@ def test_nothing_is_configured_or_exported_by_default():
     code = (
         "import numpy as np, memkern\n"
         "from opentelemetry import trace\n"
-        "from memkern import telemetry\n"
+        "from memkern.base import telemetry\n"
         "s = memkern.MemoryStore(__import__('tempfile').mkdtemp() + '/s', dim=4)\n"
         "s.add('a', 'x', np.ones(4, np.float32)); s.search('a', np.ones(4, np.float32), k=1)\n"
         "print(type(trace.get_tracer_provider()).__name__, telemetry.enabled(), telemetry.tracer())\n"
@@ -141,7 +142,7 @@ def test_noop_path_costs_about_nothing():
     assert overhead < 1e-6, f"no-op span check costs {overhead * 1e6:.2f} us per call"
     # the real check when no provider is set (fresh interpreter): enabled() reads the global provider
     code = (
-        "import time\nfrom memkern import telemetry\n"
+        "import time\nfrom memkern.base import telemetry\n"
         "def plain(x): return x\n"
         "w = telemetry.traced('memkern.t', args=('x',))(plain)\n"
         "def per(f, n=20000):\n"
@@ -156,7 +157,7 @@ def test_noop_path_costs_about_nothing():
     cost, on = _run(code).split()
     assert on == "False" and float(cost) < 1e-6, cost
     # with MEMKERN_OTEL=0 (or no opentelemetry installed) the decorator returns the function itself
-    out = _run("from memkern import telemetry\n"
+    out = _run("from memkern.base import telemetry\n"
                "def f(x): return x\n"
                "print(telemetry.traced('memkern.t')(f) is f, telemetry.enabled())", {"MEMKERN_OTEL": "0"})
     assert out == "True False"
@@ -172,7 +173,7 @@ def test_without_opentelemetry_installed_everything_is_a_noop(tmp_path):
         "            raise ImportError('hidden for the test')\n"
         "sys.meta_path.insert(0, Block())\n"
         "import numpy as np, memkern\n"
-        "from memkern import telemetry, store\n"
+        "from memkern.base import telemetry; from memkern import store\n"
         "s = memkern.MemoryStore(%r, dim=4)\n"
         "s.add('a', 'x', np.ones(4, np.float32))\n"
         "with telemetry.span('memkern.x') as sp: pass\n"

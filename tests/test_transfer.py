@@ -16,7 +16,7 @@ import pytest
 from fakes_rmm import HashEmbedder
 from memkern import MemkernError, MemkernValueError, cli
 from memkern.inmemory import InMemoryStore
-from memkern.paths import reranker_file
+from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
 from memkern.transfer import export_store, import_store
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from memkern import MemkernValueError, Reranker, StoreCorruptedError, cli
-from memkern.paths import reranker_file
+from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
 from memkern.transfer import export_store, import_store
 

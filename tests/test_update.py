@@ -77,7 +77,7 @@ def test_merge_into_active_target_keeps_both_turn_sets():
 
 # ------------------------------------------------------------------------------- one turn identity
 # MERGE goes through store.merge, UPDATE / NOOP through update.union_turns: both must agree on
-# which turns are "the same turn" (memkern.turns.turn_key), on the real store and on the fake.
+# which turns are "the same turn" (memkern.base.turns.turn_key), on the real store and on the fake.
 def _stores(tmp_path):
     from memkern.store import MemoryStore
 
@@ -99,7 +99,7 @@ def _stores(tmp_path):
      {"role": "user", "content": "I adopted a dog.", "session_id": "s1", "turn_index": 0}, False),
 ])
 def test_merge_and_update_agree_on_the_same_turn(tmp_path, old_turn, new_turn, same):
-    from memkern.turns import turn_key
+    from memkern.base.turns import turn_key
 
     assert (turn_key(old_turn) == turn_key(new_turn)) == same
     emb = HashEmbedder(64)

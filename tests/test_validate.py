@@ -1,4 +1,4 @@
-"""memkern.validate: the one module of argument checks (messages, error classes, numpy and bool
+"""memkern.base.validate: the one module of argument checks (messages, error classes, numpy and bool
 handling), and that the modules that used hand-written checks keep their exact messages."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.validate import check_choice, check_float, check_int, check_str, is_int, is_real
+from memkern.base.validate import check_choice, check_float, check_int, check_str, is_int, is_real
 
 
 def test_check_int_bounds_messages_and_types():
@@ -78,11 +78,11 @@ def test_moved_check_int_warns_once():
         assert E.check_int("n", 2, 1) == 2
         assert E.check_int is check_int
     assert [str(x.message) for x in w if x.category is DeprecationWarning] == \
-        ["memkern.errors.check_int is deprecated; use memkern.validate.check_int"]
+        ["memkern.errors.check_int is deprecated; use memkern.base.validate.check_int"]
 
 
 @pytest.mark.parametrize("build, message", [
-    # The messages the hand-written checks gave, kept word for word through memkern.validate.
+    # The messages the hand-written checks gave, kept word for word through memkern.base.validate.
     (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(0), "dim: expected a positive int, got 0"),
     (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8, tau=0.0), "tau: expected a positive float, got 0.0"),
     (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8, backend="cuda"),

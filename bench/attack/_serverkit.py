@@ -162,10 +162,10 @@ def free_port() -> int:
 
 def tiny_chat(workdir: Path) -> Path:
     """A tiny random-weight chat model folder (memkern.models.chat_hf.tiny_chat_model, seed 0),
-    built once into the model cache (``memkern.paths.cache_dir("models", ...)``): respond runs the
+    built once into the model cache (``memkern.base.paths.cache_dir("models", ...)``): respond runs the
     real tokenizer and generate path in milliseconds. ``workdir`` holds the build until it is
     moved into place."""
-    from memkern.paths import cache_dir
+    from memkern.base.paths import cache_dir
 
     folder = cache_dir("models", "tiny-chat-seed0")
     if not (folder / "config.json").exists():

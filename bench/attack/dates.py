@@ -9,7 +9,7 @@ past the bound, lone surrogates, long strings; and accepted dates from
 ``RMM.retrieve(time_range=)``, the adapters' time arguments, and an import line's ``event_time``.
 
 Outcomes: a refusal must be a memkern error; an accepted time must read back through ``get``,
-``search`` and ``export`` and render as ISO 8601 (:func:`memkern.validate.iso_time`), else the
+``search`` and ``export`` and render as ISO 8601 (:func:`memkern.base.validate.iso_time`), else the
 write counts as ``lost`` (the poisoned-read failure: an accepted date that breaks later reads).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ D = 16
 
 
 def _value(rng: random.Random):
-    from memkern import validate as V
+    from memkern.base import validate as V
 
     r = rng.random()
     if r < 0.3:
@@ -48,7 +48,7 @@ def _value(rng: random.Random):
 
 
 def _readable(tally: Tally, label: str, store, rid: int) -> None:
-    from memkern import validate as V
+    from memkern.base import validate as V
 
     try:
         r = store.get(rid)
@@ -65,7 +65,7 @@ def _readable(tally: Tally, label: str, store, rid: int) -> None:
 
 def campaign(rng: random.Random, n: int, workdir: Path) -> dict:
     from memkern import RMM, InMemoryStore, MemoryStore
-    from memkern import validate as V
+    from memkern.base import validate as V
     from memkern.integrations import mem0 as M0
     from memkern.integrations.langchain import MemkernVectorStore as LC
     from memkern.template import event_seconds, time_range_seconds

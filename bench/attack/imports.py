@@ -38,7 +38,7 @@ def _build_source(root: Path) -> tuple[Path, list[str]]:
     import torch
 
     from memkern import MemoryStore, Reranker
-    from memkern.paths import reranker_file
+    from memkern.base.paths import reranker_file
     from memkern.rmm.feedback import _selection_to_dict
     from memkern.transfer import export_store
 

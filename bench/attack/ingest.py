@@ -29,7 +29,7 @@ def _session(rng: random.Random, i: int) -> dict:
              for _ in range(rng.randint(1, 4))]
     date = AV.accepted_date(rng)
     if not isinstance(date, str):
-        from memkern import validate as V
+        from memkern.base import validate as V
         from memkern.template import event_seconds
 
         date = V.iso_time(event_seconds(date))

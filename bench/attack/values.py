@@ -1,5 +1,5 @@
 """Random values at memkern's edge, from one ``random.Random``: *accepted* ones (within every bound
-of :mod:`memkern.validate`, the extremes included) and *hostile* ones (just past a bound, or of a
+of :mod:`memkern.base.validate`, the extremes included) and *hostile* ones (just past a bound, or of a
 kind no bound admits).
 
 Used by the attack classes and by the bounds property tests (``tests/test_edge_bounds.py``); the
@@ -16,7 +16,7 @@ import math
 import random
 from typing import Any
 
-from memkern import validate as V
+from memkern.base import validate as V
 
 # Characters that stress text handling: astral (4-byte UTF-8), combining, RTL, zero-width, control,
 # NUL, the largest code point, the BOM, quotes and backslashes (JSON escapes), line separators.
@@ -261,7 +261,7 @@ def hostile_value(rng: random.Random, field: str) -> Any:
 def assert_renders(record: Any) -> dict:
     """A record read back (a :class:`memkern.store.Record` or a mapping with its fields) rendered
     as a server would: JSON text of its fields, every time as ISO 8601
-    (:func:`memkern.validate.iso_time` must not give ``None`` for a time the API accepted).
+    (:func:`memkern.base.validate.iso_time` must not give ``None`` for a time the API accepted).
     Returns the rendered dict; raises ``AssertionError`` naming the field otherwise."""
     get = (lambda k: record.get(k)) if isinstance(record, dict) else (lambda k: getattr(record, k, None))
     out: dict = {}

@@ -19,7 +19,7 @@ from .errors import (
     StoreCorruptedError,
 )
 
-__version__ = "0.1.0"
+from .base.version import __version__
 
 logging.getLogger("memkern").addHandler(logging.NullHandler())
 

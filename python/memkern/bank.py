@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import temp_files
-from .paths import RERANKER_SUFFIXES, check_namespace, reranker_file
+from .base.atomic import temp_files
+from .base.paths import RERANKER_SUFFIXES, check_namespace, reranker_file
 from .protocols import Store
 
 __all__ = ["Bank", "namespace_ids", "reset_namespace"]
@@ -44,7 +44,7 @@ def reset_namespace(store: Store, namespace: str, compact: bool = True) -> int:
     """Delete every record of ``namespace`` (all versions, turns) and its reranker files, then
     compact the store so the deleted data leaves its files; returns the records deleted.
 
-    ``namespace`` is checked (:func:`memkern.paths.check_namespace`) and every reranker file path
+    ``namespace`` is checked (:func:`memkern.base.paths.check_namespace`) and every reranker file path
     built (inside the store folder) before anything is deleted.
     """
     check_namespace(namespace)
@@ -70,7 +70,7 @@ class Bank:
     ----------
     store : memkern.protocols.Store
     namespace : str
-        Checked with :func:`memkern.paths.check_namespace`.
+        Checked with :func:`memkern.base.paths.check_namespace`.
     """
 
     def __init__(self, store: Store, namespace: str):

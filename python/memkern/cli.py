@@ -98,7 +98,7 @@ def error_line(exc: BaseException) -> str:
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Build the parser; only the module of command ``load`` (a dotted module path) is imported."""
-    from . import __version__
+    from .base.version import __version__
 
     parser = _Parser(prog="memkern", description="memkern: long-term memory for LLM agents")
     parser.add_argument("--version", action="version", version=f"memkern {__version__}",

@@ -111,8 +111,8 @@ def bad_arg(name: str, expected: str, got: object, cls: type[MemkernError] = Mem
     return cls(f"{name}: expected {expected}, got {shown(got)}")
 
 
-# Moved: the argument checks live in memkern.validate; the old names warn once, for one release.
-_MOVED = {"check_int": "memkern.validate.check_int"}
+# Moved: the argument checks live in memkern.base.validate; the old names warn once, for one release.
+_MOVED = {"check_int": "memkern.base.validate.check_int"}
 _warned: set[str] = set()
 
 
@@ -125,6 +125,6 @@ def __getattr__(name: str):
         import warnings
 
         warnings.warn(f"memkern.errors.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
-    from . import validate
+    from .base import validate
 
     return getattr(validate, name)

@@ -33,7 +33,7 @@ import numpy as np
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
-from .validate import check_int, check_turn
+from .base.validate import check_int, check_turn
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Embedder

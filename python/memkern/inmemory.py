@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .errors import MemkernKeyError, MemkernValueError, bad_arg
-from .validate import TIME_RANGE_TEXT
+from .base.validate import TIME_RANGE_TEXT
 from .store import (
     DEFAULT_EF_SEARCH,
     MAX_TIME,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generator, Sequence
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .validate import check_float, check_int
+from .base.validate import check_float, check_int
 from .prompts import memreread as P
 from .protocols import ChatModel as ChatModelProtocol
 

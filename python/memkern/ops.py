@@ -63,7 +63,7 @@ require("reranker", "torch", feature="memkern.ops")  # names the extra when a pa
 import torch
 
 from .errors import BackendUnavailableError, MemkernTypeError, bad_arg
-from .validate import check_choice, check_float, check_int, is_int
+from .base.validate import check_choice, check_float, check_int, is_int
 
 __all__ = [
     "RerankScores",

@@ -91,10 +91,10 @@ import torch
 from torch import nn
 
 from . import ops
-from .atomic import atomic_write
+from .base.atomic import atomic_write
 from .errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
-from .validate import check_choice, check_float, check_int
-from .telemetry import traced
+from .base.validate import check_choice, check_float, check_int
+from .base.telemetry import traced
 from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
 
 __all__ = ["Reranker", "Selection", "PRESETS", "read_state_bytes", "read_buffer_bytes"]
@@ -496,7 +496,7 @@ class Reranker(nn.Module):
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to ``path`` atomically and durably
-        (:func:`memkern.atomic.atomic_write`: temporary file, fsync, rename, folder fsync; mode
+        (:func:`memkern.base.atomic.atomic_write`: temporary file, fsync, rename, folder fsync; mode
         0600): a crash leaves the previous state or the new one, never a torn file."""
         path = os.fspath(path)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -62,12 +62,12 @@ import numpy as np
 
 from . import lexical as _lexical
 from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
-from .turns import turn_key
-from .validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
+from .base.turns import turn_key
+from .base.validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
                        MAX_TEXT_CHARS, _short, check_choice, check_float, check_int, check_json, check_namespace_str,
                        check_text,
                        check_time, check_turn, check_utf8, is_int, json_text)
-from .telemetry import traced
+from .base.telemetry import traced
 
 logger = logging.getLogger("memkern")
 
@@ -91,19 +91,19 @@ MAX_RESULTS = 1 << 26
 MAX_NORM = 1e18
 #: Largest ``|alpha|`` of a ``level="turn+topic"`` search (keeps its scores finite).
 MAX_ALPHA = 100.0
-#: Deepest nesting of ``meta`` / turn dicts: :data:`memkern.validate.MAX_JSON_DEPTH` (imported above).
+#: Deepest nesting of ``meta`` / turn dicts: :data:`memkern.base.validate.MAX_JSON_DEPTH` (imported above).
 #: Default of ``flat_limit``: namespaces (per level) up to this many records are searched by exact scan.
 DEFAULT_FLAT_LIMIT = 1024
 _MAX_ID = (1 << 63) - 1
 
-#: Largest query text of a lexical / hybrid search (characters): :data:`memkern.validate.MAX_QUERY_CHARS`.
+#: Largest query text of a lexical / hybrid search (characters): :data:`memkern.base.validate.MAX_QUERY_CHARS`.
 MAX_QUERY_TEXT = MAX_QUERY_CHARS
 #: Largest filter: keys, values over all keys, and characters of one key or string value.
 MAX_FILTER_KEYS = 64
 MAX_FILTER_VALUES = 4096
 MAX_FILTER_STR = 4096
 #: Times (``time_range`` / ``now`` / ``event_time``) are unix seconds in ``[MIN_TIME, MAX_TIME]``
-#: (:data:`memkern.validate.MIN_TIME` / :data:`~memkern.validate.MAX_TIME`: years 1-9999 UTC,
+#: (:data:`memkern.base.validate.MIN_TIME` / :data:`~memkern.base.validate.MAX_TIME`: years 1-9999 UTC,
 #: imported above); a recency half-life is at most ``MAX_TIME`` seconds.
 #: Default and largest |weight| of the recency prior.
 DEFAULT_RECENCY_WEIGHT = 0.1
@@ -116,7 +116,7 @@ _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
 
 
-from .paths import default_store_path  # noqa: E402  (the one definition; re-exported here)
+from .base.paths import default_store_path  # noqa: E402  (the one definition; re-exported here)
 
 
 def _native():
@@ -256,7 +256,7 @@ def _record_from(r: Any, store: "MemoryStore", v: Any = None) -> Record:
 # ----------------------------------------------------------------------------------- validation
 
 
-#: The UTF-8 check (:func:`memkern.validate.check_utf8`), under the name the store's callers use.
+#: The UTF-8 check (:func:`memkern.base.validate.check_utf8`), under the name the store's callers use.
 _check_utf8 = check_utf8
 
 
@@ -266,7 +266,7 @@ def _check_namespace(namespace: Any) -> str:
 
 def _check_int(v: Any, name: str, lo: int, hi: int, none_ok: bool = False) -> int | None:
     """An int (not bool) in ``lo..hi``; the bound is checked before any conversion to C++
-    (:func:`memkern.validate.check_int`, the store's convention: a non-int is a TypeError)."""
+    (:func:`memkern.base.validate.check_int`, the store's convention: a non-int is a TypeError)."""
     return check_int(name, v, lo, hi, none_ok=none_ok, type_error=True)
 
 
@@ -284,7 +284,7 @@ def _check_event_time(t: Any, name: str) -> float | None:
 
 def _check_real(v: Any, name: str, lo: float, hi: float, open_low: bool = False) -> float:
     """A finite real (not bool) in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``):
-    :func:`memkern.validate.check_float`, the store's message."""
+    :func:`memkern.base.validate.check_float`, the store's message."""
     rng = f"{'(' if open_low else '['}{lo:g}, {hi:g}]"
     return check_float(name, v, lo, hi, low_open=open_low, finite=True, expected=f"a finite real in {rng}",
                        type_error=True)
@@ -526,7 +526,7 @@ def _as_matrix(x: Any, dim: int, name: str, rows: int | None, stored: bool = Tru
     return arr
 
 
-#: The JSON value check and serializer (:func:`memkern.validate.check_json` / ``json_text``):
+#: The JSON value check and serializer (:func:`memkern.base.validate.check_json` / ``json_text``):
 #: ``check_json`` stays importable from here (the framework adapters use it).
 _json_text = json_text
 
@@ -938,7 +938,7 @@ class MemoryStore:
     ) -> int:
         """Merge new content into record ``id``: a new version with the new summary and embedding
         and the *union* of the old and new turns (old turns first, a turn already kept dropped
-        (:func:`memkern.turns.turn_key`), none ever lost). The previous version stays readable through :meth:`history`. Returns the new
+        (:func:`memkern.base.turns.turn_key`), none ever lost). The previous version stays readable through :meth:`history`. Returns the new
         version number. ``turn_embeddings`` (``[len(turns), d]``) adds turn records for the turns
         that are new; it is required when the record already has turn records and new turns come.
         ``event_time`` replaces the record's event time (``None`` keeps it); new turn records get

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import MemkernTypeError, bad_arg
-from .validate import MAX_NAME_CHARS, MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, check_text, check_time
+from .base.validate import MAX_NAME_CHARS, MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, check_text, check_time
 
 __all__ = ["DEFAULT_TEMPLATE", "TEMPLATE_FIELDS", "TurnTemplate", "parse_date", "event_seconds", "time_range_seconds", "turn_date",
            "default_template", "PLAIN"]
@@ -98,7 +98,7 @@ def event_seconds(value: Any, name: str = "date") -> float | None:
     """A session date as unix seconds (the store's ``event_time``), or ``None`` for ``None``.
 
     Accepted: unix seconds (int / float, not bool, in ``[MIN_TIME, MAX_TIME]`` of
-    :mod:`memkern.validate`: years 1-9999 UTC), a
+    :mod:`memkern.base.validate`: years 1-9999 UTC), a
     :class:`datetime.datetime` (aware: converted; naive: read as UTC) or :class:`datetime.date`
     (midnight UTC), or a string :func:`parse_date` reads: a numeric string (unix seconds),
     LoCoMo's ``"1:56 pm on 8 May, 2023"``, LongMemEval's ``"2023/05/20 (Sat) 02:21"``,

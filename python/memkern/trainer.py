@@ -47,7 +47,7 @@ import torch
 
 from . import ops
 from .errors import MemkernTypeError, bad_arg
-from .validate import check_float, check_int
+from .base.validate import check_float, check_int
 
 
 def _forward_key(*tensors):

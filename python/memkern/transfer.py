@@ -16,20 +16,20 @@ File format (UTF-8, one JSON object per line, ``format_version`` 1):
    stored float32 vector, little-endian, base64 (exact bits); it is absent with
    ``embeddings=False``.
 3. One line per reranker file of an exported namespace (``<store>/rerankers/<ns>.pt`` and
-   ``<ns>.buffer.pt``, see :func:`memkern.paths.reranker_file`): ``{"kind": "reranker",
+   ``<ns>.buffer.pt``, see :func:`memkern.base.paths.reranker_file`): ``{"kind": "reranker",
    "namespace": ns, "file": "state"|"buffer", "sha256": hex, "data": "<base64>"}`` (the bytes as
    they are).
 4. Trailer: ``{"kind": "end", "records": n, "rerankers": m}`` (a truncated file is refused).
 
 Import (:func:`import_store`) reads and checks **every** line first (JSON within the document
-bounds of :mod:`memkern.validate`, types, UTF-8, the field bounds, ids unique and ascending,
+bounds of :mod:`memkern.base.validate`, types, UTF-8, the field bounds, ids unique and ascending,
 versions 1..n, embedding size = ``dim``, finite vectors within the norm bound, topic <-> turn
 links both ways with each topic before its turns, reranker files that load as a reranker of
 ``dim`` (:func:`memkern.reranker.read_state_bytes`) and their checksums, the trailer's counts)
 and writes nothing if any check fails; errors name the line and the field.
 
-Export writes its file through :func:`memkern.atomic.atomic_write` (mode 0600) and refuses a path
-inside a store folder (:func:`memkern.paths.check_outside_stores`: symbolic links, hard links and
+Export writes its file through :func:`memkern.base.atomic.atomic_write` (mode 0600) and refuses a path
+inside a store folder (:func:`memkern.base.paths.check_outside_stores`: symbolic links, hard links and
 case folding included), so it can never overwrite a store's own files. A reranker file of the
 store that is not a valid reranker is left out (logged).
 
@@ -82,11 +82,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .atomic import atomic_write, fsync_dir
+from .base.atomic import atomic_write, fsync_dir
 from .errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from .paths import check_namespace, check_outside_stores, reranker_file
+from .base.paths import check_namespace, check_outside_stores, reranker_file
 from .store import MAX_NORM, MemoryStore, _check_meta, _check_namespace, _check_summary, _check_turns, _json_text
-from .validate import _short, check_text, check_time, parse_json
+from .base.validate import _short, check_text, check_time, parse_json
 
 log = logging.getLogger("memkern")
 
@@ -186,7 +186,7 @@ def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embe
 
 
 def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) -> dict:
-    from . import __version__
+    from .base.version import __version__
 
     n = _native(store)
     header = {"kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION, "dim": store.dim,
@@ -369,7 +369,7 @@ class _Line:
         return v
 
     def time(self, d: dict, key: str, none_ok: bool = False) -> float | None:
-        """Unix seconds within the time bounds (:func:`memkern.validate.check_time`)."""
+        """Unix seconds within the time bounds (:func:`memkern.base.validate.check_time`)."""
         if key not in d:
             raise self.fail(key, "unix seconds", "nothing (missing)")
         try:
@@ -378,7 +378,7 @@ class _Line:
             raise self.wrap(e) from None
 
     def text(self, d: dict, key: str, what: str, **kw: Any) -> Any:
-        """A str field within the text bounds (:func:`memkern.validate.check_text`)."""
+        """A str field within the text bounds (:func:`memkern.base.validate.check_text`)."""
         if key not in d:
             raise self.fail(key, what, "nothing (missing)")
         try:

@@ -35,7 +35,7 @@ from .contradict import find_contradictions, statements
 from .errors import bad_arg
 from .jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
-from .turns import turn_key, union_turns
+from .base.turns import turn_key, union_turns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Store

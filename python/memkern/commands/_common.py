@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemkernError, MemkernKeyError, bad_arg
-from ..paths import check_namespace, default_store_path
+from ..base.paths import check_namespace, default_store_path
 
-#: The namespace rule, as the help texts show it (:data:`memkern.paths.NAMESPACE_PATTERN`).
+#: The namespace rule, as the help texts show it (:data:`memkern.base.paths.NAMESPACE_PATTERN`).
 NAMESPACE_RULE = "1-128 characters of A-Z a-z 0-9 _ - . @ :, not starting with '.', no '..'"
 
 log = logging.getLogger("memkern")
@@ -52,7 +52,7 @@ def turn_template(text: str) -> str:
 
 @_arg_type
 def namespace_name(text: str) -> str:
-    """A namespace name (:func:`memkern.paths.check_namespace`: the one check of namespace names)."""
+    """A namespace name (:func:`memkern.base.paths.check_namespace`: the one check of namespace names)."""
     return check_namespace(text, "value")
 
 

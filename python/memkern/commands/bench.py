@@ -121,7 +121,7 @@ def _assemble(args: argparse.Namespace, bench: Path) -> int:
             return 1
         print(f"memkern bench: {target} is up to date")
         return 0
-    from ..atomic import atomic_write
+    from ..base.atomic import atomic_write
 
     atomic_write(target, text, mode=0o644)  # a file of the repository, readable as such
     print(f"memkern bench: wrote {target} from {bench / 'sections'} and {rep}")

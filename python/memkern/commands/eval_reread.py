@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"plot saved to {plot_report(report, args.plot)}")
     if args.json_out:
-        from ..atomic import atomic_write
+        from ..base.atomic import atomic_write
 
         atomic_write(args.json_out, json.dumps(report, indent=1, default=str))
         print(f"report saved to {args.json_out}")

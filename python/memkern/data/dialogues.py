@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import bad_arg
-from ..validate import check_int
+from ..base.validate import check_int
 from .schema import Conversation, Dataset, Question, Session, Turn
 
 __all__ = ["generate_dialogues", "DIALOGUE_CATEGORIES", "content_words", "content_overlap", "format_session_date",
@@ -258,7 +258,7 @@ def generate_dialogues(n_conversations: int = 4, sessions: int = 12, seed: int =
     check_int("n_conversations", n_conversations, 1)
     check_int("sessions", sessions, 6)
     check_int("seed", seed, 0)
-    from ..validate import check_float
+    from ..base.validate import check_float
 
     echo = check_float("echo", echo, 0.0, 1.0)
     lo, hi = _int_range("speakers", speakers, 2, 3)

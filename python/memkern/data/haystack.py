@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, bad_arg
-from ..validate import check_int
+from ..base.validate import check_int
 
 TASKS = ("single", "multihop2", "multihop3", "count", "sum")
 DEFAULT_LENGTHS = (8192, 16384, 32768, 65536, 131072)

@@ -19,9 +19,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from ..atomic import atomic_write
+from ..base.atomic import atomic_write
 from .haystack import LongQAItem
-from ..validate import check_int
+from ..base.validate import check_int
 from .schema import DatasetFormatError, parse_json_text, read_text
 
 __all__ = ["load_longqa", "save_longqa", "longqa_record"]

@@ -171,8 +171,8 @@ class DatasetFileNotFoundError(MemkernError, FileNotFoundError):
 
 
 #: Deepest JSON nesting a data file may have (the published formats nest 4-6 levels):
-#: :data:`memkern.validate.MAX_DOCUMENT_DEPTH`.
-from ..validate import MAX_DOCUMENT_DEPTH as MAX_JSON_DEPTH  # noqa: E402
+#: :data:`memkern.base.validate.MAX_DOCUMENT_DEPTH`.
+from ..base.validate import MAX_DOCUMENT_DEPTH as MAX_JSON_DEPTH  # noqa: E402
 
 
 def read_text(path: Any, what: str) -> str:
@@ -203,10 +203,10 @@ def read_text(path: Any, what: str) -> str:
 
 
 def parse_json_text(text: str, where: str) -> Any:
-    """``json.loads(text)`` within the document bounds of :func:`memkern.validate.parse_json` (no
+    """``json.loads(text)`` within the document bounds of :func:`memkern.base.validate.parse_json` (no
     ``RecursionError``, no bare ``ValueError`` for a huge int, no NaN / Infinity), errors as
     :class:`DatasetFormatError` naming ``where``."""
-    from ..validate import parse_json
+    from ..base.validate import parse_json
 
     return parse_json(text, where, "JSON", DatasetFormatError, raw_syntax_errors=True)
 

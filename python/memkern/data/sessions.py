@@ -16,10 +16,10 @@ Accepted layouts:
 A turn is a dict with ``content`` (str; ``text`` is accepted instead) and ``role`` (str, default
 ``"user"``); other keys are kept. LongMemEval and LoCoMo files are validated by their own loaders.
 
-Every layout then meets the bounds of :mod:`memkern.validate` (what the store accepts): each
+Every layout then meets the bounds of :mod:`memkern.base.validate` (what the store accepts): each
 session's ``date`` reads as a date in years 1-9999 (:func:`memkern.template.event_seconds`, the
 check ``RMM.end_session(date=...)`` applies), session ids of at most ``MAX_ID_CHARS``
-characters, turns within the text, name and JSON bounds (:func:`memkern.validate.check_turn`).
+characters, turns within the text, name and JSON bounds (:func:`memkern.base.validate.check_turn`).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import MemkernError
 from ..template import event_seconds
-from ..validate import MAX_ID_CHARS, check_text, check_turn
+from ..base.validate import MAX_ID_CHARS, check_text, check_turn
 from .locomo import parse_locomo
 from .longmemeval import parse_longmemeval
 from .schema import DatasetFormatError, read_json
@@ -82,7 +82,7 @@ def load_session_file(path: str | os.PathLike) -> SessionFile:
 
 def check_sessions(sessions: list[dict[str, Any]], where: str = "sessions") -> None:
     """Every session within the bounds the store and ``RMM.end_session`` apply: a readable ``date``
-    (or none), a bounded session id, every turn :func:`memkern.validate.check_turn`. Raises
+    (or none), a bounded session id, every turn :func:`memkern.base.validate.check_turn`. Raises
     :class:`DatasetFormatError` naming the session (index and id) and the field."""
     for i, s in enumerate(sessions):
         at = f"{where}[{i}] (session {str(s['session_id'])[:60]!r})"

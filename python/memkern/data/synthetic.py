@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import bad_arg
-from ..validate import check_float, check_int
+from ..base.validate import check_float, check_int
 from .schema import Conversation, Dataset, Question, Session, Turn
 
 __all__ = ["generate_history", "QUESTION_TYPES"]

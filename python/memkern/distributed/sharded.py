@@ -48,7 +48,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..atomic import atomic_write
+from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..store import _check_ids, _check_namespace, _is_torch
 from ..store import turns_with_topics as _turns_with_topics
@@ -85,7 +85,7 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
 
 def _write_atomic(path: Path, write: Any) -> None:
     """``write(binary file)`` into ``path``: the one atomic durable write
-    (:func:`memkern.atomic.atomic_write`)."""
+    (:func:`memkern.base.atomic.atomic_write`)."""
     atomic_write(path, write)
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 
-from ..atomic import atomic_write
+from ..base.atomic import atomic_write
 from ..errors import bad_arg
 from .metrics import mean_std
 

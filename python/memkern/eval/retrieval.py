@@ -355,7 +355,7 @@ def retrieval_experiment(*, alphas: Sequence[float] = (0.5, 1.0, 2.0), budgets: 
                          bootstrap: int = 2000, question_types: Sequence[str] | None = None) -> RetrievalExperiment:
     """A checked :class:`RetrievalExperiment` (the arguments of :func:`run_retrieval`)."""
     from ..template import default_template
-    from ..validate import check_int
+    from ..base.validate import check_int
 
     for a in alphas:
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..atomic import atomic_write
+from ..base.atomic import atomic_write
 from ..data.schema import Conversation
 from ..errors import bad_arg
 
@@ -28,8 +28,8 @@ BUDGETS = (5, 10, 20)
 
 
 def default_cache_dir() -> Path:
-    """Embedding cache of the experiments (under :func:`memkern.paths.cache_dir`)."""
-    from ..paths import cache_dir
+    """Embedding cache of the experiments (under :func:`memkern.base.paths.cache_dir`)."""
+    from ..base.paths import cache_dir
 
     return cache_dir("eval-embeddings")
 

@@ -9,8 +9,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..validate import MAX_TEXT_CHARS
-from ..validate import check_text as _check_text
+from ..base.validate import MAX_TEXT_CHARS
+from ..base.validate import check_text as _check_text
 
 __all__ = ["EmbedFn", "as_embed_fn", "open_store", "release_store", "check_text", "check_texts", "apply_writes",
            "time_kw", "TIME_KEYS", "pop_time_kw", "record_time"]
@@ -72,7 +72,7 @@ def in_time_range(r: Any, kw: dict) -> bool:
 
 def check_text(text: Any, name: str, max_chars: int = MAX_TEXT_CHARS) -> str:
     """A str encodable as UTF-8 (what the store keeps) of at most ``max_chars`` characters, else an
-    error naming ``name`` (:func:`memkern.validate.check_text`)."""
+    error naming ``name`` (:func:`memkern.base.validate.check_text`)."""
     return _check_text(name, text, max_chars=max_chars)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..validate import MAX_FILTER_DEPTH
+from ..base.validate import MAX_FILTER_DEPTH
 from .values import check_json_value
 
 __all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS",
@@ -63,7 +63,7 @@ Tree = "Cond | Node | None"
 
 # ------------------------------------------------------------------------------- validation
 def check_depth(depth: int, name: str) -> None:
-    """Refuse a filter nested deeper than :data:`memkern.validate.MAX_FILTER_DEPTH` (``$and`` /
+    """Refuse a filter nested deeper than :data:`memkern.base.validate.MAX_FILTER_DEPTH` (``$and`` /
     ``$or`` / ``$not`` levels, in every adapter's syntax) before it is walked any further: a
     :class:`~memkern.MemkernValueError` naming ``name``, never a ``RecursionError``."""
     if depth > MAX_FILTER_DEPTH:

@@ -37,7 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.langchain needs LangChain: pip install 'memkern[langchain]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
+from ..base.validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
 from . import filters as F
 from ._common import (TIME_KEYS, EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw,
                       release_store, time_kw)

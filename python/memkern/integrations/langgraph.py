@@ -67,7 +67,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.langgraph needs LangGraph: pip install 'memkern[langgraph]'") from e
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS
+from ..base.validate import MAX_ID_CHARS, MAX_QUERY_CHARS
 from . import filters as F
 from ._common import (apply_writes, as_embed_fn, check_text, in_time_range, open_store, placeholder, release_store,
                       time_kw)

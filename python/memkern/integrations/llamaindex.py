@@ -41,7 +41,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.llamaindex needs LlamaIndex: pip install 'memkern[llamaindex]'") from e
 
 from ..errors import MemkernTypeError, bad_arg
-from ..validate import MAX_ID_CHARS
+from ..base.validate import MAX_ID_CHARS
 from . import filters as F
 from ._common import apply_writes, check_text, check_texts, open_store, pop_time_kw, release_store
 from .values import check_json_value
@@ -85,7 +85,7 @@ def _one(f: Any, name: str, depth: int) -> Any:
 
 def to_filter(filters: Optional[MetadataFilters], name: str = "filters", _depth: int = 0) -> Any:
     """LlamaIndex ``MetadataFilters`` -> a parsed :mod:`memkern.integrations.filters` tree (nested at
-    most :data:`memkern.validate.MAX_FILTER_DEPTH` levels)."""
+    most :data:`memkern.base.validate.MAX_FILTER_DEPTH` levels)."""
     F.check_depth(_depth, name)
     if filters is None:
         return None

@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.mem0 needs mem0: pip install 'memkern[mem0]'") from e
 
 from ..errors import MemkernKeyError, MemkernTypeError, bad_arg
-from ..validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
+from ..base.validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_namespace_str
 from . import filters as F
 
 
@@ -107,7 +107,7 @@ _LOGIC = {"AND": "and", "OR": "or", "NOT": "not", "$and": "and", "$or": "or", "$
 
 def to_filter(filters: Any, name: str = "filters", _depth: int = 0) -> Any:
     """mem0's filter dict -> a parsed :mod:`memkern.integrations.filters` tree (nested at most
-    :data:`memkern.validate.MAX_FILTER_DEPTH` levels)."""
+    :data:`memkern.base.validate.MAX_FILTER_DEPTH` levels)."""
     F.check_depth(_depth, name)
     if filters is None:
         return None
@@ -168,7 +168,7 @@ class MemkernVectorStore(VectorStoreBase):
         self.embedding_model_dims = _check_top_k(embedding_model_dims, "embedding_model_dims")
         if store is None:
             if path is None:
-                from ..paths import default_store_path
+                from ..base.paths import default_store_path
 
                 path = default_store_path()
             store = path

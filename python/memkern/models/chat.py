@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence, Union
 
 from ..errors import MemkernTypeError, bad_arg
-from ..validate import check_choice, check_float, check_int
+from ..base.validate import check_choice, check_float, check_int
 
 Message = dict
 Prompt = Union[str, Sequence[Message]]

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import MemkernTypeError, bad_arg, require
-from ..validate import check_int
-from ..telemetry import traced
+from ..base.validate import check_int
+from ..base.telemetry import traced
 from .chat import JsonScanner, Message, Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 from .gguf import convert_gguf
 from .lookup import _resolve_device, _transformers_progress, default_chat_model_path, default_tokenizer_path

@@ -13,8 +13,8 @@ import urllib.request
 from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg
-from ..validate import check_float, check_int
-from ..telemetry import traced
+from ..base.validate import check_float, check_int
+from ..base.telemetry import traced
 from .chat import Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 
 log = logging.getLogger("memkern")

@@ -13,10 +13,10 @@ from typing import Any, Sequence
 import numpy as np
 import json as _json
 
-from ..atomic import atomic_path
+from ..base.atomic import atomic_path
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg, require
-from ..validate import check_choice, check_int
-from ..telemetry import traced
+from ..base.validate import check_choice, check_int
+from ..base.telemetry import traced
 from .lookup import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
 
 log = logging.getLogger("memkern")

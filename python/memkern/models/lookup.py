@@ -29,7 +29,7 @@ _SOURCE_MARKER = "memkern_source.json"
 def model_cache_dir() -> Path:
     """Folder of converted models: ``$MEMKERN_CACHE/models``, else ``$XDG_CACHE_HOME/memkern/models``,
     else ``~/.cache/memkern/models``. Created on demand by the functions that write into it."""
-    from ..paths import cache_dir
+    from ..base.paths import cache_dir
 
     return cache_dir("models")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MemkernTypeError, bad_arg
-from ..validate import check_choice, check_float, check_int
+from ..base.validate import check_choice, check_float, check_int
 from ..template import DEFAULT_TEMPLATE, TurnTemplate
 from .timeprior import TIME_PRIORS
 

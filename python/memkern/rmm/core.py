@@ -17,14 +17,14 @@ import numpy as np
 from ..bank import Bank
 from ..errors import MemkernTypeError, bad_arg
 from ..extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
-from ..paths import check_namespace
+from ..base.paths import check_namespace
 from ..store import DEFAULT_RECENCY_WEIGHT
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
 from ..template import TurnTemplate
 from ..update import AppendDecider, EmbeddingDecider, LLMDecider
-from ..validate import check_str
+from ..base.validate import check_str
 from .aio import AsyncStage, locked
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
@@ -124,7 +124,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
         ``None``: the reranker persisted for this namespace under ``<store.path>/rerankers/``, or
         a fresh ``Reranker(store.dim, top_m=top_m)``.
     namespace : str
-        The bank's key; a valid name (:func:`memkern.paths.check_namespace`: 1-128 characters of
+        The bank's key; a valid name (:func:`memkern.base.paths.check_namespace`: 1-128 characters of
         ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
         file paths are built.
     extractor : {"embedding", "llm", "window", "sentences"} or memkern.protocols.Extractor

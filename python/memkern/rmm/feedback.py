@@ -4,8 +4,8 @@ The model's answer cites the shown memories by number (:func:`parse_answer`); ea
 gets reward ``+1`` and each uncited one ``-1``. Rewards of ``batch_size`` responses are buffered
 and fed to ``reranker.update`` at once (:meth:`FeedbackStage.flush`). The reranker state and the
 not-yet-used buffer are persisted per namespace under ``<store.path>/rerankers/``
-(:func:`memkern.paths.reranker_file`), each by one atomic durable write
-(:func:`memkern.atomic.atomic_write`).
+(:func:`memkern.base.paths.reranker_file`), each by one atomic durable write
+(:func:`memkern.base.atomic.atomic_write`).
 
 A persisted reranker file that is not a valid reranker of the store's dim (damaged, or written by
 something else) never blocks the namespace: it is moved aside to ``<namespace>.pt.damaged`` (kept
@@ -38,8 +38,8 @@ import numpy as np
 
 from ..errors import MemkernTypeError, StoreCorruptedError, bad_arg
 from ..jsonrepair import JSONRepairError, coerce_int, parse_json
-from ..atomic import atomic_write
-from ..paths import reranker_file
+from ..base.atomic import atomic_write
+from ..base.paths import reranker_file
 from .aio import locked
 
 log = logging.getLogger("memkern")

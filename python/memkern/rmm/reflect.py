@@ -21,7 +21,7 @@ from ..errors import MemkernTypeError, bad_arg
 from ..extract import TextTilingExtractor, Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
 from ..template import event_seconds, parse_date
-from ..validate import check_id
+from ..base.validate import check_id
 from ..timeexpr import mentioned_time
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked

@@ -22,7 +22,7 @@ import math
 from typing import Any, Sequence
 
 from ..contradict import Statement, find_contradictions, statements
-from ..turns import turn_key
+from ..base.turns import turn_key
 
 log = logging.getLogger("memkern")
 

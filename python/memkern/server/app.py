@@ -388,7 +388,7 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
     from fastapi.responses import Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from .. import __version__
+    from ..base.version import __version__
 
     if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
         raise MemkernValueError("api_key: expected a non-empty str or None, got an empty one")

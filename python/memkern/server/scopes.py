@@ -10,7 +10,7 @@ for example ``u:alice``, ``u:alice:r:s1``, ``a:planner``, ``u:alice:a:planner:r:
 Each id is 1-38 characters of ``A-Z a-z 0-9 _ - . @``, not starting with ``.`` and without ``..``
 (:data:`SCOPE_ID_PATTERN`): no ``:``, so the encoding is injective and :func:`decode` reads it
 back exactly; three ids of the maximal length make a 122-character namespace, within memkern's
-128 (:func:`memkern.paths.check_namespace` accepts every encoded scope). Namespaces that are not
+128 (:func:`memkern.base.paths.check_namespace` accepts every encoded scope). Namespaces that are not
 encoded scopes (written by ``memkern ingest -n alice``, say) decode to ``None`` and are never
 matched by a scope.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..paths import check_namespace
+from ..base.paths import check_namespace
 
 #: One scope id: 1-38 characters of A-Z a-z 0-9 _ - . @, not starting with '.', no '..'.
 SCOPE_ID_PATTERN = r"[A-Za-z0-9_@-][A-Za-z0-9_.@-]{0,37}"

@@ -38,8 +38,8 @@ from ..extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..template import event_seconds, time_range_seconds
-from ..atomic import atomic_write, fsync_dir
-from ..validate import check_json, check_text, iso_time
+from ..base.atomic import atomic_write, fsync_dir
+from ..base.validate import check_json, check_text, iso_time
 from . import scopes as S
 
 log = logging.getLogger("memkern")
@@ -64,7 +64,7 @@ class Limits:
     max_meta_bytes : int
         ``metadata``, and the keys of one message other than ``role`` / ``content``, as compact
         JSON (UTF-8 bytes). Every value also keeps to the bounds every entry point shares
-        (:mod:`memkern.validate`: a ``role`` of at most ``MAX_NAME_CHARS``, JSON nesting, key
+        (:mod:`memkern.base.validate`: a ``role`` of at most ``MAX_NAME_CHARS``, JSON nesting, key
         counts, int64 ints, UTF-8 text).
     max_respond_chars : int
         Characters of a respond's query plus its ``session_turns`` contents (the prompt the chat
@@ -189,7 +189,7 @@ class _Locked:
 
 
 def _check_text(value: Any, arg: str, limit: int) -> str:
-    """A non-blank str of at most ``limit`` characters, valid UTF-8 (:func:`memkern.validate.check_text`)."""
+    """A non-blank str of at most ``limit`` characters, valid UTF-8 (:func:`memkern.base.validate.check_text`)."""
     return check_text(arg, value, max_chars=limit, nonempty=True)
 
 
@@ -200,7 +200,7 @@ def _check_limit(value: Any, arg: str, hi: int) -> int:
 
 
 def _check_json_size(value: Any, arg: str, limit: int) -> None:
-    """``value`` a JSON value every entry point takes (:func:`memkern.validate.check_json`) and at
+    """``value`` a JSON value every entry point takes (:func:`memkern.base.validate.check_json`) and at
     most ``limit`` bytes as compact JSON."""
     check_json(value, arg)
     n = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
@@ -226,7 +226,7 @@ class _FeedbackLedger:
     Kept in memory and, for a store on disk, appended to ``<store>/server/feedback-given`` (one
     id per line, fsynced before the feedback is applied; mode 0600), so a restarted server refuses
     them too. At start the file is read and rewritten with its last ``keep`` ids
-    (:func:`memkern.atomic.atomic_write`).
+    (:func:`memkern.base.atomic.atomic_write`).
     """
 
     FILE = "feedback-given"
@@ -407,7 +407,7 @@ class MemoryService:
         Each ``content`` is non-blank and holds at most ``max_text_chars`` characters
         (``max_chars``, when given, bounds their sum); the other keys of a message are JSON of at
         most ``max_meta_bytes``; everything keeps to the shared bounds
-        (:func:`memkern.extract.validate_turns`, :func:`memkern.validate.check_turn`: ``role``
+        (:func:`memkern.extract.validate_turns`, :func:`memkern.base.validate.check_turn`: ``role``
         length, UTF-8, JSON nesting)."""
         lim = self.limits
         if isinstance(messages, str):

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, bad_arg
 
 
 def cache_dir(*parts: str) -> Path:

@@ -68,7 +68,7 @@ def tracer() -> Any:
     """The ``"memkern"`` tracer of the application's provider, or ``None`` when :func:`enabled` is false."""
     if not enabled():
         return None
-    from . import __version__
+    from .version import __version__
 
     return _trace.get_tracer(_INSTRUMENTATION, __version__)
 

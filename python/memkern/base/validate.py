@@ -50,7 +50,7 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
-from .errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
+from ..errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
 
 __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "is_real",
            "check_time", "check_text", "check_utf8", "check_namespace_str", "check_id", "check_json", "json_text", "check_turn", "parse_json",
@@ -76,7 +76,7 @@ MAX_NAME_CHARS = 256
 #: Largest str id (characters): session and turn ids, adapter keys, user / agent / run ids.
 MAX_ID_CHARS = 512
 #: Largest namespace name (characters) a store takes (file-backed names are stricter:
-#: :data:`memkern.paths.NAMESPACE_PATTERN`).
+#: :data:`memkern.base.paths.NAMESPACE_PATTERN`).
 MAX_NAMESPACE_CHARS = 1024
 #: Deepest nesting of a stored JSON value (``meta``, turn dicts; a dict or list inside another
 #: counts one level).
@@ -285,7 +285,7 @@ def check_text(name: str, value: Any, *, max_chars: int = MAX_TEXT_CHARS, nonemp
 def check_namespace_str(value: Any, name: str = "namespace") -> str:
     """A store namespace: a non-empty str (:class:`~memkern.MemkernTypeError` for a non-str) of at
     most :data:`MAX_NAMESPACE_CHARS` characters, valid UTF-8. (Names that become file names follow
-    the stricter :func:`memkern.paths.check_namespace`.)"""
+    the stricter :func:`memkern.base.paths.check_namespace`.)"""
     if not isinstance(value, str):
         raise bad_arg(name, "a non-empty str", type(value).__name__, MemkernTypeError)
     if not value:
