@@ -1,4 +1,4 @@
-"""Conflicting facts without a model (:mod:`memkern.contradict`): detector precision / recall and
+"""Conflicting facts without a model (:mod:`memkern.text.contradict`): detector precision / recall and
 what superseding stale facts does to retrieval.
 
 1. **Detector.** Every turn of each conversation, in order, is read for first-person slot
@@ -42,7 +42,7 @@ BUDGETS = (5, 10, 20)
 
 def turn_pairs(conv):
     """Fired pairs of one conversation: ``[(old turn id, new turn id, attribute, old value, new value)]``."""
-    from memkern.contradict import find_contradictions, statements
+    from memkern.text.contradict import find_contradictions, statements
 
     hist, out = [], []
     for s in conv.sessions:
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         from bench_time import load_conversations
 
         lo = load_conversations(args.locomo)
-        from memkern.contradict import statements
+        from memkern.text.contradict import statements
 
         n_st = sum(len(statements(t.content, t.speaker)) for c in lo.conversations for t in c.turns())
         pairs = [(c.conversation_id,) + p for c in lo.conversations for p in turn_pairs(c)]

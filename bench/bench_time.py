@@ -1,6 +1,6 @@
-"""Time-aware retrieval without a model (:mod:`memkern.timeexpr`) on LoCoMo: what the time term buys.
+"""Time-aware retrieval without a model (:mod:`memkern.text.time`) on LoCoMo: what the time term buys.
 
-Every question of the given LoCoMo conversations is parsed (:func:`memkern.timeexpr.parse_time`,
+Every question of the given LoCoMo conversations is parsed (:func:`memkern.text.time.parse_time`,
 ``now`` = the conversation's latest session date); the turns of its conversation are ranked by a
 first stage and the time term is added:
 
@@ -82,8 +82,8 @@ class Conv:
 
 def prepare(ds, emb) -> list[Conv]:
     from memkern.inmemory import InMemoryStore
-    from memkern.template import TurnTemplate, event_seconds
-    from memkern.timeexpr import parse_time
+    from memkern.text.template import TurnTemplate, event_seconds
+    from memkern.text.time.parse import parse_time
 
     tpl = TurnTemplate()
     out = []
@@ -151,10 +151,10 @@ def time_term(cv: Conv, qi: int, variant: dict) -> np.ndarray | None:
     """float64 [T] to add to the first-stage scores, in units of the candidates' spread (-inf drops
     a turn), or None (no change).
 
-    ``kind``: ``"shipped"`` (exactly RMM's term: :func:`memkern.timeexpr.time_prior_scores` with its
+    ``kind``: ``"shipped"`` (exactly RMM's term: :func:`memkern.text.time.time_prior_scores` with its
     defaults, the anchor placed by the lexical search), or one component: ``"hard"``, ``"soft"``
     (session dates only), ``"soft+mention"``, ``"intent"``, ``"anchor"``, ``"order"``."""
-    from memkern.timeexpr import DEFAULT_LAG, DEFAULT_WIDTH, time_prior_scores
+    from memkern.text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, time_prior_scores
 
     p = cv.parsed[qi]
     kind = variant["kind"]
@@ -212,9 +212,9 @@ def evaluate(convs: list[Conv], stage: str, variant: dict | None) -> list[dict]:
     """Per question: recall at each budget, category, and whether the term applied.
 
     The term reorders the first stage's best :data:`CANDIDATES` turns (what RMM's first stage
-    returns), scaled by their score spread (:func:`memkern.timeexpr.rescore`); the hard range
+    returns), scaled by their score spread (:func:`memkern.text.time.rescore`); the hard range
     searches only the turns inside the window (as the store's ``time_range`` does)."""
-    from memkern.timeexpr import rescore
+    from memkern.text.time.parse import rescore
 
     rows = []
     for cv in convs:
@@ -336,7 +336,7 @@ STAGE_NAMES = {"hybrid": "store hybrid search (coverage fusion) over templated t
 
 def parse_stats(convs) -> dict:
     """How many questions carry each kind of time cue, and the parse cost."""
-    from memkern.timeexpr import parse_time
+    from memkern.text.time.parse import parse_time
 
     qs = [(q, p) for cv in convs for q, p in zip(cv.questions, cv.parsed)]
     out = {"questions": len(qs)}
@@ -451,7 +451,7 @@ def grid(convs) -> tuple[str, dict]:
     return md + "\n", raw
 
 
-SECTION_INTRO = """What `memkern.timeexpr` reads in the questions of {names} ({n} questions with evidence): {ar} name a
+SECTION_INTRO = """What `memkern.text.time` reads in the questions of {names} ({n} questions with evidence): {ar} name a
 time range (absolute, relative or anchored on a date), {aa} more an event anchor ("after the charity race"),
 {ao} an order cue ("recently", "the first time"). Of the {c2} category-2 (temporal) questions only {c2r} name a
 time: {c2i} ask *for* one ("When did Caroline go to ...?"), which the intent term serves (a bonus for turns that

@@ -553,7 +553,11 @@ def face_text(face: str, tree: Tree) -> str:
             exported = list(ast.literal_eval(n.value))
     exported += [e for e in extra if e not in exported]
     level, rest = relative(src, face, face.count(".") >= 1 and _face_is_pkg(face))
-    lines = [f'"""{doc}"""', "", "from __future__ import annotations", ""]
+    import textwrap
+
+    wrapped = textwrap.fill(doc, 99)
+    lines = [f'"""{wrapped}\n"""' if "\n" in wrapped else f'"""{wrapped}"""', "", "from __future__ import annotations",
+             ""]
     if "__getattr__" in names:
         exported_import = exported + ["__getattr__"]
     else:
@@ -612,7 +616,10 @@ def cmd_move(step: str, take_old: bool) -> int:
             init = PKG / folder / "__init__.py"
             if not init.exists():
                 init.parent.mkdir(parents=True, exist_ok=True)
-                init.write_text(f'"""{doc}"""\n', encoding="utf-8")
+                import textwrap
+
+                wrapped = textwrap.fill(doc, 99)
+                init.write_text(f'"""{wrapped}\n"""\n' if "\n" in wrapped else f'"""{wrapped}"""\n', encoding="utf-8")
         for rel, content in NEW_FILES.get(s, {}).items():
             if not (PKG / rel).exists():
                 (PKG / rel).write_text(content, encoding="utf-8")

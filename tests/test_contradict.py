@@ -1,4 +1,4 @@
-"""memkern.contradict: first-person slot statements and when a later one makes an earlier one stale;
+"""memkern.text.contradict: first-person slot statements and when a later one makes an earlier one stale;
 EmbeddingDecider UPDATEs / INVALIDATEs instead of MERGE; RMM(supersede=True) invalidates the stale
 turn record and keeps it readable with its reason."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fakes_rmm import HashEmbedder
-from memkern.contradict import Statement, contradicts, find_contradictions, same_value, statements
+from memkern.text.contradict import Statement, contradicts, find_contradictions, same_value, statements
 from memkern.errors import MemkernTypeError
 from memkern.rmm import RMM
 from memkern.store import MemoryStore

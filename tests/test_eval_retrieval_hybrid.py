@@ -39,7 +39,7 @@ def test_hybrid_parent_row_scores_are_hybrid_plus_alpha_parent_cosine(captured, 
     from memkern.eval.units import CachedEmbedder
     from memkern.extract import TextTilingExtractor, WindowExtractor
     from memkern.store import MemoryStore
-    from memkern.template import default_template
+    from memkern.text.template import default_template
 
     ds = generate_dialogues(1, 6, seed=3)
     emb = CachedEmbedder(BowEmbedder(), cache_dir=None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from memkern.errors import MemkernValueError
-from memkern.jsonrepair import JSONRepairError, extract_json_span, parse_json
+from memkern.text.jsonrepair import JSONRepairError, extract_json_span, parse_json
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_extract_span():
 
 
 def test_coerce_int_reads_what_models_write_and_keeps_signs():
-    from memkern.jsonrepair import coerce_int
+    from memkern.text.jsonrepair import coerce_int
 
     assert [coerce_int(x) for x in (3, 3.0, "3", "[3]", "turn 12", "-1")] == [3, 3, 3, 3, 12, -1]
     assert coerce_int(True) is None and coerce_int(2.5) is None and coerce_int("none") is None

@@ -39,10 +39,6 @@ ROWS = {
 # Modules that are not in their row's folder yet: module -> the folder (key of ROWS) it moves to.
 # Their imports are judged by the row they will have; each is also listed as "unplaced" in ALLOWED.
 PENDING: dict[str, str] = {
-    "memkern.template": "text",
-    "memkern.contradict": "text",
-    "memkern.jsonrepair": "text",
-    "memkern.timeexpr": "text",
     "memkern.reranker": "score",
     "memkern.trainer": "score",
     "memkern._reference": "score",
@@ -113,11 +109,9 @@ ALLOWED = {
     "unplaced memkern.commands.mcp",
     "unplaced memkern.commands.models",
     "unplaced memkern.commands.serve",
-    "unplaced memkern.contradict",
     "unplaced memkern.extract",
     "unplaced memkern.graphs",
     "unplaced memkern.inmemory",
-    "unplaced memkern.jsonrepair",
     "unplaced memkern.lexical",
     "unplaced memkern.memreread",
     "unplaced memkern.ops",
@@ -134,8 +128,6 @@ ALLOWED = {
     "unplaced memkern.rmm.retrieve",
     "unplaced memkern.rmm.supersede",
     "unplaced memkern.rmm.timeprior",
-    "unplaced memkern.template",
-    "unplaced memkern.timeexpr",
     "unplaced memkern.trainer",
     "unplaced memkern.transfer",
     "unplaced memkern.update",

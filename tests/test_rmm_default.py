@@ -118,7 +118,7 @@ def test_filters_and_time_ranges_act_inside_the_turn_search(store):
     rmm, emb = bank(store)
     got = rmm.retrieve("violin Pepper", turns=6, filter={"session_id": "session_3"})
     assert got.n_turns == 6 and all(t.startswith("D3:") for t in got.all_turn_ids)
-    from memkern.template import event_seconds
+    from memkern.text.template import event_seconds
 
     lo, hi = event_seconds("15 May 2023"), event_seconds("1 June 2023")
     got = rmm.retrieve("violin marathon Pepper", turns=10, time_range=(lo, hi))

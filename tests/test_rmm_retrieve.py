@@ -10,7 +10,7 @@ from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern.errors import MemkernValueError
 from memkern.rmm import RMM
 from memkern.store import MemoryStore
-from memkern.template import TurnTemplate
+from memkern.text.template import TurnTemplate
 
 DIM = 64
 NS = "u"

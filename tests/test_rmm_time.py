@@ -17,7 +17,7 @@ from memkern.inmemory import InMemoryStore
 from memkern.protocols import search_keywords, supports_event_time
 from memkern.rmm import RMM
 from memkern.store import MemoryStore, check_search_filters
-from memkern.template import event_seconds
+from memkern.text.template import event_seconds
 from memkern.update import Candidate, Decision, apply_decision
 
 DIM = 64

@@ -14,7 +14,7 @@ from memkern.errors import MemkernTypeError, MemkernValueError
 from memkern.prompts import rmm as prompts
 from memkern.rmm import RMM
 from memkern.store import MemoryStore
-from memkern.template import default_template
+from memkern.text.template import default_template
 
 DIM = 64
 NS = "u"

@@ -1,4 +1,4 @@
-"""The turn template (memkern.template): rendering, graceful degradation, dates, validation."""
+"""The turn template (memkern.text.template): rendering, graceful degradation, dates, validation."""
 from __future__ import annotations
 
 import datetime as dt
@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.template import DEFAULT_TEMPLATE, PLAIN, TurnTemplate, default_template, parse_date, turn_date
+from memkern.text.template import DEFAULT_TEMPLATE, PLAIN, TurnTemplate, default_template, parse_date, turn_date
 
 
 def test_default_template_renders_date_and_speaker():

@@ -1,4 +1,4 @@
-"""memkern.timeexpr: time expressions in questions -> event-time ranges and the soft time prior."""
+"""memkern.text.time: time expressions in questions -> event-time ranges and the soft time prior."""
 from __future__ import annotations
 
 import datetime as dt
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.timeexpr import (DAY, TimeQuery, mentioned_time, parse_time, rescore, resolve_now,
+from memkern.text.time.parse import (DAY, TimeQuery, mentioned_time, parse_time, rescore, resolve_now,
                               time_prior_scores)
 
 UTC = dt.timezone.utc

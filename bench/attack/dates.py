@@ -68,7 +68,7 @@ def campaign(rng: random.Random, n: int, workdir: Path) -> dict:
     from memkern.base import validate as V
     from memkern.integrations import mem0 as M0
     from memkern.integrations.langchain import MemkernVectorStore as LC
-    from memkern.template import event_seconds, time_range_seconds
+    from memkern.text.template import event_seconds, time_range_seconds
     from memkern.transfer import export_store, import_store
 
     tally = Tally()

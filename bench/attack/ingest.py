@@ -30,7 +30,7 @@ def _session(rng: random.Random, i: int) -> dict:
     date = AV.accepted_date(rng)
     if not isinstance(date, str):
         from memkern.base import validate as V
-        from memkern.template import event_seconds
+        from memkern.text.template import event_seconds
 
         date = V.iso_time(event_seconds(date))
     return {"session_id": f"s{i}", "date": date, "turns": turns}

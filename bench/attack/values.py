@@ -71,7 +71,7 @@ _DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
 def accepted_date(rng: random.Random) -> Any:
-    """A session date :func:`memkern.template.event_seconds` reads: unix seconds (int / float),
+    """A session date :func:`memkern.text.template.event_seconds` reads: unix seconds (int / float),
     ISO 8601 (with or without an offset), LoCoMo and LongMemEval strings, datetime / date objects
     (years written with 4 digits, as those formats have them)."""
     t = accepted_time(rng)

@@ -3,7 +3,7 @@
 Two extractors share one protocol, ``extract_batch(sessions) -> list[list[Topic]]``:
 
 - :class:`LLMExtractor` ("llm", the RMM paper's way): a prompt asks the chat model for
-  ``{"topics": [{"summary", "turns"}]}``; the answer is repaired (:mod:`memkern.jsonrepair`) and
+  ``{"topics": [{"summary", "turns"}]}``; the answer is repaired (:mod:`memkern.text.jsonrepair`) and
   validated (summaries must be non-empty strings, turn indices are coerced to ints and kept only
   when in range); an unparseable answer gets one retry, then a logged fallback. A session is never
   lost: the fallback stores the session's user statements as one topic, and user turns that no
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .jsonrepair import JSONRepairError, coerce_int, parse_json
+from .text.jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
 from .base.validate import check_int, check_turn
 
@@ -486,13 +486,13 @@ class TextTilingExtractor:
     """LLM-free topics as contiguous stretches of the session (``"embedding"``; deterministic).
 
     TextTiling with sentence embeddings: every turn is rendered with the turn template
-    (:mod:`memkern.template`, speaker and date included) and embedded; at each gap between
+    (:mod:`memkern.text.template`, speaker and date included) and embedded; at each gap between
     neighbouring turns the ``window`` turns before and after are compared
     (:func:`gap_similarities`); a gap's depth score measures how far similarity drops there
     relative to the peaks on both sides (:func:`depth_scores`); the deepest gaps become topic
     boundaries, about one per ``target_turns`` turns, with every topic between ``min_turns`` and
     ``max_turns`` turns (:func:`tile_boundaries`). A topic's text (its summary) is its turns
-    rendered as one block (:meth:`memkern.template.TurnTemplate.render_block`), so a topic holds
+    rendered as one block (:meth:`memkern.text.template.TurnTemplate.render_block`), so a topic holds
     every turn of its stretch, speaker names and the session date included.
 
     Parameters
@@ -504,15 +504,15 @@ class TextTilingExtractor:
         Bounds on a topic's size (defaults 2 and 8).
     window : int
         Turns on each side of a gap in the block comparison (default 2).
-    template : memkern.template.TurnTemplate or str, optional
-        How turns become text (default :data:`memkern.template.DEFAULT_TEMPLATE`).
+    template : memkern.text.template.TurnTemplate or str, optional
+        How turns become text (default :data:`memkern.text.template.DEFAULT_TEMPLATE`).
     """
 
     name = "embedding"
 
     def __init__(self, embedder: Embedder, target_turns: float = 4.0, min_turns: int = 2, max_turns: int = 8,
                  window: int = 2, template: Any = None):
-        from .template import default_template
+        from .text.template import default_template
 
         self.min_turns = _check_int("min_turns", min_turns, 1)
         self.max_turns = _check_int("max_turns", max_turns, 1)
@@ -596,7 +596,7 @@ class WindowExtractor:
         Turns per window (default 4).
     overlap : int
         Turns shared by neighbouring windows, ``0 <= overlap < size`` (default 0).
-    template : memkern.template.TurnTemplate or str, optional
+    template : memkern.text.template.TurnTemplate or str, optional
     embedder : ignored
         Accepted so that every extractor can be built the same way.
     """
@@ -604,7 +604,7 @@ class WindowExtractor:
     name = "window"
 
     def __init__(self, size: int = 4, overlap: int = 0, template: Any = None, embedder: Any = None):
-        from .template import default_template
+        from .text.template import default_template
 
         self.size = _check_int("size", size, 1)
         self.overlap = _check_int("overlap", overlap, 0)

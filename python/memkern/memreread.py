@@ -295,7 +295,7 @@ class MemReread:
     @staticmethod
     def parse_decompose(text: str) -> tuple[str, str | None]:
         """``("enough", None)``, ``("ask", sub_question)`` or ``("unparsed", None)``."""
-        from .jsonrepair import JSONRepairError, parse_json
+        from .text.jsonrepair import JSONRepairError, parse_json
 
         try:
             obj = parse_json(text, expect=dict)

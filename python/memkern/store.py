@@ -810,7 +810,7 @@ class MemoryStore:
         turn_texts : list of str, optional
             With ``turn_embeddings``: each turn record's text (``len(turns)`` strings), what
             lexical / hybrid search matches, e.g. the turn rendered with its speaker and date
-            (:mod:`memkern.template`). Default: each turn's ``content``. The turn dicts are kept
+            (:mod:`memkern.text.template`). Default: each turn's ``content``. The turn dicts are kept
             as given either way.
         event_time : float, optional
             The conversation's own time (unix seconds, years 1-9999: ``MIN_TIME <= t <= MAX_TIME``), kept as

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .contradict import find_contradictions, statements
+from .text.contradict import find_contradictions, statements
 from .errors import bad_arg
-from .jsonrepair import JSONRepairError, parse_json
+from .text.jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
 from .base.turns import turn_key, union_turns
 
@@ -191,7 +191,7 @@ def full_turn_matrix(store: Any, target: Any, all_turns: Sequence[dict], new_tur
     unioned with ``new_turns``): rows of ``new_embs`` for the new turns, the stored vectors of the
     target's turn records for old turns, ``embed([render_turn(t)])`` for turns that have neither
     (``render_turn``: the turn template RMM embeds new turns with,
-    :meth:`memkern.template.TurnTemplate.render_turn`, so old and new turn vectors embed the same
+    :meth:`memkern.text.template.TurnTemplate.render_turn`, so old and new turn vectors embed the same
     text; ``None``: the turn's content).
     ``None`` when ``all_turns`` is empty."""
     if not all_turns:
@@ -238,7 +238,7 @@ class EmbeddingDecider:
     statements of the record standing becomes an UPDATE that drops only the withdrawn ones.
 
     Before those rules (``slots=True``, default), a contradiction is looked for
-    (:mod:`memkern.contradict`): a first-person statement of the new summary that makes one of a
+    (:mod:`memkern.text.contradict`): a first-person statement of the new summary that makes one of a
     candidate's statements stale ("I live in Berlin" against "I moved to Munich", "I quit my job"
     against "I work at the bakery"), for candidates with similarity ``>= slot_threshold`` (0.2).
     The first such candidate is UPDATEd to its sentences without the stale ones followed by the
@@ -485,7 +485,7 @@ def apply_decision(
         turn of the unioned list (old turns reuse their stored turn vectors; turns of a target
         that had no turn records are embedded with ``embed``).
     event_time : float, optional
-        The session's date in unix seconds (:func:`memkern.template.event_seconds`), written to
+        The session's date in unix seconds (:func:`memkern.text.template.event_seconds`), written to
         the store's ``event_time`` (``store`` must take ``event_time=`` on ``add`` / ``merge`` /
         ``update``, :func:`memkern.protocols.supports_event_time`). ADD / INVALIDATE: the new
         record (and its turn records) get it. MERGE / UPDATE, and a NOOP that adds turns: the

@@ -44,8 +44,8 @@ def _arg_type(fn):
 
 @_arg_type
 def turn_template(text: str) -> str:
-    """A turn template pattern (:class:`memkern.template.TurnTemplate`), checked when parsed."""
-    from ..template import TurnTemplate
+    """A turn template pattern (:class:`memkern.text.template.TurnTemplate`), checked when parsed."""
+    from ..text.template import TurnTemplate
 
     return TurnTemplate(text).template
 

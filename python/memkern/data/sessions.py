@@ -17,7 +17,7 @@ A turn is a dict with ``content`` (str; ``text`` is accepted instead) and ``role
 ``"user"``); other keys are kept. LongMemEval and LoCoMo files are validated by their own loaders.
 
 Every layout then meets the bounds of :mod:`memkern.base.validate` (what the store accepts): each
-session's ``date`` reads as a date in years 1-9999 (:func:`memkern.template.event_seconds`, the
+session's ``date`` reads as a date in years 1-9999 (:func:`memkern.text.template.event_seconds`, the
 check ``RMM.end_session(date=...)`` applies), session ids of at most ``MAX_ID_CHARS``
 characters, turns within the text, name and JSON bounds (:func:`memkern.base.validate.check_turn`).
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MemkernError
-from ..template import event_seconds
+from ..text.template import event_seconds
 from ..base.validate import MAX_ID_CHARS, check_text, check_turn
 from .locomo import parse_locomo
 from .longmemeval import parse_longmemeval

@@ -8,7 +8,7 @@ baseline ``turn (speaker)``:
 - ``turn (speaker)``: turns embedded as ``"{speaker}: {content}"`` (the obvious baseline; the
   deltas are against it);
 - ``turn (content)``: turns embedded as their content only (what the eval did before);
-- ``turn (template)``: turns embedded through the turn template (:mod:`memkern.template`,
+- ``turn (template)``: turns embedded through the turn template (:mod:`memkern.text.template`,
   ``"[{date}] {speaker}: {content}"`` by default);
 - ``window{W}``: fixed ``W``-turn windows (:class:`memkern.extract.WindowExtractor`) as units;
 - ``texttiling``: the ``embedding`` extractor's topics (:class:`memkern.extract.TextTilingExtractor`)
@@ -186,14 +186,14 @@ class RetrievalExperiment(Experiment):
 
     def _extractors(self, emb):
         from ..extract import TextTilingExtractor, WindowExtractor
-        from ..template import default_template
+        from ..text.template import default_template
 
         tpl = default_template(self.template)
         return tpl, WindowExtractor(size=self.window, template=tpl), \
             TextTilingExtractor(emb, template=tpl, **(self.texttiling or {}))
 
     def run_task(self, ds: Dataset, task: Task, emb: Any) -> dict[str, Any]:
-        from ..template import PLAIN, TurnTemplate
+        from ..text.template import PLAIN, TurnTemplate
 
         SPEAKER = TurnTemplate("{speaker}: {content}")
 
@@ -322,8 +322,8 @@ def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Seq
         Parent weights for the two-level rows (each > 0).
     budgets : sequence of int
         Turn budgets.
-    template : memkern.template.TurnTemplate or str, optional
-        The turn template (default :data:`memkern.template.DEFAULT_TEMPLATE`).
+    template : memkern.text.template.TurnTemplate or str, optional
+        The turn template (default :data:`memkern.text.template.DEFAULT_TEMPLATE`).
     window : int
         Size of the fixed windows.
     texttiling : dict, optional
@@ -354,7 +354,7 @@ def retrieval_experiment(*, alphas: Sequence[float] = (0.5, 1.0, 2.0), budgets: 
                          max_questions: int | None = None, seed: int = 0, ablations: Sequence[str] = (),
                          bootstrap: int = 2000, question_types: Sequence[str] | None = None) -> RetrievalExperiment:
     """A checked :class:`RetrievalExperiment` (the arguments of :func:`run_retrieval`)."""
-    from ..template import default_template
+    from ..text.template import default_template
     from ..base.validate import check_int
 
     for a in alphas:

@@ -27,7 +27,7 @@ def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recen
 
     ``time_range``: ``(start, end)``, each unix seconds, a :class:`datetime.datetime` (aware, or
     naive = UTC; e.g. a LangGraph ``Item.created_at``), a date or a date string
-    (:func:`memkern.template.event_seconds`), or ``None`` (open); keeps ``start <= t < end``.
+    (:func:`memkern.text.template.event_seconds`), or ``None`` (open); keeps ``start <= t < end``.
     ``time_field``: ``"event"`` (the conversation date written as ``event_time``, else
     ``created_at``), ``"created"`` or ``"updated"``. ``recency``: half-life in seconds of a
     recency prior of weight ``recency_weight`` (default 0.1) measured from ``now``. Raises the
@@ -36,7 +36,7 @@ def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recen
     """
     from ..protocols import missing_search_keywords
     from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
-    from ..template import time_range_seconds
+    from ..text.template import time_range_seconds
 
     kw = check_search_filters(None, time_range_seconds(time_range), time_field, recency,
                               DEFAULT_RECENCY_WEIGHT if recency_weight is None else recency_weight, now)

@@ -2,7 +2,7 @@
 
 Every builder returns chat messages (``list[dict]``) for :class:`memkern.ChatModel`. Memories are
 plain text, one fact per line; only the decompose step answers in JSON (parsed by
-:func:`memkern.jsonrepair.parse_json` and validated by the code). The code, not the model,
+:func:`memkern.text.jsonrepair.parse_json` and validated by the code). The code, not the model,
 enforces the memory cap, refuses repeated sub-questions and keeps facts marked
 :data:`CONFIRMED_TAG`.
 """

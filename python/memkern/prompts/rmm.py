@@ -2,7 +2,7 @@
 
 The prompts are written for small local models as well as big ones: a short system line, one
 tiny worked example of the exact JSON shape, then the data. Every answer is JSON and is parsed
-by :func:`memkern.jsonrepair.parse_json`, so the prompts only need to make the *shape* likely;
+by :func:`memkern.text.jsonrepair.parse_json`, so the prompts only need to make the *shape* likely;
 the code validates every field.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _fmt_memory_turn(turn: dict, max_chars: int = 160) -> str:
     """A remembered turn as the answer prompt shows it: its date and speaker through the turn
     template (``"[2023-05-08] Caroline: ..."``; the role when there is no speaker), because
     temporal questions need the date."""
-    from ..template import TurnTemplate, turn_date
+    from ..text.template import TurnTemplate, turn_date
 
     content = " ".join(str(turn.get("content", "")).split())
     if len(content) > max_chars:

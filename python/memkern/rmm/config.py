@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import MemkernTypeError, bad_arg
 from ..base.validate import check_choice, check_float, check_int
-from ..template import DEFAULT_TEMPLATE, TurnTemplate
+from ..text.template import DEFAULT_TEMPLATE, TurnTemplate
 from .timeprior import TIME_PRIORS
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES", "TURN_STAGES"]
@@ -105,7 +105,7 @@ class RMMConfig:
     turns_per_memory : int
         Two-level memory: best retrieved turns shown under each memory.
     template : str
-        The turn template (:mod:`memkern.template`): how a turn is embedded and shown, default
+        The turn template (:mod:`memkern.text.template`): how a turn is embedded and shown, default
         ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
     time_prior : {"soft", "hard", "off"}
         The time term (:mod:`memkern.rmm.timeprior`): ``"soft"`` (default, the best measured on
@@ -177,7 +177,7 @@ class RMMConfig:
             try:
                 TurnTemplate(self.text_template)
             except Exception as e:
-                raise bad_arg("text_template", "None or a turn template (memkern.template)", self.text_template) from e
+                raise bad_arg("text_template", "None or a turn template (memkern.text.template)", self.text_template) from e
         for name in ("turns_per_memory", "save_every", "candidates", "topic_min_turns"):
             put(self, name, check_int(name, getattr(self, name), 1, expected="a positive int"))
         put(self, "seed", check_int("seed", self.seed, 0))

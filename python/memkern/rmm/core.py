@@ -22,7 +22,7 @@ from ..store import DEFAULT_RECENCY_WEIGHT
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
-from ..template import TurnTemplate
+from ..text.template import TurnTemplate
 from ..update import AppendDecider, EmbeddingDecider, LLMDecider
 from ..base.validate import check_str
 from .aio import AsyncStage, locked

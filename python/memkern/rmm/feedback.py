@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, StoreCorruptedError, bad_arg
-from ..jsonrepair import JSONRepairError, coerce_int, parse_json
+from ..text.jsonrepair import JSONRepairError, coerce_int, parse_json
 from ..base.atomic import atomic_write
 from ..base.paths import reranker_file
 from .aio import locked

@@ -20,9 +20,9 @@ import numpy as np
 from ..errors import MemkernTypeError, bad_arg
 from ..extract import TextTilingExtractor, Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
-from ..template import event_seconds, parse_date
+from ..text.template import event_seconds, parse_date
 from ..base.validate import check_id
-from ..timeexpr import mentioned_time
+from ..text.time.parse import mentioned_time
 from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
@@ -49,11 +49,11 @@ class ReflectStage:
             ``session_id`` and ``turn_index`` unless it has them, and, when the session has a
             date and the turn mentions a time ("last night", "in March"), ``mentioned_time``:
             ``[start, end]`` unix seconds read relative to the date
-            (:func:`memkern.timeexpr.mentioned_time`; the time term of :mod:`memkern.rmm.timeprior`).
+            (:func:`memkern.text.time.mentioned_time`; the time term of :mod:`memkern.rmm.timeprior`).
         session_id : str or int, optional
             Defaults to a counter-based id.
         date : str, float or datetime, optional
-            The session's date, in a form :func:`memkern.template.event_seconds` reads (unix
+            The session's date, in a form :func:`memkern.text.template.event_seconds` reads (unix
             seconds, a datetime / date, ISO ``"2023-05-08"``, LoCoMo ``"1:56 pm on 8 May, 2023"``,
             LongMemEval ``"2023/05/20 (Sat) 02:21"``, ``"8 May 2023"``, ``"May 8, 2023"``; a time
             without an offset is UTC). Each turn without its own ``date`` gets it, it is

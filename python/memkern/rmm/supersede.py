@@ -1,9 +1,9 @@
 """RMM's contradiction step: a later turn that contradicts an earlier one invalidates the stale turn.
 
 With ``RMMConfig.supersede=True`` (two-level memory), after each session is written every new turn
-is read for first-person slot statements (:func:`memkern.contradict.statements`: where the speaker
+is read for first-person slot statements (:func:`memkern.text.contradict.statements`: where the speaker
 lives, works, who they date, their car, diet, favourites, a pet or activity withdrawn). A new
-statement that makes an earlier one of the same speaker stale (:func:`memkern.contradict.contradicts`:
+statement that makes an earlier one of the same speaker stale (:func:`memkern.text.contradict.contradicts`:
 "I moved to Munich" after "I live in Berlin", "I quit my job" after "I work at the bakery")
 invalidates the earlier statement's *turn record* (``store.invalidate(id, reason)``: kept, readable
 with its reason, out of search), so retrieval shows the current fact while the old turn stays in
@@ -21,7 +21,7 @@ import logging
 import math
 from typing import Any, Sequence
 
-from ..contradict import Statement, find_contradictions, statements
+from ..text.contradict import Statement, find_contradictions, statements
 from ..base.turns import turn_key
 
 log = logging.getLogger("memkern")

@@ -2,10 +2,10 @@
 
 ``RMMConfig.time_prior`` (default ``"soft"``; see ``bench/RESULTS.md``, time-aware retrieval):
 
-- ``"soft"``: the question is parsed (:func:`memkern.timeexpr.parse_time`) relative to ``now``; the
-  first stage's candidate turns are rescored ``score + term * spread`` (:func:`memkern.timeexpr.rescore`,
+- ``"soft"``: the question is parsed (:func:`memkern.text.time.parse_time`) relative to ``now``; the
+  first stage's candidate turns are rescored ``score + term * spread`` (:func:`memkern.text.time.rescore`,
   ``spread`` = the candidates' score range) with ``term`` from
-  :func:`memkern.timeexpr.time_prior_scores`: for a question naming a time ("in May 2023", "last
+  :func:`memkern.text.time.time_prior_scores`: for a question naming a time ("in May 2023", "last
   week", "the week before August 3") a prior on the turn's event time (the session date) or on
   the time the turn itself mentions (``mentioned_time``, read at :meth:`memkern.RMM.end_session`);
   for a question asking for a time ("When did ...?") a bonus for turns that mention one. An event
@@ -30,8 +30,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..protocols import accepts_keyword
-from ..template import event_seconds, parse_date, turn_date
-from ..timeexpr import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
+from ..text.template import event_seconds, parse_date, turn_date
+from ..text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
 
 __all__ = ["TimeStage", "TIME_PRIORS"]
 

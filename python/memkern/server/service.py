@@ -37,7 +37,7 @@ from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernVal
 from ..extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
-from ..template import event_seconds, time_range_seconds
+from ..text.template import event_seconds, time_range_seconds
 from ..base.atomic import atomic_write, fsync_dir
 from ..base.validate import check_json, check_text, iso_time
 from . import scopes as S
@@ -461,7 +461,7 @@ class MemoryService:
 
         ``filters``: metadata equality / ``$eq`` / ``$in`` (a JSON object); ``time_range``:
         ``[start, end]``, each unix seconds, an ISO 8601 date / time or another form
-        :func:`memkern.template.event_seconds` reads, or null (open); ``time_field``:
+        :func:`memkern.text.template.event_seconds` reads, or null (open); ``time_field``:
         ``"event"`` (the conversation's date, ``created`` where there is none), ``"created"`` or
         ``"updated"``; ``recency``: half-life in seconds of a recency prior weighted
         ``recency_weight`` and measured from ``now`` (default: the current time). Meaning as in
@@ -500,7 +500,7 @@ class MemoryService:
         decider (topics ADDed, MERGEd into, UPDATE or INVALIDATE existing memories, or NOOP).
         ``infer=False``: every message is stored as it is, one memory each, in one atomic write.
         ``date``: the conversation's date (unix seconds or a date string,
-        :func:`memkern.template.event_seconds`), written to the records' ``event_time`` (what
+        :func:`memkern.text.template.event_seconds`), written to the records' ``event_time`` (what
         ``time_range`` / ``recency`` with ``time_field="event"`` use) and, with ``infer=True``,
         to the turns and ``meta["date"]`` (:meth:`memkern.RMM.end_session`).
 

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, bad_arg
 
 __all__ = ["Statement", "ATTRIBUTES", "SINGLE_VALUED", "statements", "contradicts", "find_contradictions",
            "same_value"]

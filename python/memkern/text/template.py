@@ -46,8 +46,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import MemkernTypeError, bad_arg
-from .base.validate import MAX_NAME_CHARS, MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, check_text, check_time
+from ..errors import MemkernTypeError, bad_arg
+from ..base.validate import MAX_NAME_CHARS, MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, check_text, check_time
 
 __all__ = ["DEFAULT_TEMPLATE", "TEMPLATE_FIELDS", "TurnTemplate", "parse_date", "event_seconds", "time_range_seconds", "turn_date",
            "default_template", "PLAIN"]
@@ -314,5 +314,5 @@ def default_template(template: TurnTemplate | str | None = None) -> TurnTemplate
         return template
     if isinstance(template, str):
         return TurnTemplate(template)
-    raise bad_arg("template", "a memkern.template.TurnTemplate, a pattern str or None", type(template).__name__,
+    raise bad_arg("template", "a memkern.text.template.TurnTemplate, a pattern str or None", type(template).__name__,
                   MemkernTypeError)

@@ -8,7 +8,7 @@ that range (:meth:`TimeQuery.prior`), an order cue (``"latest"`` / ``"earliest"`
 anchor ("my birthday") with its offset, and whether the question asks *for* a time ("When
 did ...?").
 
-Calendar arithmetic runs in ``tz`` (default UTC, the zone :func:`memkern.template.event_seconds`
+Calendar arithmetic runs in ``tz`` (default UTC, the zone :func:`memkern.text.template.event_seconds`
 reads naive dates in): "yesterday" is the calendar day before ``now``'s day there. Weeks start on
 Monday; a weekend is Saturday 00:00 to Monday 00:00; seasons are meteorological (northern
 hemisphere: spring = March-May, summer = June-August, autumn = September-November, winter =
@@ -53,7 +53,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import MemkernTypeError, bad_arg
+from ...errors import MemkernTypeError, bad_arg
 
 __all__ = ["TimeSpan", "TimeQuery", "parse_time", "resolve_now", "time_prior_scores", "rescore", "mentioned_time",
            "DAY", "WEEK", "TIME_ORDERS", "DEFAULT_TIME_WEIGHT", "DEFAULT_INTENT_WEIGHT", "DEFAULT_WIDTH", "DEFAULT_LAG"]
@@ -458,12 +458,12 @@ def _season(cal: _Cal, s: str, y: int) -> tuple[float, float]:
 
 def resolve_now(now: Any, name: str = "now") -> float:
     """``now`` as unix seconds: unix seconds, a datetime (naive: UTC) / date, or a date string
-    :func:`memkern.template.event_seconds` reads; ``None`` is the wall clock."""
+    :func:`memkern.text.template.event_seconds` reads; ``None`` is the wall clock."""
     if now is None:
         import time
 
         return time.time()
-    from .template import event_seconds
+    from ..template import event_seconds
 
     return float(event_seconds(now, name))
 
@@ -718,7 +718,7 @@ def parse_time(text: str, now: Any = None, *, tz: Any = None) -> TimeQuery:
         A question or statement (English).
     now : float, datetime, date or str, optional
         The reference time: unix seconds, a datetime (naive: UTC) / date, or a date string
-        :func:`memkern.template.event_seconds` reads (ISO, LoCoMo ``"1:56 pm on 8 May, 2023"``,
+        :func:`memkern.text.template.event_seconds` reads (ISO, LoCoMo ``"1:56 pm on 8 May, 2023"``,
         ...). ``None``: the wall clock. For a conversation: the date of the session asked from,
         else its latest session date.
     tz : datetime.tzinfo or str, optional

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from .errors import MemkernValueError
+from ..errors import MemkernValueError
 
 __all__ = ["JSONRepairError", "parse_json", "extract_json_span"]
 
