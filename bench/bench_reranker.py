@@ -1,6 +1,6 @@
 """Full reranker step (score + Gumbel-top-M + log-prob + REINFORCE gradient): memkern vs naive eager torch.
 
-The naive version is the paper's formulas written directly (``memkern._reference.naive_step``):
+The naive version is the paper's formulas written directly (``memkern.score.reference.naive_step``):
 explicit ``m' = m + Wm m`` for every candidate (``K d^2`` per query) and autograd. memkern's torch
 backend computes ``r = (I + Wm)^T (I + Wq) q`` once per query and the closed-form rank-1 gradients.
 Both draw from the same Philox uniforms, so they select the same items; every benchmarked case
@@ -47,8 +47,8 @@ import time
 import pytest
 import torch
 
-from memkern import _reference as ref
-from memkern import ops
+from memkern.score import reference as ref
+from memkern.score.ops import autograd as ops
 
 torch.set_num_threads(1)
 
@@ -194,7 +194,7 @@ def memkern_select_update(rr, q, C):
 
 def su_check(B, d):
     """Equal results: the presets' first select+update against the naive versions (from zero adapters)."""
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     q, C = su_data(B, d)
     u = ops.philox_uniform(0, torch.arange(B * SU_K)).view(B, SU_K)    # the reranker's first draw
@@ -211,7 +211,7 @@ def su_check(B, d):
 
 def su_compare(B, d, rounds=5, budget_s=0.25):
     """Median ms per select+update of naive / paper / stable, measured in interleaved rounds."""
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     q, C = su_data(B, d)
     u = ops.philox_uniform(0, torch.arange(B * SU_K)).view(B, SU_K)
@@ -251,7 +251,7 @@ def select_update_table(rounds=5):
 @pytest.mark.parametrize("B,d", SU_GRID, ids=[f"B{b}-d{d}" for b, d in SU_GRID])
 @pytest.mark.parametrize("impl", ["naive", "paper", "stable"])
 def test_select_update(benchmark, impl, B, d):
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     su_check(B, d)
     q, C = su_data(B, d)
@@ -300,7 +300,7 @@ def harness_cases(B, d, compiled=True, rounds=5, K=SU_K, M=SU_M):
     against naive eager and (``compiled``) ``torch.compile`` of the naive code, interleaved by
     :func:`harness.compare`. Yields :class:`harness.Comparison`."""
     from harness import Side, compare
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     naive_c = torch.compile(naive, dynamic=True) if compiled else None
     su_c = torch.compile(naive_select_update, dynamic=True) if compiled else None
@@ -377,7 +377,7 @@ def stability(steps=10_000, B=4, checkpoints=(1000, 10_000), only=None):
     """Held-back Recall@5 on ``SyntheticCitationTask`` (noisy citations 0.9/0.1) along one online pass
     of ``steps`` updates, for the paper preset and the default (stable) setting at several optimizers
     and learning rates. Prints a markdown table."""
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     task = ref.SyntheticCitationTask()
     print(f"SyntheticCitationTask(d={task.d}, N={task.N}, K={task.K}), B={B}, {steps} updates, Recall@5 on 400 "

@@ -4,7 +4,7 @@ For each case the script
 
 1. runs the fused Triton step (``memkern.ops.rerank_step(..., backend="triton")``: scores +
    Gumbel-top-M + log-probs + closed-form REINFORCE gradients) and checks scores, log-probs and
-   gradients against the naive float64 autograd reference (``memkern._reference``) on the same
+   gradients against the naive float64 autograd reference (``memkern.score.reference``) on the same
    selection, and that the selection equals the torch backend's (same Philox uniforms);
 2. times with ``triton.testing.do_bench``: the Triton step, the torch backend on the GPU (eager,
    same algebra), the naive eager step (explicit ``m'``, autograd), and the memory-bandwidth floor
@@ -75,8 +75,8 @@ def make(B, K, d, N, dtype, dev, gather, seed=0):
 
 
 def check_case(B, K, M, d, dtype, gather, dev, cuda, bw, logp="plackett_luce"):
-    from memkern import _reference as ref
-    from memkern import ops
+    from memkern.score import reference as ref
+    from memkern.score.ops import autograd as ops
 
     N = 4 * B * K
     q, Wq, Wm, cands, ids = make(B, K, d, N, dtype, dev, gather)
@@ -119,9 +119,9 @@ def check_case(B, K, M, d, dtype, gather, dev, cuda, bw, logp="plackett_luce"):
 
 def check_select_update(B, K, M, d, dev, cuda):
     """Second table: the autograd op's Triton backward vs the float64 reference, and select+update timings."""
-    from memkern import _reference as ref
-    from memkern import ops
-    from memkern.reranker import Reranker
+    from memkern.score import reference as ref
+    from memkern.score.ops import autograd as ops
+    from memkern.score.reranker import Reranker
 
     g = torch.Generator().manual_seed(3)
     q = torch.nn.functional.normalize(torch.randn(B, d, generator=g), dim=-1)

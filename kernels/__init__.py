@@ -8,5 +8,5 @@ Modules
 rerank
     Reranker scoring (residual adapters, ``m'`` never materialised), fused Gumbel-top-M sampling
     with Philox and log-probabilities, and the closed-form REINFORCE gradient. Functional API and
-    the plain-torch backend: ``memkern.ops``; float64 references: ``memkern._reference``.
+    the plain-torch backend: ``memkern.ops``; float64 references: ``memkern.score.reference``.
 """

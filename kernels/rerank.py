@@ -25,7 +25,7 @@ a hand-written Triton matmul measured ~15x slower than cuBLAS at d = 768 on an H
 
 Inputs may be fp32, fp16 or bf16; every load is converted to fp32 before arithmetic (the Triton
 interpreter computes bf16 arithmetic wrongly) and accumulation is fp32. The plain-torch backend and
-the validation live in ``memkern.ops``; the naive float64 references in ``memkern._reference``.
+the validation live in ``memkern.ops``; the naive float64 references in ``memkern.score.reference``.
 """
 from __future__ import annotations
 

@@ -297,7 +297,11 @@ def _new_target(tree: Tree, src: str, name: str | None, inside: bool, importer: 
             and tree.is_module(NAME_MAP[(src, name)]):
         return NAME_MAP[(src, name)]
     if name is not None:
-        if tree.is_module(f"{src}.{name}"):
+        sub = f"{src}.{name}"
+        if tree.is_module(sub):
+            if sub in FACES and tree.is_module(FACES[sub][0]) and importer != "memkern" \
+                    and not _face_part(importer, sub):
+                return "SUB:" + FACES[sub][0]  # a face imported as a module object: the real module
             return src
         moved = map_module(f"{src}.{name}")
         if moved is not None and tree.is_module(moved):
@@ -392,6 +396,8 @@ def _rewrite_import(node: ast.Import, text, offs, tree):
             new = map_module(name)
             if new is not None:
                 name, changed = new, True
+        if a.asname and name in FACES and tree.is_module(FACES[name][0]):
+            name, changed = FACES[name][0], True
         parts.append(name + (f" as {a.asname}" if a.asname else ""))
     if not changed:
         return None
@@ -495,7 +501,8 @@ def rewrite_text(text: str, protected: set[str], tree: Tree) -> str:
         for old in sorted(PATH_MAP, key=len, reverse=True):
             if not (s == old or old.endswith("/") and s.startswith(old)):
                 continue
-            if (REPO / old).exists() and not old.endswith("/") or not (REPO / PATH_MAP[old]).exists():
+            if (REPO / old).exists() and not old.endswith("/") and not _is_face(REPO / old) \
+                    or not (REPO / PATH_MAP[old]).exists():
                 return s
             if old.endswith("/") and (REPO / old).is_dir() and any((REPO / old).glob("*.py")):
                 return s

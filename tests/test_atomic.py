@@ -161,7 +161,7 @@ def test_feedback_save_is_atomic_and_private(tmp_path, monkeypatch):
         return real(path, data, **kw)
 
     monkeypatch.setattr(atomic, "atomic_write", spy)
-    import memkern.reranker as rr_mod
+    import memkern.score.reranker as rr_mod
     import memkern.rmm.feedback as fb_mod
 
     monkeypatch.setattr(rr_mod, "atomic_write", spy)

@@ -284,7 +284,7 @@ def test_typed_results_format_from_json(small, bow, tmp_path):
 
 
 def test_reranker_config_is_public():
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     rr = Reranker(8, top_m=2, seed=3)
     cfg = online.instance_config(rr)

@@ -1,5 +1,5 @@
 """memkern.ops (torch backend) and memkern.kernels.rerank (Triton, under TRITON_INTERPRET=1 on CPU)
-against the naive float64 references of memkern._reference (explicit m', autograd)."""
+against the naive float64 references of memkern.score.reference (explicit m', autograd)."""
 from __future__ import annotations
 
 import logging
@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from memkern import _reference as ref
-from memkern import ops
+from memkern.score import reference as ref
+from memkern.score.ops import autograd as ops
 from memkern.errors import BackendUnavailableError, MemkernTypeError, MemkernValueError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # interpreter: numpy on -inf

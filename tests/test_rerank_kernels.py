@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from memkern import _reference as ref
+from memkern.score import reference as ref
 
 try:
     import triton  # noqa: F401

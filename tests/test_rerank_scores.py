@@ -2,7 +2,7 @@
 
 The torch path is checked with torch.autograd.gradcheck in float64 (q, Wq, Wm, dense candidates or
 the table behind ids, with padding) and against the float64 autograd reference of
-memkern._reference (explicit m'); the Triton path (CUDA, or the interpreter on CPU, fp32) against
+memkern.score.reference (explicit m'); the Triton path (CUDA, or the interpreter on CPU, fp32) against
 the same reference, gradients included, at odd sizes and block boundaries.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import memkern
-from memkern import _reference as ref
-from memkern import ops
-from memkern.reranker import Reranker
+from memkern.score import reference as ref
+from memkern.score.ops import autograd as ops
+from memkern.score.reranker import Reranker
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import memkern
-from memkern import _reference as ref
+from memkern.score import reference as ref
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.reranker import PRESETS, Reranker, Selection
+from memkern.score.reranker import PRESETS, Reranker, Selection
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 F = torch.nn.functional
@@ -506,7 +506,7 @@ class _FakeGraph:
 
 
 def _emulated_runner(rr, monkeypatch):
-    from memkern import graphs
+    from memkern.score import graphs
 
     class Stream:
         device = None

@@ -269,7 +269,7 @@ class SpyReranker:
 
 
 def test_rewards_buffered_and_update_cadence(tmp_path):
-    from memkern.reranker import Reranker
+    from memkern.score.reranker import Reranker
 
     answers = ['{"answer": "a", "citations": [0]}', '{"answer": "b", "citations": [1, 2]}', "no json [2]",
                '{"answer": "d", "citations": []}', '{"answer": "e", "citations": [0]}']

@@ -9,7 +9,7 @@ import torch
 
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.errors import MemkernValueError
-from memkern.reranker import Reranker
+from memkern.score.reranker import Reranker
 from memkern.rmm import RMM, RMMConfig
 
 DIM = 64

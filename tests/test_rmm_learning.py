@@ -11,7 +11,7 @@ import torch
 
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.eval.learning import CitingChat, HiddenSampleReranker, SwapLastReranker, bootstrap_ci
-from memkern.reranker import PRESETS, Reranker
+from memkern.score.reranker import PRESETS, Reranker
 from memkern.rmm import RMM
 from memkern.rmm.feedback import default_reranker
 

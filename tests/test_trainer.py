@@ -17,9 +17,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import memkern
-from memkern import _reference as ref
-from memkern.reranker import PRESETS, Reranker
-from memkern.trainer import TRAINER_PRESETS, ReinforceTrainer, UpdateStats
+from memkern.score import reference as ref
+from memkern.score.reranker import PRESETS, Reranker
+from memkern.score.trainer import TRAINER_PRESETS, ReinforceTrainer, UpdateStats
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 DATA = Path(__file__).resolve().parent / "data"
@@ -227,7 +227,7 @@ def test_replay_draws_are_uniform_distinct_and_equal_in_numpy_and_torch(device):
     # the replay draw: the rows of the `size` largest splitmix64 keys. The host (numpy) keys and the
     # device-counter (torch) keys of the capturable mode must be the same bits; the picks distinct and
     # uniform over the filled rows (never past them).
-    from memkern.trainer import _replay_keys
+    from memkern.score.trainer import _replay_keys
 
     for draws in (0, 1, 77, 2**40 + 3):
         a = _replay_keys(5, draws, 256, "cpu")

@@ -83,15 +83,15 @@ def test_moved_check_int_warns_once():
 
 @pytest.mark.parametrize("build, message", [
     # The messages the hand-written checks gave, kept word for word through memkern.base.validate.
-    (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(0), "dim: expected a positive int, got 0"),
-    (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8, tau=0.0), "tau: expected a positive float, got 0.0"),
-    (lambda: __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8, backend="cuda"),
+    (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(0), "dim: expected a positive int, got 0"),
+    (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8, tau=0.0), "tau: expected a positive float, got 0.0"),
+    (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8, backend="cuda"),
      "backend: expected 'auto', 'triton' or 'torch', got 'cuda'"),
-    (lambda: __import__("memkern.trainer", fromlist=["x"]).ReinforceTrainer(
-        __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8), baseline_momentum=1.0),
+    (lambda: __import__("memkern.score.trainer", fromlist=["x"]).ReinforceTrainer(
+        __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8), baseline_momentum=1.0),
      "baseline_momentum: expected a float in [0, 1), got 1.0"),
-    (lambda: __import__("memkern.trainer", fromlist=["x"]).ReinforceTrainer(
-        __import__("memkern.reranker", fromlist=["Reranker"]).Reranker(8), replay_size=-1),
+    (lambda: __import__("memkern.score.trainer", fromlist=["x"]).ReinforceTrainer(
+        __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8), replay_size=-1),
      "replay_size: expected None or an int >= 0, got -1"),
     (lambda: __import__("memkern.models", fromlist=["x"]).OpenAIChatModel("http://x/v1", "m", retries=-1),
      "retries: expected an int >= 0, got -1"),
@@ -112,7 +112,7 @@ def test_removed_ops_rewards_alias_warns_once():
 
     import torch
 
-    from memkern import ops
+    from memkern.score.ops import autograd as ops
 
     ops._warned.discard("Rewards")
     with warnings.catch_warnings(record=True) as w:

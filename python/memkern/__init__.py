@@ -31,9 +31,9 @@ _LAZY = {
     "AsyncMemoryStore": "memkern.aio",
     "export_store": "memkern.transfer",
     "import_store": "memkern.transfer",
-    "Reranker": "memkern.reranker",
-    "Selection": "memkern.reranker",
-    "ReinforceTrainer": "memkern.trainer",
+    "Reranker": "memkern.score.reranker",
+    "Selection": "memkern.score.reranker",
+    "ReinforceTrainer": "memkern.score.trainer",
     "Embedder": "memkern.models",
     "ChatModel": "memkern.models",
     "OpenAIChatModel": "memkern.models",
@@ -77,9 +77,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import data, ops, protocols
     from .memreread import MemReread
     from .models import ChatModel, Embedder, OpenAIChatModel
-    from .ops import rerank_scores
-    from .reranker import Reranker, Selection
-    from .trainer import ReinforceTrainer
+    from .score.ops.autograd import rerank_scores
+    from .score.reranker import Reranker, Selection
+    from .score.trainer import ReinforceTrainer
     from .rmm import RMM, RMMConfig
     from .store import MemoryStore, Record
     from .inmemory import InMemoryStore

@@ -25,7 +25,7 @@ Import (:func:`import_store`) reads and checks **every** line first (JSON within
 bounds of :mod:`memkern.base.validate`, types, UTF-8, the field bounds, ids unique and ascending,
 versions 1..n, embedding size = ``dim``, finite vectors within the norm bound, topic <-> turn
 links both ways with each topic before its turns, reranker files that load as a reranker of
-``dim`` (:func:`memkern.reranker.read_state_bytes`) and their checksums, the trailer's counts)
+``dim`` (:func:`memkern.score.reranker.read_state_bytes`) and their checksums, the trailer's counts)
 and writes nothing if any check fails; errors name the line and the field.
 
 Export writes its file through :func:`memkern.base.atomic.atomic_write` (mode 0600) and refuses a path
@@ -598,9 +598,9 @@ def _check_reranker(L: _Line, d: dict, out: _Parsed) -> tuple[str, str, bytes]:
 
 def _check_reranker_data(data: bytes, kind: str, dim: int, name: str) -> None:
     """The bytes of a reranker file must load as what their kind says: a reranker state of ``dim``
-    (:func:`memkern.reranker.read_state_bytes`) or a reward buffer
-    (:func:`memkern.reranker.read_buffer_bytes`); MemkernValueError naming ``name`` otherwise."""
-    from .reranker import read_buffer_bytes, read_state_bytes
+    (:func:`memkern.score.reranker.read_state_bytes`) or a reward buffer
+    (:func:`memkern.score.reranker.read_buffer_bytes`); MemkernValueError naming ``name`` otherwise."""
+    from .score.reranker import read_buffer_bytes, read_state_bytes
 
     if kind == "state":
         read_state_bytes(data, dim, name)

@@ -38,7 +38,7 @@ _ROW_FIELDS = ("indices", "scores", "logp", "q", "candidates", "ids", "mask")
 def split_selection(selection: Any, parts: int) -> list[Any]:
     """Split a batched :class:`memkern.Selection` into ``parts`` row blocks (as even as possible;
     rows ``[B]`` in order). With ``ids`` set, ``candidates`` is the shared table and is not split."""
-    from ..reranker import Selection
+    from ..score.reranker import Selection
 
     if not isinstance(selection, Selection):
         raise bad_arg("selection", "a memkern.Selection", type(selection).__name__, MemkernTypeError)
@@ -74,7 +74,7 @@ class _Worker:
     def __init__(self, rank: int, world: int, port: int, reranker_kwargs: dict, state: dict, threads: int) -> None:
         import torch.distributed as dist
 
-        from ..reranker import Reranker
+        from ..score.reranker import Reranker
 
         torch.set_num_threads(threads)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

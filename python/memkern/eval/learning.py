@@ -141,7 +141,7 @@ class _Proxy:
 
 
 def _hidden_selection_type():
-    from ..reranker import Selection
+    from ..score.reranker import Selection
 
     @dataclass
     class HiddenSelection(Selection):
@@ -175,7 +175,7 @@ class HiddenSampleReranker(_Proxy):
         if not bool(seen.any()):
             return None
         fields = {f.name: getattr(selection, f.name) for f in dataclasses.fields(selection) if f.name != "hidden"}
-        from ..reranker import Selection
+        from ..score.reranker import Selection
 
         sel = Selection(**fields)
         sel.indices = idx if selection.indices.dim() == 2 else idx[0]

@@ -98,7 +98,7 @@ def split_rows(cands: Candidates, test_frac: float, seed: int, by: str = "questi
 
 
 def make_reranker(dim: int, preset: str, top_m: int, seed: int, overrides: dict[str, Any] | None = None):
-    from ..reranker import Reranker
+    from ..score.reranker import Reranker
 
     kw = dict(overrides or {})
     kw.setdefault("seed", seed)
@@ -187,7 +187,7 @@ def instance_config(rr) -> dict[str, Any]:
 
 def preset_config(preset: str, top_m: int, overrides) -> dict[str, Any]:
     try:
-        from ..reranker import PRESETS
+        from ..score.reranker import PRESETS
 
         base = dict(PRESETS.get("stable" if preset == "default" else preset, {}))
     except Exception:  # pragma: no cover

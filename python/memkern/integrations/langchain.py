@@ -279,7 +279,7 @@ class MemkernRetriever(BaseRetriever):
         _check_k(kwargs.get("max_pending", 1024), "max_pending")
         rr = kwargs.get("reranker")
         if rr is True:
-            from ..reranker import Reranker
+            from ..score.reranker import Reranker
 
             path = kwargs.get("reranker_path")
             rr = Reranker.load(path) if path is not None and os.path.exists(path) else Reranker(vs.store.dim, top_m=k)

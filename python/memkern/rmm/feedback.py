@@ -119,7 +119,7 @@ def default_reranker(dim: int, top_m: int, seed: int = 0, **overrides: Any) -> A
     citations (each question asked about once or so), and its reranker must learn from them
     without drifting far from the first stage (module doc; measured in ``bench/RESULTS.md``,
     learning section)."""
-    from ..reranker import Reranker
+    from ..score.reranker import Reranker
 
     return Reranker.from_preset("rmm", dim, top_m=top_m, seed=seed, **overrides)
 
@@ -218,7 +218,7 @@ class FeedbackStage:
         """The namespace's reranker: the one given, the one persisted under
         ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m, seed=seed)``."""
         if self._reranker is None:
-            from ..reranker import Reranker
+            from ..score.reranker import Reranker
 
             path = self._reranker_path()
             if path and os.path.exists(path):
@@ -264,7 +264,7 @@ class FeedbackStage:
         bpath = self._buffer_path()
         if not bpath or not os.path.exists(bpath):
             return
-        from ..reranker import read_buffer_bytes
+        from ..score.reranker import read_buffer_bytes
 
         try:
             with open(bpath, "rb") as f:

@@ -355,7 +355,7 @@ class RetrieveStage:
                 return draw
             import torch
 
-            from ..ops import philox_uniform
+            from ..score.ops.autograd import philox_uniform
 
             u = philox_uniform(int(draw.seed) ^ EXPLORE_COIN_KEY, torch.tensor([int(draw.offset)], dtype=torch.int64))
             if float(u[0]) < explore:

@@ -40,14 +40,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import require
+from ..errors import require
 
 require("reranker", "torch", feature="memkern.ReinforceTrainer")  # names the extra when a package is missing
 import torch
 
-from . import ops
-from .errors import MemkernTypeError, bad_arg
-from .base.validate import check_float, check_int
+from .ops import autograd as ops
+from ..errors import MemkernTypeError, bad_arg
+from ..base.validate import check_float, check_int
 
 
 def _forward_key(*tensors):
@@ -59,7 +59,7 @@ __all__ = ["ReinforceTrainer", "UpdateStats", "TRAINER_PRESETS"]
 
 log = logging.getLogger("memkern")
 
-# the trainer half of memkern.reranker.PRESETS (tau and logp belong to the module)
+# the trainer half of memkern.score.reranker.PRESETS (tau and logp belong to the module)
 TRAINER_PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(lr=1e-3, optimizer="sgd", baseline=0.5, normalize_advantages=False, clip_grad_norm=None,
                   weight_decay=0.0, replay_capacity=0, replay_size=0, guard=False, max_norm=None),
@@ -163,7 +163,7 @@ class ReinforceTrainer:
     replay_capacity, replay_size : size of the replay ring (0 = off) and rows replayed per update
         (None = as many as the new batch)
     guard, guard_window, guard_tol, guard_drop, guard_max_norm, guard_patience : the collapse guard
-        (``memkern.reranker`` module docstring); ``guard_every``: its check period in updates (the only
+        (``memkern.score.reranker`` module docstring); ``guard_every``: its check period in updates (the only
         host synchronisation of a steady-state step; windows are evaluated at the first check after
         ``guard_window`` updates)
     """

@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from .errors import require
+from ..errors import require
 
-require("reranker", "torch", feature="memkern._reference")  # names the extra when a package is missing
+require("reranker", "torch", feature="memkern.score.reference")  # names the extra when a package is missing
 import torch
 
 

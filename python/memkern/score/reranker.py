@@ -10,7 +10,7 @@ candidates by Gumbel-top-M at temperature ``tau`` (Plackett-Luce without replace
 :meth:`Reranker.update` applies one REINFORCE step from per-slot rewards (``+1`` cited, ``-1`` not
 cited, or any floats; a bool tensor means cited/not cited).
 
-Learning lives in :class:`memkern.ReinforceTrainer` (``memkern.trainer``): the reranker keeps the
+Learning lives in :class:`memkern.ReinforceTrainer` (``memkern.score.trainer``): the reranker keeps the
 parameters and scoring (``forward(q, candidates) -> scores`` is differentiable, so any loss can
 train it), ``rr.trainer`` runs the online REINFORCE loop and ``update`` delegates to it. The step is
 sync-free in steady state (tensor ops only; the collapse guard reads the device once every
@@ -54,7 +54,7 @@ Example (one online step; ``store.search`` gives ``ids [B, K]`` with ``-1`` padd
     rr.save(path)                                               # one file per namespace
 
 ``select(..., greedy=True)`` ranks without sampling (use it for evaluation). ``update`` returns
-an :class:`memkern.trainer.UpdateStats` mapping with ``loss``, ``reward_rate``, ``grad_norm``,
+an :class:`memkern.score.trainer.UpdateStats` mapping with ``loss``, ``reward_rate``, ``grad_norm``,
 ``adapter_norm``, ``n_rows``, ``n_replay``, ``baseline``, ``rolled_back`` and ``step`` (values are
 device tensors until read; reading one synchronises).
 
@@ -84,17 +84,17 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from .errors import require
+from ..errors import require
 
 require("reranker", "torch", feature="memkern.Reranker")  # names the extra when a package is missing
 import torch
 from torch import nn
 
-from . import ops
-from .base.atomic import atomic_write
-from .errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
-from .base.validate import check_choice, check_float, check_int
-from .base.telemetry import traced
+from .ops import autograd as ops
+from ..base.atomic import atomic_write
+from ..errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from ..base.validate import check_choice, check_float, check_int
+from ..base.telemetry import traced
 from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
 
 __all__ = ["Reranker", "Selection", "PRESETS", "read_state_bytes", "read_buffer_bytes"]
@@ -461,7 +461,7 @@ class Reranker(nn.Module):
 
         Returns
         -------
-        :class:`memkern.trainer.UpdateStats`, a mapping with ``loss``, ``reward_rate`` (fraction of
+        :class:`memkern.score.trainer.UpdateStats`, a mapping with ``loss``, ``reward_rate`` (fraction of
         the new valid slots with reward > 0), ``grad_norm`` (before clipping), ``adapter_norm``
         (after the step), ``n_rows`` (new + replayed), ``n_replay``, ``baseline`` (mean baseline
         used), ``rolled_back`` (0/1), ``step``; values are read (and synchronised) lazily.
@@ -475,7 +475,7 @@ class Reranker(nn.Module):
     # ------------------------------------------------------------------ persistence
     def config(self) -> dict:
         """The settings this reranker runs with: its own (``dim``, ``top_m``, ``tau``, ``logp``,
-        ``backend``, ``seed``) and its trainer's (:meth:`memkern.trainer.ReinforceTrainer.config`)."""
+        ``backend``, ``seed``) and its trainer's (:meth:`memkern.score.trainer.ReinforceTrainer.config`)."""
         return dict(dim=self.dim, top_m=self.top_m, tau=self.tau, logp=self.logp, backend=self.backend,
                     seed=self.seed, **self.trainer.config())
 
