@@ -233,7 +233,7 @@ def tune_hybrid(conversations: int, sessions: int, seeds: list[int], emb) -> dic
 def bench_recall(source: str, conversations: int, sessions: int, seeds: list[int], emb) -> dict:
     """Turn-level recall of dense, lexical and hybrid search on evaluation seeds, with per-seed
     paired differences against dense search over the speaker-prefixed vectors (the best dense)."""
-    from memkern.lexical import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT
+    from memkern.store.reference import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT
 
     dflt = f"hybrid {DEFAULT_FUSION} w={DEFAULT_LEXICAL_WEIGHT}"
     configs = {

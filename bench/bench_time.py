@@ -81,7 +81,7 @@ class Conv:
 
 
 def prepare(ds, emb) -> list[Conv]:
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
     from memkern.text.template import TurnTemplate, event_seconds
     from memkern.text.time.parse import parse_time
 

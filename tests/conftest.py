@@ -32,7 +32,7 @@ def make_store(store_kind, tmp_path):
     """``make_store(dim, metric=None, name="s", **kw)``: a new store of the parametrized kind
     (native stores under ``tmp_path/name``, with ``kw`` passed on; the in-memory store takes
     ``dim``, ``metric`` and ``ef_search`` only). Every store made is closed at the end."""
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
     from memkern.store import MemoryStore
 
     opened = []

@@ -11,8 +11,8 @@ import pytest
 
 import memkern
 from memkern import MemkernKeyError, MemkernTypeError, MemkernValueError
-from memkern.aio import AsyncMemoryStore
-from memkern.inmemory import InMemoryStore
+from memkern.store.aio import AsyncMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.store import MemoryStore
 
 D = 16

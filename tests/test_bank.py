@@ -1,4 +1,4 @@
-"""memkern.bank: a namespace's bank listed, counted and deleted without models (what `memkern
+"""memkern.store.bank: a namespace's bank listed, counted and deleted without models (what `memkern
 inspect`, `memkern forget` and `RMM.inspect` / `RMM.stats` use)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fakes_rmm import FakeStore
-from memkern.bank import Bank, namespace_ids
+from memkern.store.bank import Bank, namespace_ids
 from memkern.errors import MemkernValueError
 
 DIM = 8

@@ -12,7 +12,7 @@ import memkern
 from memkern import _store
 from memkern import protocols as P
 from memkern.errors import MemkernError, MemkernValueError
-from memkern.inmemory import InMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.store import PAD_SCORE, MemoryStore
 
 D = 8

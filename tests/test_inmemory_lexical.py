@@ -1,14 +1,14 @@
 """InMemoryStore's lexical / hybrid search, metadata filters, time ranges and recency prior
-(API-SPEC, issue 13 items 5-6) against the float64 references of :mod:`memkern.lexical`, and
+(API-SPEC, issue 13 items 5-6) against the float64 references of :mod:`memkern.store.reference`, and
 against MemoryStore's native search_ex."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memkern import lexical as lx
+from memkern.store import reference as lx
 from memkern.errors import MemkernValueError
-from memkern.inmemory import InMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.store import PAD_SCORE, MemoryStore
 
 
@@ -32,7 +32,7 @@ def filled():
 
 
 def reference_bm25(s, ids, query, inc=False):
-    """memkern.lexical.bm25_scores over every record of the level (invalidated included: N, df and
+    """memkern.store.reference.bm25_scores over every record of the level (invalidated included: N, df and
     avgdl count them), then the allowed hits, best first (ties: id)."""
     docs = [s.get(int(i)).summary for i in ids]
     sc = lx.bm25_scores(query, docs)
@@ -52,7 +52,7 @@ def test_lexical_equals_reference(filled):
 
 
 def reference_coverage(s, ids, query):
-    """memkern.lexical.coverage_scores over every record of the level (invalidated included: N and
+    """memkern.store.reference.coverage_scores over every record of the level (invalidated included: N and
     df count them), then the active hits, best first (ties: id)."""
     docs = [s.get(int(i)).summary for i in ids]
     sc = lx.coverage_scores(query, docs)

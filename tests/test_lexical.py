@@ -1,4 +1,4 @@
-"""memkern.lexical: the tokeniser specification, BM25 reference and fusion (issue 13 item 5)."""
+"""memkern.store.reference: the tokeniser specification, BM25 reference and fusion (issue 13 item 5)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from memkern import MemkernTypeError, MemkernValueError
-from memkern import lexical as lx
+from memkern.store import reference as lx
 
 # ---------------------------------------------------------------------------- tokeniser reference
 

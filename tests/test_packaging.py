@@ -79,7 +79,7 @@ def test_store_and_store_commands_need_no_optional_package(tmp_path):
                 await a.add("carol", "runs", np.ones(4, np.float32))
                 return await a.count("carol")
         assert asyncio.run(main()) == 1
-        assert importlib.import_module("memkern.lexical").tokenize("Hello, World") == ["hello", "world"]
+        assert importlib.import_module("memkern.store.reference").tokenize("Hello, World") == ["hello", "world"]
         memkern.export_store(folder + "/s", folder + "/bank.jsonl")
         memkern.import_store(memkern.InMemoryStore(dim=4, metric="cos"), folder + "/bank.jsonl")
         for argv in (["inspect", "--store", folder + "/s", "-n", "alice"],

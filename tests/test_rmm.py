@@ -34,7 +34,7 @@ def make_store(kind, tmp_path, dim=DIM):
     if kind == "fake":
         return FakeStore(dim=dim, path=str(tmp_path / "fake"))
     if kind == "inmemory":
-        from memkern.inmemory import InMemoryStore
+        from memkern.store.memory import InMemoryStore
 
         return InMemoryStore(dim, "cos")
     return REAL_STORE(path=str(tmp_path / "store"), dim=dim, metric="cos")

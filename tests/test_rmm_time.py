@@ -13,7 +13,7 @@ import pytest
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.distributed import ShardedStore
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.inmemory import InMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.protocols import search_keywords, supports_event_time
 from memkern.rmm import RMM
 from memkern.store import MemoryStore, check_search_filters

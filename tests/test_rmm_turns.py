@@ -80,7 +80,7 @@ def session(tag: str, *texts: str) -> list[dict]:
 @pytest.mark.parametrize("kind", ["native", "inmemory"])
 def test_every_action_keeps_turn_records_complete(tmp_path, kind):
     """The whole RMM loop (extract, decide, every action, turn records) on both stores."""
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
 
     store = MemoryStore(tmp_path / "s", dim=DIM, metric="cos") if kind == "native" else InMemoryStore(DIM, "cos")
     emb = HashEmbedder(DIM)

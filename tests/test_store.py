@@ -48,7 +48,7 @@ def snapshot_state(s: MemoryStore, ns: str = "u") -> tuple:
 
 
 def test_public_names():
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
 
     assert memkern.MemoryStore is MemoryStore
     assert memkern.Record is Record

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memkern.inmemory import InMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.store import PAD_SCORE, MemoryStore
 
 D = 8

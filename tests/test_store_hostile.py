@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError
-from memkern.store import MAX_JSON_DEPTH, MAX_K, MemoryStore
+from memkern.store.engine import MAX_JSON_DEPTH
+from memkern.store import MAX_K, MemoryStore
 
 D = 8
 
@@ -26,7 +27,7 @@ _CRASH_SCRIPT = textwrap.dedent(
     import json, sys, tempfile
     import numpy as np
     from memkern._store import Level
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
     from memkern.store import MemoryStore
     case, kind = sys.argv[1], sys.argv[2]
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memkern import MemkernError, MemkernTypeError, MemkernValueError
-from memkern import lexical as lx
+from memkern.store import reference as lx
 from memkern.store import PAD_SCORE, MemoryStore
 
 from store_faults_common import D, _no_fault, emb, native  # noqa: E402,F401  (_no_fault: autouse)

@@ -21,7 +21,7 @@ import pytest
 
 from memkern import StoreCorruptedError
 from memkern.store import MemoryStore
-from memkern.transfer import export_records, import_records
+from memkern.store.transfer.install import export_records, import_records
 
 from store_faults_common import D, _no_fault, emb, native  # noqa: F401  (_no_fault: autouse)
 from store_files import chain, log_entries, read_manifest, snapshot_dir
@@ -362,7 +362,7 @@ def test_close_after_one_write_to_many_namespaces_writes_one_namespace(tmp_path)
 
 def test_snapshot_wait_false_hands_it_to_the_background_thread(tmp_path):
     from memkern import MemkernTypeError
-    from memkern.inmemory import InMemoryStore
+    from memkern.store.memory import InMemoryStore
 
     p = tmp_path / "s"
     s = MemoryStore(p, dim=D, snapshot_every=0)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernKeyError, MemkernTypeError, MemkernValueError
-from memkern.lexical import tokenize
+from memkern.store.reference import tokenize
 
 D = 13
 NS = "u"

@@ -15,10 +15,10 @@ import pytest
 
 from fakes_rmm import HashEmbedder
 from memkern import MemkernError, MemkernValueError, cli
-from memkern.inmemory import InMemoryStore
+from memkern.store.memory import InMemoryStore
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
-from memkern.transfer import export_store, import_store
+from memkern.store.transfer.install import export_store, import_store
 
 D = 8
 
@@ -332,7 +332,7 @@ def test_id_gaps_beyond_the_limit_are_renumbered(tmp_path):
 
 _KILL = textwrap.dedent("""
     import os, signal, sys
-    import memkern.transfer as T
+    import memkern.store.transfer.install as T
     from memkern.store import MemoryStore
     at = sys.argv[1]
     if at == "records":

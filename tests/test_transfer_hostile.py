@@ -18,7 +18,7 @@ import torch
 from memkern import MemkernValueError, Reranker, StoreCorruptedError, cli
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
-from memkern.transfer import export_store, import_store
+from memkern.store.transfer.install import export_store, import_store
 
 D = 8
 

@@ -27,10 +27,10 @@ logging.getLogger("memkern").addHandler(logging.NullHandler())
 _LAZY = {
     "MemoryStore": "memkern.store",
     "Record": "memkern.store",
-    "InMemoryStore": "memkern.inmemory",
-    "AsyncMemoryStore": "memkern.aio",
-    "export_store": "memkern.transfer",
-    "import_store": "memkern.transfer",
+    "InMemoryStore": "memkern.store.memory",
+    "AsyncMemoryStore": "memkern.store.aio",
+    "export_store": "memkern.store.transfer",
+    "import_store": "memkern.store.transfer",
     "Reranker": "memkern.score.reranker",
     "Selection": "memkern.score.reranker",
     "ReinforceTrainer": "memkern.score.trainer",
@@ -81,7 +81,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .score.reranker import Reranker, Selection
     from .score.trainer import ReinforceTrainer
     from .rmm import RMM, RMMConfig
-    from .store import MemoryStore, Record
-    from .inmemory import InMemoryStore
-    from .aio import AsyncMemoryStore
-    from .transfer import export_store, import_store
+    from .store.engine import MemoryStore, Record
+    from .store.memory import InMemoryStore
+    from .store.aio import AsyncMemoryStore
+    from .store.transfer.install import export_store, import_store

@@ -281,5 +281,5 @@ def _test_set_lexical(on: bool) -> None: ...  # derived BM25 + meta indexes main
 def _test_snapshot_gate(point: str) -> None: ...  # hold the next snapshot at "rotated" / "copied" / "written" / "switched"
 def _test_wait_snapshot_gate(timeout_s: float) -> bool: ...  # whether a snapshot reached the gate in time
 def _test_release_snapshot_gate() -> None: ...
-# The store's C++ tokeniser (twin of memkern.lexical.tokenize; tests). Invalid UTF-8 bytes raise.
+# The store's C++ tokeniser (twin of memkern.store.reference.tokenize; tests). Invalid UTF-8 bytes raise.
 def _tokenize(text: str | bytes, keep_stop_words: bool = False) -> list[str]: ...

@@ -170,7 +170,7 @@ def store_exists(path: Path) -> bool:
 
 def open_store(path: Path, dim: int | None = DEFAULT_DIM, create: bool = True):
     """Open (or create with ``dim``) the store at ``path``."""
-    from ..store import MemoryStore
+    from ..store.engine import MemoryStore
 
     path = Path(path)
     exists = store_exists(path)

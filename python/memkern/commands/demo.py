@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start, conv) -> int:
-    from ..bank import Bank
+    from ..store.bank import Bank
     from ..rmm import RMM
 
     removed = Bank(store, args.namespace).reset()

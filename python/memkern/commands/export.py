@@ -2,7 +2,7 @@
 
 Records with every version, turns, meta, timestamps, status and links, the embeddings (exact
 float32, unless ``--no-embeddings``) and the namespaces' reranker state; format in
-:mod:`memkern.transfer`. ``memkern import`` reads it back.
+:mod:`memkern.store.transfer`. ``memkern import`` reads it back.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..transfer import export_store
+    from ..store.transfer.install import export_store
 
     path = C.store_path(args)
     with C.open_store(path, create=False) as store:

@@ -33,7 +33,7 @@ def _run(args: argparse.Namespace, store, path) -> int:
         store.flush()
         print(f"deleted record #{args.id} (namespace {rec.namespace!r}, {len(rec.turns or [])} turns) from {path}")
     else:
-        from ..bank import Bank
+        from ..store.bank import Bank
 
         n = Bank(store, args.namespace).reset()
         print(f"deleted namespace {args.namespace!r}: {n} records and its reranker state, from {path}")

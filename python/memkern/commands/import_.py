@@ -5,7 +5,7 @@ beside its path and renamed into place; into an existing store the file's namesp
 (a namespace the store already holds is refused) in a copy that is swapped in with one atomic
 exchange. Either way a failure (or a kill) leaves ``--store`` as it was. A file exported with
 ``--no-embeddings`` is embedded again with ``--embedder`` (default: the offline
-all-MiniLM-L6-v2). Details in :mod:`memkern.transfer`.
+all-MiniLM-L6-v2). Details in :mod:`memkern.store.transfer`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _needs_embedder(path: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..transfer import import_store
+    from ..store.transfer.install import import_store
 
     path = C.store_path(args)
     embedder = C.build_models(args, need_chat=False)[1] if _needs_embedder(args.input) else None

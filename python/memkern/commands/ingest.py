@@ -133,7 +133,7 @@ def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
     """Fold ``sessions`` into a scratch copy of the namespace; return what to write and the
     decision counts. ``store`` (the real one, or None when it does not exist yet) is only read."""
     from ..rmm import RMM
-    from ..store import MemoryStore
+    from ..store.engine import MemoryStore
 
     ns = args.namespace
     metric = store.metric if store is not None else "cos"

@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace, store, path) -> int:
             print(f"  meta: {json.dumps(rec.meta, default=str)}")
         return 0
     namespaces = store.namespaces()
-    from ..bank import Bank
+    from ..store.bank import Bank
 
     bank = Bank(store, args.namespace)
     if args.json:

@@ -50,8 +50,8 @@ import numpy as np
 
 from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from ..store import _check_ids, _check_namespace, _is_torch
-from ..store import turns_with_topics as _turns_with_topics
+from ..store.engine import _check_ids, _check_namespace, _is_torch
+from ..store.engine import turns_with_topics as _turns_with_topics
 
 log = logging.getLogger("memkern")
 
@@ -95,7 +95,7 @@ class _Shard:
     """Body of a shard actor: one :class:`memkern.MemoryStore` on one directory."""
 
     def __init__(self, directory: str, shard: int, dim: int, metric: str, options: dict) -> None:
-        from ..store import MemoryStore
+        from ..store.engine import MemoryStore
 
         self.directory = directory
         self.store = MemoryStore(directory, dim=dim, metric=metric, id_range=id_range(shard), **options)
@@ -112,7 +112,7 @@ class _Shard:
 
     @staticmethod
     def _strip(value: Any) -> Any:
-        from ..store import Record
+        from ..store.engine import Record
 
         if isinstance(value, Record):
             return dataclasses.replace(value, _store=None)
@@ -165,20 +165,20 @@ class _Shard:
 
     def export_namespace(self, ns: str) -> list[dict]:
         """Every record of ``ns`` (topics and turns, active and invalidated) as export-format record
-        dicts with their whole history (:func:`memkern.transfer.export_records`)."""
-        from ..transfer import export_records
+        dicts with their whole history (:func:`memkern.store.transfer.export_records`)."""
+        from ..store.transfer.install import export_records
 
         ids = np.sort(self._ns_ids(ns))
         return export_records(self.store, ids) if len(ids) else []
 
     def import_namespace(self, ns: str, records: list[dict]) -> int:
         """Write ``records`` (from :meth:`export_namespace`) into ``ns`` here with their ids and
-        histories: one atomic, logged write (:func:`memkern.transfer.import_records`). Idempotent:
+        histories: one atomic, logged write (:func:`memkern.store.transfer.import_records`). Idempotent:
         when this shard already holds all of them (an interrupted run's write landed) it writes
         nothing; an id deleted here and not compacted away yet (the namespace left this shard
         before) makes it compact once and retry. Returns the records written."""
         from ..errors import MemkernKeyError as _KeyError
-        from ..transfer import import_records
+        from ..store.transfer.install import import_records
 
         if not records:
             return 0
@@ -263,7 +263,7 @@ class ShardedStore:
                 raise MemkernValueError(
                     f"{man}: expected format {_FORMAT}, got format 1 (a sharded store whose shards numbered ids "
                     "locally, written before rebalancing kept ids): export each shard's namespaces "
-                    "(memkern.transfer.export_store) and add them to a new ShardedStore")
+                    "(memkern.store.transfer.export_store) and add them to a new ShardedStore")
             if m.get("format") != _FORMAT or m.get("id_shift") != ID_SHIFT:
                 raise MemkernValueError(f"{man}: expected format {_FORMAT} with id_shift {ID_SHIFT}, got {m}")
             if dim is not None and int(dim) != m["dim"]:
@@ -371,7 +371,7 @@ class ShardedStore:
         return shards
 
     def _shard_of_id(self, id: Any, name: str = "id") -> tuple[int, int]:
-        from ..store import _check_id
+        from ..store.engine import _check_id
 
         gid = _check_id(id, name)
         s = int(self._route(np.array([gid], np.int64))[0])
@@ -638,7 +638,7 @@ class ShardedStore:
         Explicit and resumable: the plan is written to ``rebalance.json`` (a journal) before
         anything moves, and each namespace advances ``pending -> copied -> done`` with the
         journal rewritten atomically after each step. A copy is one atomic, logged write on the
-        destination (:func:`memkern.transfer.import_records`: every record with its id, whole
+        destination (:func:`memkern.store.transfer.import_records`: every record with its id, whole
         version history, ``created_at`` / ``updated_at``, ``event_time``, status and reason, and
         the topic <-> turn links); the ids it took along are saved (``moved.parts/``, fsynced)
         before the journal says ``copied``, and the source copy is deleted only then. Calling
@@ -739,7 +739,7 @@ def _check_store_options(options: dict) -> None:
     error naming it, before any manifest or actor exists): open and close a throwaway store."""
     import tempfile
 
-    from ..store import MemoryStore
+    from ..store.engine import MemoryStore
 
     for k in ("path", "dim", "metric", "id_range"):
         if k in options:

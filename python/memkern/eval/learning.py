@@ -290,7 +290,7 @@ class _Bank:
 
 def _build_bank(conv: Conversation, emb: Any, root: str, rmm_kwargs: dict, categories: Sequence[str] | None) -> _Bank:
     from ..rmm import RMM
-    from ..store import MemoryStore
+    from ..store.engine import MemoryStore
     from .retrieval import turn_dicts
 
     store = MemoryStore(f"{root}/{conv.conversation_id}", dim=int(emb.dim))

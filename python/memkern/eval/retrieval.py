@@ -381,7 +381,7 @@ def _hybrid_store(texts: list[str], vectors: dict[str, np.ndarray]) -> tuple[Any
     vector kind (float32 ``[T, d]``), every record's text the templated turn (``texts``, length T).
 
     Returns the store and, per kind, the store ids of turns ``0..T-1`` (int64 ``[T]``)."""
-    from ..inmemory import InMemoryStore
+    from ..store.memory import InMemoryStore
 
     dim = int(next(iter(vectors.values())).shape[1])
     st = InMemoryStore(dim, "cos")
@@ -464,7 +464,7 @@ def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[An
     every session, asked through :meth:`memkern.RMM.retrieve` (greedy: the reranker's best, no
     sampling) at each budget."""
     from ..rmm import RMM
-    from ..store import MemoryStore
+    from ..store.engine import MemoryStore
 
     with tempfile.TemporaryDirectory() as d:
         store = MemoryStore(d, dim=int(emb.dim))

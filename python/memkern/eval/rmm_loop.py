@@ -45,7 +45,7 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
     """
     try:
         from ..rmm import RMM
-        from ..store import MemoryStore
+        from ..store.engine import MemoryStore
     except ImportError as e:
         raise MemkernValueError(f"rmm experiment: expected memkern.RMM and memkern.MemoryStore to be importable, "
                                 f"got ImportError: {e}") from None

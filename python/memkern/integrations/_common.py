@@ -35,7 +35,7 @@ def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recen
     :class:`memkern.MemkernValueError` naming it.
     """
     from ..protocols import missing_search_keywords
-    from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
+    from ..store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
     from ..text.template import time_range_seconds
 
     kw = check_search_filters(None, time_range_seconds(time_range), time_field, recency,
@@ -160,7 +160,7 @@ def open_store(store_or_path: Any, dim: int | None, name: str = "store_or_path",
     path twice in one process shares one store (a store directory may be opened once per process),
     released by :func:`release_store` when the last user closes."""
     if isinstance(store_or_path, (str, os.PathLike)):
-        from ..store import MemoryStore
+        from ..store.engine import MemoryStore
 
         key = str(Path(store_or_path).resolve())
         with _OPEN_LOCK:

@@ -232,7 +232,7 @@ def _native_value(v: Any) -> bool:
 
 def _limits() -> tuple[int, int]:
     """The store's limits on a native filter (keys, values in all), where it declares them."""
-    from .. import store as _st
+    from ..store import engine as _st
 
     return int(getattr(_st, "MAX_FILTER_KEYS", 1 << 30)), int(getattr(_st, "MAX_FILTER_VALUES", 1 << 30))
 

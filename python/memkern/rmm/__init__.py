@@ -23,7 +23,7 @@ retrieves topic records and shows their raw turns as before.
 
 Settings are one :class:`RMMConfig` (``RMM(store, config=RMMConfig(top_k=10))``); each field is
 also accepted as a keyword override (``RMM(store, top_k=10)``). Inspecting or deleting a bank
-without models is :mod:`memkern.bank`.
+without models is :mod:`memkern.store.bank`.
 
 Every call records a ``timings`` dict (seconds, ``time.perf_counter``) and logs it at debug level.
 

@@ -3,7 +3,7 @@
 The stages live in their own modules and are mixed into :class:`RMM`:
 :mod:`~memkern.rmm.reflect` (prospective reflection), :mod:`~memkern.rmm.retrieve` (retrieval and
 rerank), :mod:`~memkern.rmm.feedback` (citations -> rewards, reward buffer, reranker
-persistence). Bank inspection is :mod:`memkern.bank`.
+persistence). Bank inspection is :mod:`memkern.store.bank`.
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..bank import Bank
+from ..store.bank import Bank
 from ..errors import MemkernTypeError, bad_arg
 from ..extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
 from ..base.paths import check_namespace
-from ..store import DEFAULT_RECENCY_WEIGHT
+from ..store.engine import DEFAULT_RECENCY_WEIGHT
 from ..prompts import rmm as prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
@@ -353,12 +353,12 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
     # ------------------------------------------------------------------ inspection
     @property
     def bank(self) -> Bank:
-        """The namespace's :class:`memkern.bank.Bank` (inspect / stats / reset, no models)."""
+        """The namespace's :class:`memkern.store.bank.Bank` (inspect / stats / reset, no models)."""
         return Bank(self.store, self.namespace)
 
     def inspect(self, include_invalidated: bool = True) -> list[dict[str, Any]]:
         """The namespace's memory bank: one dict per record, ordered by id
-        (:meth:`memkern.bank.Bank.inspect`).
+        (:meth:`memkern.store.bank.Bank.inspect`).
 
         Keys: ``id``, ``summary``, ``version``, ``status``, ``turns`` (count), ``turn_records``
         (count of its turn records, two-level memory), ``sessions`` (session ids of its turns),

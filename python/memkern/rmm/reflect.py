@@ -267,7 +267,7 @@ class ReflectStage:
         if not isinstance(self.store, TurnStore):
             raise bad_arg("store", "a store with two-level memory (memkern.protocols.TurnStore)", type(self.store).__name__,
                           MemkernTypeError)
-        from ..bank import namespace_ids
+        from ..store.bank import namespace_ids
 
         done = 0
         for i in namespace_ids(self.store, self.namespace, include_invalidated=False):

@@ -64,7 +64,7 @@ class TimeStage:
     def _latest_event_time(self) -> float | None:
         """The latest event time of the namespace's active topics (read once, then kept)."""
         if self._latest_event is None:
-            from ..bank import namespace_ids
+            from ..store.bank import namespace_ids
 
             ids = namespace_ids(self.store, self.namespace, include_invalidated=False)
             ts = [r.event_time for r in (self.store.get_batch(ids) if ids else [])

@@ -6,7 +6,7 @@ pure-Python twin of the native ``memkern._store.Store`` (see ``_store.pyi``): sa
 order, never reused), versions and history, invalidation and deletion (a topic's turn records
 follow it), two-level memory (``level="turn"`` / ``"turn+topic"`` with ``alpha`` and
 ``candidates``), lexical / hybrid search, metadata filters, time ranges and the recency prior
-(the native ``search_ex``, BM25 by :mod:`memkern.lexical`), the same padding (``-1`` /
+(the native ``search_ex``, BM25 by :mod:`memkern.store.reference`), the same padding (``-1`` /
 :data:`~memkern.store.PAD_SCORE`) and the same tie order (equal scores: lower id first).
 
 Differences from :class:`~memkern.MemoryStore`:
@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MemkernKeyError, MemkernValueError, bad_arg
-from .base.validate import TIME_RANGE_TEXT
-from .store import (
+from ..errors import MemkernKeyError, MemkernValueError, bad_arg
+from ..base.validate import TIME_RANGE_TEXT
+from .engine import (
     DEFAULT_EF_SEARCH,
     MAX_TIME,
     MIN_TIME,
@@ -139,7 +139,7 @@ def _canon_meta(meta_json: str) -> dict:
 class _Lexical:
     """BM25 postings of one (namespace, level): every record it holds (active and invalidated;
     deleted ones removed), its text the record's summary, tokenised by
-    :func:`memkern.lexical.tokenize`."""
+    :func:`memkern.store.reference.tokenize`."""
 
     __slots__ = ("post", "lens", "total")
 
@@ -149,7 +149,7 @@ class _Lexical:
         self.total = 0
 
     def put(self, rid: int, text: str) -> None:
-        from .lexical import tokenize
+        from .reference import tokenize
 
         self.remove(rid)
         toks = tokenize(text)
@@ -170,7 +170,7 @@ class _Lexical:
 
     def search(self, terms: list[str], depth: int, allow) -> list[tuple[float, int]]:
         """Top ``depth`` (BM25, id) of the allowed records holding a query term (float64)."""
-        from .lexical import B as _B, K1 as _K1
+        from .reference import B as _B, K1 as _K1
 
         N = len(self.lens)
         if N == 0 or depth == 0 or self.total == 0:
@@ -193,7 +193,7 @@ class _Lexical:
 
     def coverage(self, terms: list[str], depth: int, allow) -> list[tuple[float, int]]:
         """Top ``depth`` (idf-weighted query-term coverage, id) of the allowed records holding a
-        query term (float64; :func:`memkern.lexical.coverage_scores`)."""
+        query term (float64; :func:`memkern.store.reference.coverage_scores`)."""
         N = len(self.lens)
         if N == 0 or depth == 0:
             return []
@@ -323,8 +323,8 @@ def _top(scores32: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.
 
 def _fuse(dl: list[tuple[float, int]], ll: list[tuple[float, int]], fusion: int, w: float) -> list[tuple[float, int]]:
     """The hybrid fusion of a dense and a lexical list ((score, id), best first) by the reference
-    (:mod:`memkern.lexical`): 0 rrf, 1 weighted, 2 coverage; the lists get weights ``1 - w`` and ``w``."""
-    from .lexical import coverage_fusion, rrf, weighted_fusion
+    (:mod:`memkern.store.reference`): 0 rrf, 1 weighted, 2 coverage; the lists get weights ``1 - w`` and ``w``."""
+    from .reference import coverage_fusion, rrf, weighted_fusion
 
     def pair(L):
         return [rid for _, rid in L], [sc for sc, _ in L]
@@ -596,7 +596,7 @@ class _PyStore:
     # ------------------------------------------------------------------ reads
     def _view(self, r: _Rec) -> SimpleNamespace:
         """The twin of the native ``StoredRecord`` (same attributes and enum types)."""
-        from . import _store
+        from .. import _store
 
         return SimpleNamespace(
             id=r.id, namespace=r.ns, level=_store.Level.topic if r.level == _TOPIC else _store.Level.turn,
@@ -632,7 +632,7 @@ class _PyStore:
             self._check_open()
             r = self._rec(rid, "id")
             cur = _Version(r.version, r.summary, r.turns_json, r.meta_json, self._vector_of(r), r.updated_at, r.op)
-            from . import _store
+            from .. import _store
 
             return [SimpleNamespace(version=v.version, op=_store.Op(int(v.op)), updated_at=v.updated_at,
                                     summary=v.summary, turns_json=v.turns_json, meta_json=v.meta_json,
@@ -739,7 +739,7 @@ class _PyStore:
             t_idx = self._vec.get((ns, _TURN))
             if t_idx is None or t_idx.n == 0 or k == 0:
                 return out_ids, out_sc
-            from .lexical import tokenize
+            from .reference import tokenize
 
             qterms = [tokenize(t) for t in texts] if mode != 0 else []
             recs, inc, field_ = self._recs, bool(include_invalidated), int(time_field)
@@ -869,7 +869,7 @@ class _PyStore:
             idx = self._vec.get((ns, level))
             if idx is None or idx.n == 0 or k == 0:
                 return out_ids, out_sc
-            from .lexical import tokenize
+            from .reference import tokenize
 
             qterms = [tokenize(t) for t in texts] if mode != 0 else []
             recs, inc = self._recs, bool(include_invalidated)

@@ -76,7 +76,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, bad_arg
 
 __all__ = [
     "STOP_WORDS", "CHAR_CLASSES", "WORD", "IDEO", "K1", "B", "RRF_K0",

@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .store import (
+from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from .engine import (
     _check_event_time,
     _check_texts,
     _check_time_range,

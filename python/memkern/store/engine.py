@@ -60,14 +60,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import lexical as _lexical
-from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
-from .base.turns import turn_key
-from .base.validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
+from . import reference as _lexical
+from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from ..base.turns import turn_key
+from ..base.validate import (MAX_JSON_DEPTH, MAX_NAMESPACE_CHARS, MAX_QUERY_CHARS, MAX_TIME, MIN_TIME,  # noqa: F401
                        MAX_TEXT_CHARS, _short, check_choice, check_float, check_int, check_json, check_namespace_str,
                        check_text,
                        check_time, check_turn, check_utf8, is_int, json_text)
-from .base.telemetry import traced
+from ..base.telemetry import traced
 
 logger = logging.getLogger("memkern")
 
@@ -116,11 +116,11 @@ _METRICS = ("ip", "l2", "cos")
 _FSYNC = ("always", "batch", "never")
 
 
-from .base.paths import default_store_path  # noqa: E402  (the one definition; re-exported here)
+from ..base.paths import default_store_path  # noqa: E402  (the one definition; re-exported here)
 
 
 def _native():
-    from . import _store
+    from .. import _store
 
     return _store
 
@@ -637,7 +637,7 @@ class MemoryStore:
         ``(first, end)``: the ids this store hands out lie in ``[first, end)`` (default
         ``(0, 2**63 - 1)``). Not stored: pass the same range on every open. A
         :class:`~memkern.distributed.ShardedStore` gives each shard its own range, so ids are unique
-        across shards and a record moved between shards (:func:`memkern.transfer.import_records`)
+        across shards and a record moved between shards (:func:`memkern.store.transfer.import_records`)
         keeps its id.
 
     Notes
@@ -768,7 +768,7 @@ class MemoryStore:
     @property
     def native(self):
         """The open store's native layer, for tools that need operations the public API does not
-        offer (:mod:`memkern.transfer` reads each version's op and writes versions with a given
+        offer (:mod:`memkern.store.transfer` reads each version's op and writes versions with a given
         op): a ``memkern._store.Store`` (methods and limits typed in ``memkern/_store.pyi``), or,
         for an :class:`~memkern.InMemoryStore`, its Python twin with the same methods. Its calls
         take already-validated arguments (the checks of this class's methods are skipped).
@@ -1140,7 +1140,7 @@ class MemoryStore:
         mode : {"dense", "lexical", "hybrid"}
             ``"dense"``: vector similarity (``queries``). ``"lexical"``: BM25 (k1 = 1.2,
             b = 0.75) of ``texts`` against the records' text (a topic's summary, a turn record's
-            turn text), tokenised by :func:`memkern.lexical.tokenize`; only records sharing a
+            turn text), tokenised by :func:`memkern.store.reference.tokenize`; only records sharing a
             term with the query are hits. ``"hybrid"``: both lists fused (``fusion``).
             ``mode="dense"`` with no ``filter`` / ``time_range`` / ``recency`` is the plain
             vector search, at its plain cost.
@@ -1151,12 +1151,12 @@ class MemoryStore:
             ``"coverage"`` (default): ``(1 - w) * dense + w * coverage / max(coverage)``, the
             dense scores min-max normalised to [0, 1] over the dense list, and the lexical list
             ranked and scored by idf-weighted query-term coverage
-            (:func:`memkern.lexical.coverage_scores`, not BM25), divided by the list's best. ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)``
+            (:func:`memkern.store.reference.coverage_scores`, not BM25), divided by the list's best. ``"rrf"``: ``(1 - w) / (60 + rank_dense) + w / (60 + rank_lexical)``
             (ranks from 1, a list that misses a record adds 0). ``"weighted"``: ``(1 - w) * dense
             + w * lexical`` with each list's scores (BM25 for the lexical one) min-max normalised
             to [0, 1] over its own results. Same definitions as
-            :func:`memkern.lexical.coverage_fusion` / :func:`memkern.lexical.rrf` /
-            :func:`memkern.lexical.weighted_fusion`. The default (``"coverage"``, ``w = 0.35``) is
+            :func:`memkern.store.reference.coverage_fusion` / :func:`memkern.store.reference.rrf` /
+            :func:`memkern.store.reference.weighted_fusion`. The default (``"coverage"``, ``w = 0.35``) is
             the best measured on tuning dialogues (``bench/bench_lexical.py``; it beat RRF and
             min-max fusion at every weight tried): it helps most when the records' vectors
             embed the content and their texts also carry the names (e.g. vectors of the turn

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .base.atomic import temp_files
-from .base.paths import RERANKER_SUFFIXES, check_namespace, reranker_file
-from .protocols import Store
+from ..base.atomic import temp_files
+from ..base.paths import RERANKER_SUFFIXES, check_namespace, reranker_file
+from ..protocols import Store
 
 __all__ = ["Bank", "namespace_ids", "reset_namespace"]
 

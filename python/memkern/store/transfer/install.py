@@ -82,11 +82,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .base.atomic import atomic_write, fsync_dir
-from .errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from .base.paths import check_namespace, check_outside_stores, reranker_file
-from .store import MAX_NORM, MemoryStore, _check_meta, _check_namespace, _check_summary, _check_turns, _json_text
-from .base.validate import _short, check_text, check_time, parse_json
+from ...base.atomic import atomic_write, fsync_dir
+from ...errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from ...base.paths import check_namespace, check_outside_stores, reranker_file
+from ..engine import MAX_NORM, MemoryStore, _check_meta, _check_namespace, _check_summary, _check_turns, _json_text
+from ...base.validate import _short, check_text, check_time, parse_json
 
 log = logging.getLogger("memkern")
 
@@ -100,7 +100,7 @@ _OPS = {"add": 0, "merge": 1, "update": 2}
 
 def _native_enums():
     """The native module (its ``Level`` / ``Op`` enums: the typed contract of ``_store.pyi``)."""
-    from . import _store
+    from ... import _store
 
     return _store
 
@@ -186,7 +186,7 @@ def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embe
 
 
 def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) -> dict:
-    from .base.version import __version__
+    from ...base.version import __version__
 
     n = _native(store)
     header = {"kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION, "dim": store.dim,
@@ -600,7 +600,7 @@ def _check_reranker_data(data: bytes, kind: str, dim: int, name: str) -> None:
     """The bytes of a reranker file must load as what their kind says: a reranker state of ``dim``
     (:func:`memkern.score.reranker.read_state_bytes`) or a reward buffer
     (:func:`memkern.score.reranker.read_buffer_bytes`); MemkernValueError naming ``name`` otherwise."""
-    from .score.reranker import read_buffer_bytes, read_state_bytes
+    from ...score.reranker import read_buffer_bytes, read_state_bytes
 
     if kind == "state":
         read_state_bytes(data, dim, name)
@@ -693,7 +693,7 @@ def _exact_inputs(parsed: _Parsed) -> int:
     one ulp). Returns how many vectors have no such input (they may differ by one ulp)."""
     if parsed.metric != "cos" or not parsed.embeddings:
         return 0
-    from .inmemory import _cos_preimage
+    from ..memory import _cos_preimage
 
     inexact = 0
     for r in parsed.records:
@@ -880,7 +880,7 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
         The file fails a check (named by line and field; nothing was written), or the target is
         not a new store.
     """
-    from .inmemory import InMemoryStore, _PyStore
+    from ..memory import InMemoryStore, _PyStore
 
     if isinstance(target, InMemoryStore):
         n = target.native
