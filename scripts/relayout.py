@@ -3,7 +3,7 @@
 
 Commands (run from anywhere; they act on the repository that holds this script)::
 
-    relayout.py move STEP [--take-old]   git mv the files of STEP (a..g or all), write its faces, rewrite
+    relayout.py move STEP [--take-old]   git mv the files of STEP (a..g, m or all), write its faces, rewrite
     relayout.py rewrite                  rewrite imports, dotted names and file paths everywhere
     relayout.py verify                   check that every memkern import in the tree resolves
     relayout.py mutants                  rewrite the file paths of bench/mutants.py
@@ -59,6 +59,9 @@ MOVES: dict[str, list[tuple[str, str]]] = {
           ("prompts/memreread.py", "loops/memreread/prompts.py"), ("prompts/__init__.py", None)],
     "g": [("cli.py", "cli/main.py"), ("commands/_common.py", "cli/common.py"), ("commands/__init__.py", None),
           ("commands/", "cli/")],
+    # models/lookup.py split by job: the paths (a leaf) keep its history; two functions that convert the
+    # GGUF move into gguf.py, the set-up that loads both models into setup.py (NAME_MAP)
+    "m": [("models/lookup.py", "models/paths.py")],
 }
 
 # folders created by a step: path -> docstring of its __init__.py (only written when missing)
@@ -75,6 +78,7 @@ FOLDERS = {
                     "into a store (``apply``), with the prompts that step sends (``prompts``)."},
     "f": {"loops": "The loops that use memory: RMM (reflect, retrieve, respond, learn) and MemReread."},
     "g": {},
+    "m": {},
 }
 
 # re-export modules at a public path: face module -> (module the names come from, docstring, extra names)
@@ -109,7 +113,11 @@ FACE_STEP = {"memkern.text.time": "b", "memkern.ops": "c", "memkern.score.ops": 
 FACE_EXTRA = {"memkern.store": {"InMemoryStore": "memkern.store.memory"}}
 
 # (old module, name) -> new module, for names that move on their own (inside the package only)
-NAME_MAP = {("memkern", "__version__"): "memkern.base.version"}
+NAME_MAP = {("memkern", "__version__"): "memkern.base.version",
+            ("memkern.models.lookup", "default_chat_model_path"): "memkern.models.gguf",
+            ("memkern.models.lookup", "default_tokenizer_path"): "memkern.models.gguf",
+            ("memkern.models.lookup", "setup_default_models"): "memkern.models.setup",
+            ("memkern.models.lookup", "list_models"): "memkern.models.setup"}
 NEW_FILES = {"a": {"base/version.py": '"""The package version (read by the build from this file)."""\n\n'
                                       '__version__ = "0.1.0"\n'}}
 
@@ -293,8 +301,8 @@ def _line_offsets(text: str) -> list[int]:
 def _new_target(tree: Tree, src: str, name: str | None, inside: bool, importer: str | None) -> str:
     """Where ``from src import name`` (``name`` None: ``*``) should point now; ``"SUB:<module>"`` when
     ``name`` is a submodule that moved (imported from its new parent)."""
-    if inside and name is not None and (src, name) in NAME_MAP and importer != NAME_MAP[(src, name)] \
-            and tree.is_module(NAME_MAP[(src, name)]):
+    if (inside or src != "memkern") and name is not None and (src, name) in NAME_MAP \
+            and importer != NAME_MAP[(src, name)] and tree.is_module(NAME_MAP[(src, name)]):
         return NAME_MAP[(src, name)]
     if name is not None:
         sub = f"{src}.{name}"

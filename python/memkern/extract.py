@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -34,6 +33,7 @@ from .errors import MemkernTypeError, MemkernValueError, bad_arg
 from .text.jsonrepair import JSONRepairError, coerce_int, parse_json
 from .prompts import rmm as prompts
 from .base.validate import check_int, check_turn
+from .protocols import Topic
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Embedder
@@ -45,26 +45,6 @@ __all__ = [
     "fallback_topic", "validate_turns", "parse_topics", "complete_coverage", "make_extractor", "EXTRACTORS",
     "gap_similarities", "depth_scores", "tile_boundaries",
 ]
-
-
-@dataclass
-class Topic:
-    """One topic memory extracted from a session.
-
-    Attributes
-    ----------
-    summary : str
-        Short statement about the user.
-    turns : list[int]
-        Indices into the session's turns (sorted, unique, in range).
-    source : str
-        ``"llm"``, ``"embedding"`` or ``"fallback"`` (extraction failed; the session's user
-        statements were kept verbatim).
-    """
-
-    summary: str
-    turns: list[int] = field(default_factory=list)
-    source: str = "llm"
 
 
 def validate_turns(turns: Any, name: str = "turns") -> list[dict]:

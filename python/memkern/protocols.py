@@ -44,18 +44,64 @@ a store which has it, as :class:`memkern.distributed.ShardedStore` does):
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence, Union, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .extract import Topic
-    from .update import Candidate, Decision
+#: The five actions a :class:`Decider` may choose for a new memory.
+ACTIONS = ("ADD", "MERGE", "UPDATE", "INVALIDATE", "NOOP")
+
+
+@dataclass
+class Topic:
+    """One topic memory extracted from a session.
+
+    Attributes
+    ----------
+    summary : str
+        Short statement about the user.
+    turns : list[int]
+        Indices into the session's turns (sorted, unique, in range).
+    source : str
+        ``"llm"``, ``"embedding"`` or ``"fallback"`` (extraction failed; the session's user
+        statements were kept verbatim).
+    """
+
+    summary: str
+    turns: list[int] = field(default_factory=list)
+    source: str = "llm"
+
+
+@dataclass
+class Candidate:
+    """An existing memory similar to the new one: store ``id``, ``summary``, cosine ``similarity``."""
+
+    id: int
+    summary: str
+    similarity: float
+
+
+@dataclass
+class Decision:
+    """What to do with one new memory.
+
+    ``target`` indexes the candidate list (``None`` for ADD); ``summary`` is the summary to keep
+    for MERGE / UPDATE (``None``: the decider's default); ``fallback`` is True when an invalid
+    model answer was replaced by ADD.
+    """
+
+    action: str
+    target: int | None = None
+    summary: str | None = None
+    fallback: bool = False
+    reason: str = ""
+
 
 Message = dict
 Prompt = Union[str, Sequence[Message]]
 
-__all__ = ["Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt", "accepts_keyword",
+__all__ = ["ACTIONS", "Topic", "Candidate", "Decision", "Store", "TurnStore", "Embedder", "ChatModel", "Extractor", "Decider", "Prompt", "accepts_keyword",
            "supports_event_time", "supports_hybrid_turns", "search_keywords", "missing_search_keywords", "SEARCH_FILTER_KEYWORDS"]
 
 #: The keyword arguments of a filtered / time-aware ``search`` (:meth:`memkern.MemoryStore.search`).

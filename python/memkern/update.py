@@ -36,13 +36,12 @@ from .errors import bad_arg
 from .text.jsonrepair import JSONRepairError, parse_json
 from .prompts import rmm as prompts
 from .base.turns import turn_key, union_turns
+from .protocols import ACTIONS, Candidate, Decision
 
 if TYPE_CHECKING:  # pragma: no cover
     from .protocols import ChatModel, Store
 
 log = logging.getLogger("memkern")
-
-ACTIONS = ("ADD", "MERGE", "UPDATE", "INVALIDATE", "NOOP")
 
 __all__ = [
     "ACTIONS",
@@ -59,31 +58,6 @@ __all__ = [
     "full_turn_matrix",
     "has_all_turn_records",
 ]
-
-
-@dataclass
-class Candidate:
-    """An existing memory similar to the new one: store ``id``, ``summary``, cosine ``similarity``."""
-
-    id: int
-    summary: str
-    similarity: float
-
-
-@dataclass
-class Decision:
-    """What to do with one new memory.
-
-    ``target`` indexes the candidate list (``None`` for ADD); ``summary`` is the summary to keep
-    for MERGE / UPDATE (``None``: the decider's default); ``fallback`` is True when an invalid
-    model answer was replaced by ADD.
-    """
-
-    action: str
-    target: int | None = None
-    summary: str | None = None
-    fallback: bool = False
-    reason: str = ""
 
 
 @dataclass
