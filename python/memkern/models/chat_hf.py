@@ -14,7 +14,8 @@ from ..base.validate import check_int
 from ..base.telemetry import traced
 from .chat import JsonScanner, Message, Prompt, _check_gen_args, _check_prompts, _json_kind, _trim_json
 from .gguf import convert_gguf
-from .lookup import _resolve_device, _transformers_progress, default_chat_model_path, default_tokenizer_path
+from .paths import _resolve_device, _transformers_progress
+from .gguf import default_chat_model_path, default_tokenizer_path
 
 log = logging.getLogger("memkern")
 

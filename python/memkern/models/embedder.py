@@ -17,7 +17,7 @@ from ..base.atomic import atomic_path
 from ..errors import BackendUnavailableError, MemkernTypeError, bad_arg, require
 from ..base.validate import check_choice, check_int
 from ..base.telemetry import traced
-from .lookup import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
+from .paths import _file_lock, _resolve_device, _transformers_progress, default_embedder_path, model_cache_dir
 
 log = logging.getLogger("memkern")
 

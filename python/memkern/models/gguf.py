@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 from ..errors import bad_arg, require
-from .lookup import _SOURCE_MARKER, _cached_folder_ok, _file_lock, _gguf_source_info, _transformers_progress, model_cache_dir
+from .paths import (SMOLLM2_CACHE_NAME, SMOLLM2_TOKENIZER_CACHE_NAME, _SOURCE_MARKER, _cached_folder_ok, _file_lock,
+                    _gguf_source_info, _transformers_progress, default_chat_gguf_path, model_cache_dir)
 
 log = logging.getLogger("memkern")
 
-__all__ = ["convert_gguf"]
+__all__ = ["convert_gguf", "default_chat_model_path", "default_tokenizer_path"]
 
 
 def convert_gguf(gguf: str | os.PathLike, name: str | None = None, progress: bool = True,
@@ -87,3 +88,17 @@ def convert_gguf(gguf: str | os.PathLike, name: str | None = None, progress: boo
         if progress:
             print(msg, flush=True)
     return folder
+
+
+def default_chat_model_path(progress: bool = True) -> Path:
+    """Folder of the converted default chat model (converting it once if needed)."""
+    return convert_gguf(default_chat_gguf_path(), name=SMOLLM2_CACHE_NAME, progress=progress)
+
+
+def default_tokenizer_path(progress: bool = True) -> Path:
+    """Folder holding the SmolLM2 tokenizer (the converted model's folder when it exists)."""
+    gguf = default_chat_gguf_path()
+    full = model_cache_dir() / SMOLLM2_CACHE_NAME
+    if _cached_folder_ok(full, _gguf_source_info(gguf)):
+        return full
+    return convert_gguf(gguf, name=SMOLLM2_TOKENIZER_CACHE_NAME, progress=progress, tokenizer_only=True)

