@@ -90,13 +90,13 @@ def detector(ds) -> dict:
 
 
 def decider_pairs(ds, emb, threshold: float = 0.45, same_speaker: bool = False) -> dict:
-    """What :class:`memkern.update.EmbeddingDecider` decides for pairs of user turns (as ``"User
+    """What :class:`memkern.ingest.apply.EmbeddingDecider` decides for pairs of user turns (as ``"User
     said: ..."`` memories, MiniLM similarity ``>= threshold``): a later turn against an earlier one,
     with its contradiction check off and on. A pair is a true contradiction when both turns are in
     one knowledge-update chain. ``same_speaker``: every turn, paired only with the same speaker's
     (LoCoMo: two named speakers). Returns ``{"slots off" | "slots on": {"contradiction" | "other":
     {action: count}}}``."""
-    from memkern.update import Candidate, EmbeddingDecider
+    from memkern.ingest.apply import Candidate, EmbeddingDecider
 
     deciders = {"slots off": EmbeddingDecider(slots=False), "slots on": EmbeddingDecider(),
                 "slots only (cues off)": EmbeddingDecider(cues=False)}

@@ -336,6 +336,7 @@ def rewrite_imports(path: Path, text: str, tree: Tree) -> str:
     inside = importer is not None
     is_pkg = path.name == "__init__.py"
     old_importer = unmap_module(importer) if importer else None
+    old_is_pkg = _old_is_package(path, is_pkg)
     try:
         parsed = ast.parse(text)
     except SyntaxError:
@@ -344,7 +345,7 @@ def rewrite_imports(path: Path, text: str, tree: Tree) -> str:
     edits: list[tuple[int, int, str]] = []
     for node in ast.walk(parsed):
         if isinstance(node, ast.ImportFrom):
-            edit = _rewrite_from(node, text, offs, tree, importer, old_importer, is_pkg, inside)
+            edit = _rewrite_from(node, text, offs, tree, importer, old_importer, is_pkg, inside, old_is_pkg)
         elif isinstance(node, ast.Import):
             edit = _rewrite_import(node, text, offs, tree)
         else:
@@ -413,7 +414,21 @@ def _rewrite_import(node: ast.Import, text, offs, tree):
     return start, end, "import " + ", ".join(parts)
 
 
-def _rewrite_from(node: ast.ImportFrom, text, offs, tree, importer, old_importer, is_pkg, inside):
+def _old_is_package(path: Path, is_pkg: bool) -> bool:
+    """Whether the file was a package's ``__init__`` at its old place (a module can become one)."""
+    try:
+        rel = path.relative_to(PKG).as_posix()
+    except ValueError:
+        return is_pkg
+    for moves in MOVES.values():
+        for old, new in moves:
+            if new is not None and not new.endswith("/") and rel == new:
+                return old.endswith("__init__.py")
+    return is_pkg
+
+
+def _rewrite_from(node: ast.ImportFrom, text, offs, tree, importer, old_importer, is_pkg, inside,
+                  old_is_pkg=None):
     if node.level == 0 and not (node.module or "").startswith("memkern") or node.module == "__future__":
         return None
     if node.level and importer is None:
@@ -422,7 +437,7 @@ def _rewrite_from(node: ast.ImportFrom, text, offs, tree, importer, old_importer
     if node.level and old_importer is not None:
         ok = tree.is_module(src) and all(tree.defines(src, a.name) or a.name == "*" for a in node.names)
         if not ok:
-            src = resolve(node.module or "", node.level, old_importer, is_pkg)
+            src = resolve(node.module or "", node.level, old_importer, is_pkg if old_is_pkg is None else old_is_pkg)
     if not src.startswith("memkern"):
         return None
     groups: dict[str, list[str]] = {}

@@ -10,7 +10,7 @@ from memkern.text.contradict import Statement, contradicts, find_contradictions,
 from memkern.errors import MemkernTypeError
 from memkern.rmm import RMM
 from memkern.store import MemoryStore
-from memkern.update import Candidate, EmbeddingDecider
+from memkern.ingest.apply import Candidate, EmbeddingDecider
 
 
 def said(text, speaker="Ann"):

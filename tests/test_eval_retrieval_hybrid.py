@@ -37,7 +37,7 @@ def test_hybrid_parent_row_scores_are_hybrid_plus_alpha_parent_cosine(captured, 
     from memkern.eval.retrieval import RetrievalExperiment, turn_dicts
     from memkern.eval.tasks import Task
     from memkern.eval.units import CachedEmbedder
-    from memkern.extract import TextTilingExtractor, WindowExtractor
+    from memkern.ingest.extract import TextTilingExtractor, WindowExtractor
     from memkern.store import MemoryStore
     from memkern.text.template import default_template
 

@@ -10,7 +10,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.extract import (
+from memkern.ingest.extract import (
     EmbeddingExtractor,
     LLMExtractor,
     SentenceExtractor,

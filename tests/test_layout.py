@@ -42,10 +42,7 @@ TOP = {"memkern", "memkern.__main__", "memkern.ops", "memkern.graphs"}
 # Modules that are not in their row's folder yet: module -> the folder (key of ROWS) it moves to.
 # Their imports are judged by the row they will have; each is also listed as "unplaced" in ALLOWED.
 PENDING: dict[str, str] = {
-    "memkern.extract": "ingest",
-    "memkern.update": "ingest",
     "memkern.prompts": "ingest",
-    "memkern.prompts.rmm": "ingest",
     "memkern.memreread": "loops",
     "memkern.prompts.memreread": "loops",
     "memkern.rmm": "loops",
@@ -95,11 +92,9 @@ ALLOWED = {
     "unplaced memkern.commands.mcp",
     "unplaced memkern.commands.models",
     "unplaced memkern.commands.serve",
-    "unplaced memkern.extract",
     "unplaced memkern.memreread",
     "unplaced memkern.prompts",
     "unplaced memkern.prompts.memreread",
-    "unplaced memkern.prompts.rmm",
     "unplaced memkern.rmm",
     "unplaced memkern.rmm.aio",
     "unplaced memkern.rmm.config",
@@ -109,7 +104,6 @@ ALLOWED = {
     "unplaced memkern.rmm.retrieve",
     "unplaced memkern.rmm.supersede",
     "unplaced memkern.rmm.timeprior",
-    "unplaced memkern.update",
 }
 
 

@@ -12,8 +12,8 @@ import memkern
 from memkern import models as M
 from memkern import protocols as P
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.extract import EmbeddingExtractor, LLMExtractor, Topic
-from memkern.update import Candidate, Decision, EmbeddingDecider, LLMDecider
+from memkern.ingest.extract import EmbeddingExtractor, LLMExtractor, Topic
+from memkern.ingest.apply import Candidate, Decision, EmbeddingDecider, LLMDecider
 
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 

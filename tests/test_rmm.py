@@ -418,7 +418,7 @@ def test_real_models_end_to_end(real_models, extractor, tmp_path):
 
 
 # ------------------------------------------------------------------------------------ embedding decider
-from memkern.update import Candidate, EmbeddingDecider, merge_summaries, supersede_summary  # noqa: E402
+from memkern.ingest.apply import Candidate, EmbeddingDecider, merge_summaries, supersede_summary  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,7 @@ def test_end_sessions_holds_the_lock_from_search_to_write(tmp_path):
     whatever the thread scheduling."""
     store = memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos")
 
-    from memkern.update import EmbeddingDecider
+    from memkern.ingest.apply import EmbeddingDecider
 
     class SlowDecider(EmbeddingDecider):
         def decide_batch(self, items, seed=0):

@@ -132,7 +132,7 @@ def test_retrieve_validation(tmp_path):
 
 
 def test_append_decider_keeps_every_stretch():
-    from memkern.update import AppendDecider, Candidate
+    from memkern.ingest.apply import AppendDecider, Candidate
 
     d = AppendDecider()
     out = d.decide_batch([("a b", []), ("a b", [Candidate(3, "a b", 1.0)]), ("a b c", [Candidate(3, "a b", 0.99)]),

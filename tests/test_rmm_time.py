@@ -18,7 +18,7 @@ from memkern.protocols import search_keywords, supports_event_time
 from memkern.rmm import RMM
 from memkern.store import MemoryStore, check_search_filters
 from memkern.text.template import event_seconds
-from memkern.update import Candidate, Decision, apply_decision
+from memkern.ingest.apply import Candidate, Decision, apply_decision
 
 DIM = 64
 NS = "u"

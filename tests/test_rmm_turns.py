@@ -11,7 +11,7 @@ import pytest
 
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.prompts import rmm as prompts
+from memkern.ingest import prompts
 from memkern.rmm import RMM
 from memkern.store import MemoryStore
 from memkern.text.template import default_template

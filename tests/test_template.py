@@ -70,7 +70,7 @@ def test_template_validation_names_the_argument():
 
 
 def test_answer_prompt_shows_dates_of_remembered_turns():
-    from memkern.prompts import rmm as prompts
+    from memkern.ingest import prompts
 
     mem = [{"summary": "Caroline moved.", "turns": [
         {"role": "user", "speaker": "Caroline", "content": "Guess where I'm moving? Lisbon!", "date": "1:56 pm on 8 May, 2023"},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fakes_rmm import FakeStore, HashEmbedder
-from memkern.update import Candidate, Decision, LLMDecider, apply_decision, union_turns
+from memkern.ingest.apply import Candidate, Decision, LLMDecider, apply_decision, union_turns
 
 
 def _turn(content, idx, session="s1", role="user"):

@@ -11,9 +11,9 @@ own component into :class:`memkern.RMM` or :class:`memkern.MemReread`:
 - :class:`Embedder`: :class:`memkern.models.Embedder`; ``RMM(embedder=...)``.
 - :class:`ChatModel`: :class:`memkern.models.ChatModel`, :class:`memkern.models.OpenAIChatModel`;
   ``RMM(chat_model=...)``, ``MemReread(chat_model=...)``.
-- :class:`Extractor`: :class:`memkern.extract.LLMExtractor`,
-  :class:`memkern.extract.EmbeddingExtractor`; ``RMM(extractor=...)``.
-- :class:`Decider`: :class:`memkern.update.LLMDecider`, :class:`memkern.update.EmbeddingDecider`;
+- :class:`Extractor`: :class:`memkern.ingest.extract.LLMExtractor`,
+  :class:`memkern.ingest.extract.EmbeddingExtractor`; ``RMM(extractor=...)``.
+- :class:`Decider`: :class:`memkern.ingest.apply.LLMDecider`, :class:`memkern.ingest.apply.EmbeddingDecider`;
   ``RMM(decider=...)``.
 
 Shapes are written ``[n, d]``; ``d`` is the store's / embedder's ``dim``. Ids are int64.
@@ -341,7 +341,7 @@ class Extractor(Protocol):
     """Prospective reflection's first step: a session's turns -> topics.
 
     A session is a sequence of turn dicts (``role``, ``content``; extra keys kept). A topic is
-    a :class:`memkern.extract.Topic`: ``summary`` (str), ``turns`` (indices into the session's
+    a :class:`memkern.ingest.extract.Topic`: ``summary`` (str), ``turns`` (indices into the session's
     turns, sorted) and ``source`` (str, e.g. ``"llm"``).
     """
 
@@ -367,13 +367,13 @@ class Decider(Protocol):
         Parameters
         ----------
         items : sequence of ``(new_summary, candidates)``, length ``n``; ``candidates`` are
-            :class:`memkern.update.Candidate` (``id``, ``summary``, ``similarity``) sorted by
+            :class:`memkern.ingest.apply.Candidate` (``id``, ``summary``, ``similarity``) sorted by
             similarity, most similar first (possibly empty).
         seed : sampling seed for deciders that call a model; deterministic deciders ignore it.
 
         Returns
         -------
-        list of ``n`` :class:`memkern.update.Decision`; ``target`` indexes the item's
+        list of ``n`` :class:`memkern.ingest.apply.Decision`; ``target`` indexes the item's
         ``candidates`` (``None`` for ADD).
         """
         ...

@@ -1,7 +1,7 @@
 """Turn identity: when two turn dicts are "the same turn" (one definition for every layer).
 
 A record keeps each distinct turn once: :meth:`memkern.MemoryStore.merge` (the MERGE action) and
-:func:`union_turns` (UPDATE / NOOP, :mod:`memkern.update`) drop a new turn that is the same turn as
+:func:`union_turns` (UPDATE / NOOP, :mod:`memkern.ingest.apply`) drop a new turn that is the same turn as
 one already kept, and the two-level turn records are matched to turns the same way.
 
 Two turns are the same turn when their :func:`turn_key` is equal:

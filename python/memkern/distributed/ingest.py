@@ -6,7 +6,7 @@ Pipeline::
       -> skip the (namespace, session id) pairs the shards already hold (nothing re-embedded)
       -> ray.data.from_items -> map_batches(_Extract): a pool of Ray actors, each with one embedder
          (on a GPU when one is present: num_gpus=1 per actor) and one extractor
-         (memkern.extract.make_extractor: "embedding", "llm", ...); per batch of sessions: topics
+         (memkern.ingest.extract.make_extractor: "embedding", "llm", ...); per batch of sessions: topics
          of every session, then ONE encode call for all their summaries (and turns)
       -> the caller streams the results (iter_batches) and writes each shard's sessions with one
          call per shard, all shards in parallel; a progress bar counts sessions
@@ -98,7 +98,7 @@ class _Extract:
                  extractor_kwargs: dict, threads: int) -> None:
         import torch
 
-        from ..extract import make_extractor
+        from ..ingest.extract import make_extractor
 
         torch.set_num_threads(threads)
         if embedder is None or callable(embedder) and not hasattr(embedder, "encode"):
@@ -160,7 +160,7 @@ def ingest(store: Any, source: str | os.PathLike | list[dict], *, namespace: str
         ``{"session_id", "date"?, "turns"}``
     namespace : the namespace of every session, or a function ``session dict -> namespace``
         (picklable; e.g. ``lambda s: s["session_id"].split(":")[0]`` for LoCoMo's samples)
-    extractor : a :func:`memkern.extract.make_extractor` name (``"embedding"``: TextTiling over the
+    extractor : a :func:`memkern.ingest.extract.make_extractor` name (``"embedding"``: TextTiling over the
         turn embeddings; ``"llm"``; ``"window"``; ``"sentences"``)
     embedder, chat_model : instances (pickled to each extraction actor) or zero-argument factories
         called inside the actor; ``None``: the offline default models (``Embedder()`` picks CUDA
@@ -182,7 +182,7 @@ def ingest(store: Any, source: str | os.PathLike | list[dict], *, namespace: str
 
     if not isinstance(store, ShardedStore):
         raise bad_arg("store", "a memkern.distributed.ShardedStore", type(store).__name__, MemkernTypeError)
-    from ..extract import EXTRACTORS
+    from ..ingest.extract import EXTRACTORS
 
     if extractor not in EXTRACTORS:
         raise bad_arg("extractor", f"one of {sorted(EXTRACTORS)}", extractor)

@@ -10,8 +10,8 @@ baseline ``turn (speaker)``:
 - ``turn (content)``: turns embedded as their content only (what the eval did before);
 - ``turn (template)``: turns embedded through the turn template (:mod:`memkern.text.template`,
   ``"[{date}] {speaker}: {content}"`` by default);
-- ``window{W}``: fixed ``W``-turn windows (:class:`memkern.extract.WindowExtractor`) as units;
-- ``texttiling``: the ``embedding`` extractor's topics (:class:`memkern.extract.TextTilingExtractor`)
+- ``window{W}``: fixed ``W``-turn windows (:class:`memkern.ingest.extract.WindowExtractor`) as units;
+- ``texttiling``: the ``embedding`` extractor's topics (:class:`memkern.ingest.extract.TextTilingExtractor`)
   as units;
 - ``turn+{a}*window{W}`` / ``turn+{a}*texttiling``: templated turns scored
   ``cos(q, turn) + a * cos(q, parent)`` with the window / TextTiling topic as parent;
@@ -185,7 +185,7 @@ class RetrievalExperiment(Experiment):
         return out, skipped
 
     def _extractors(self, emb):
-        from ..extract import TextTilingExtractor, WindowExtractor
+        from ..ingest.extract import TextTilingExtractor, WindowExtractor
         from ..text.template import default_template
 
         tpl = default_template(self.template)
@@ -327,7 +327,7 @@ def run_retrieval(ds: Dataset, *, emb: CachedEmbedder | None = None, alphas: Seq
     window : int
         Size of the fixed windows.
     texttiling : dict, optional
-        Keyword arguments of :class:`memkern.extract.TextTilingExtractor`.
+        Keyword arguments of :class:`memkern.ingest.extract.TextTilingExtractor`.
     rmm : bool
         Also measure ``rmm-default`` (:meth:`memkern.RMM.retrieve`; a store per conversation).
     rmm_kwargs : dict, optional

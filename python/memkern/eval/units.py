@@ -215,7 +215,7 @@ def make_extractor(kind: str, emb: CachedEmbedder, chat_model: Any = None, thres
                     llm_max_new_tokens: int = 160):
     """The extractor ``kind`` the topic granularities use: ``"embedding"`` (TextTiling-like, the
     default turn template), ``"sentences"`` (user sentences clustered at ``threshold``) or ``"llm"``."""
-    from ..extract import make_extractor as _make
+    from ..ingest.extract import make_extractor as _make
 
     if kind == "embedding":
         return _make("embedding", embedder=emb)

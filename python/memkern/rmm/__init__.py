@@ -1,8 +1,8 @@
 """RMM: Reflective Memory Management around a :class:`memkern.MemoryStore`.
 
 Prospective reflection (:meth:`RMM.end_session`, :mod:`memkern.rmm.reflect`): a finished session
-is split into topic memories (:mod:`memkern.extract`), and each enters the bank by ADD / MERGE /
-UPDATE / INVALIDATE / NOOP (:mod:`memkern.update`).
+is split into topic memories (:mod:`memkern.ingest.extract`), and each enters the bank by ADD / MERGE /
+UPDATE / INVALIDATE / NOOP (:mod:`memkern.ingest.apply`).
 
 Retrospective reflection (:meth:`RMM.respond`): the query is embedded, the store returns the top-K
 (default 20) memories, the reranker picks its best top-M (default 5) (:mod:`memkern.rmm.retrieve`;
@@ -33,7 +33,7 @@ Modules: :mod:`~memkern.rmm.config` (:class:`RMMConfig`), :mod:`~memkern.rmm.cor
 """
 from __future__ import annotations
 
-from ..update import UpdateResult
+from ..ingest.apply import UpdateResult
 from .config import RMMConfig
 from .core import RMM, Response
 from .feedback import parse_answer

@@ -47,12 +47,12 @@ class RMMConfig:
         Save the reranker (and the pending reward buffer) under the store's directory.
     embedding_threshold : float
         Similarity to a topic centroid needed to join it, for the ``"sentences"`` extractor
-        (the ``"embedding"`` extractor is TextTiling-like: :class:`memkern.extract.TextTilingExtractor`).
+        (the ``"embedding"`` extractor is TextTiling-like: :class:`memkern.ingest.extract.TextTilingExtractor`).
     coverage_threshold : float or None
         With the llm extractor, user statements whose similarity to every extracted summary is
-        below this become extra topics (:func:`memkern.extract.complete_coverage`); None: off.
+        below this become extra topics (:func:`memkern.ingest.extract.complete_coverage`); None: off.
     decider_kwargs : dict or None
-        Passed to :class:`~memkern.update.LLMDecider` / :class:`~memkern.update.EmbeddingDecider`.
+        Passed to :class:`~memkern.ingest.apply.LLMDecider` / :class:`~memkern.ingest.apply.EmbeddingDecider`.
     cite_fallback : float or None
         When the model's answer has no citation field and no ``[i]`` marker at all, credit the
         shown memories whose cosine similarity to the answer is ``>= cite_fallback`` (0.5;

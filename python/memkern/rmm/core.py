@@ -16,14 +16,14 @@ import numpy as np
 
 from ..store.bank import Bank
 from ..errors import MemkernTypeError, bad_arg
-from ..extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
+from ..ingest.extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
 from ..base.paths import check_namespace
 from ..store.engine import DEFAULT_RECENCY_WEIGHT
-from ..prompts import rmm as prompts
+from ..ingest import prompts
 from ..protocols import ChatModel as ChatModelProtocol
 from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
 from ..text.template import TurnTemplate
-from ..update import AppendDecider, EmbeddingDecider, LLMDecider
+from ..ingest.apply import AppendDecider, EmbeddingDecider, LLMDecider
 from ..base.validate import check_str
 from .aio import AsyncStage, locked
 from .config import RMMConfig
@@ -33,7 +33,7 @@ from .retrieve import RetrieveStage, _normalize
 from .supersede import SupersedeStage
 from .timeprior import TimeStage
 
-#: Built-in decider names (``"add"``: :class:`memkern.update.AppendDecider`).
+#: Built-in decider names (``"add"``: :class:`memkern.ingest.apply.AppendDecider`).
 DECIDERS = ("llm", "embedding", "add")
 
 log = logging.getLogger("memkern")
@@ -128,14 +128,14 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
         ``A-Z a-z 0-9 _ - . @ :``, not starting with ``.``, no ``..``), checked before its reranker
         file paths are built.
     extractor : {"embedding", "llm", "window", "sentences"} or memkern.protocols.Extractor
-        Topic extraction (see :mod:`memkern.extract`), by name or your own object:
+        Topic extraction (see :mod:`memkern.ingest.extract`), by name or your own object:
         ``"embedding"`` (the default; no chat model) is TextTiling-like segmentation of each
         session into contiguous topics, from the same turn vectors the turn records get (each turn
         is embedded once); ``"window"`` fixed windows; ``"llm"`` topic summaries written by the chat
         model.
     decider : {"llm", "embedding", "add"} or memkern.protocols.Decider, optional
         Update decisions, by name or your own object. ``None``: ``"add"``
-        (:class:`memkern.update.AppendDecider`: every dialogue stretch kept) with the
+        (:class:`memkern.ingest.apply.AppendDecider`: every dialogue stretch kept) with the
         ``"embedding"`` / ``"window"`` extractors, ``"embedding"`` with ``"sentences"``,
         ``"llm"`` with the llm extractor or an extractor object.
     config : RMMConfig, optional

@@ -1,9 +1,9 @@
 """RMM's prospective reflection: a finished session -> topics -> folded into the bank.
 
-The extractor splits each session into topics (:mod:`memkern.extract`); topics of one session
+The extractor splits each session into topics (:mod:`memkern.ingest.extract`); topics of one session
 that repeat each other (cosine >= 0.95) are folded together; each remaining topic is compared with
 its ``candidates_k`` most similar memories and the decider chooses ADD / MERGE / UPDATE /
-INVALIDATE / NOOP, applied by :func:`memkern.update.apply_decision`. In two-level memory every turn
+INVALIDATE / NOOP, applied by :func:`memkern.ingest.apply.apply_decision`. In two-level memory every turn
 of the session is embedded once, through the turn template, and stored as its own turn record
 (its text the turn rendered with ``text_template``, what lexical search matches); the TextTiling
 extractor (``"embedding"``) segments the session from those same vectors.
@@ -18,12 +18,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import MemkernTypeError, bad_arg
-from ..extract import TextTilingExtractor, Topic, validate_turns
+from ..ingest.extract import TextTilingExtractor, Topic, validate_turns
 from ..protocols import TurnStore, supports_event_time
 from ..text.template import event_seconds, parse_date
 from ..base.validate import check_id
 from ..text.time.parse import mentioned_time
-from ..update import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
+from ..ingest.apply import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
 
@@ -60,7 +60,7 @@ class ReflectStage:
             embedded through the turn template (``"[2023-05-08] Caroline: ..."``), stored in each
             new record's ``meta["date"]`` as given, and written as unix seconds to the store's
             ``event_time`` (topic and turn records; MERGE / UPDATE keep the latest event, see
-            :func:`memkern.update.apply_decision`) when the store takes it
+            :func:`memkern.ingest.apply.apply_decision`) when the store takes it
             (:func:`memkern.protocols.supports_event_time`; otherwise only turns and meta keep
             it). An unreadable date raises :class:`memkern.MemkernValueError` naming ``date``
             before anything is extracted or written.

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from ..extract import validate_turns
+from ..ingest.extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
 from ..store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..text.template import event_seconds, time_range_seconds
@@ -407,7 +407,7 @@ class MemoryService:
         Each ``content`` is non-blank and holds at most ``max_text_chars`` characters
         (``max_chars``, when given, bounds their sum); the other keys of a message are JSON of at
         most ``max_meta_bytes``; everything keeps to the shared bounds
-        (:func:`memkern.extract.validate_turns`, :func:`memkern.base.validate.check_turn`: ``role``
+        (:func:`memkern.ingest.extract.validate_turns`, :func:`memkern.base.validate.check_turn`: ``role``
         length, UTF-8, JSON nesting)."""
         lim = self.limits
         if isinstance(messages, str):

@@ -20,7 +20,7 @@ people ("my sister lives in ...") and reported speech are not statements. Values
 one's words contain the other's ("berlin" and "berlin germany"). English only.
 
 :func:`find_contradictions` pairs later statements with the earlier ones they supersede; RMM uses
-it at ``end_session`` (``RMMConfig.supersede``) and :class:`memkern.update.EmbeddingDecider` uses
+it at ``end_session`` (``RMMConfig.supersede``) and :class:`memkern.ingest.apply.EmbeddingDecider` uses
 it to UPDATE / INVALIDATE instead of MERGE.
 """
 from __future__ import annotations

@@ -7,11 +7,11 @@ Melanie run the race?"), and a content-only embedding loses them.
 
 The same :class:`TurnTemplate` is used everywhere text is embedded for retrieval:
 
-- :mod:`memkern.extract`: the ``embedding`` (TextTiling-like) and ``window`` extractors embed
+- :mod:`memkern.ingest.extract`: the ``embedding`` (TextTiling-like) and ``window`` extractors embed
   rendered turns and make a topic's text with :meth:`TurnTemplate.render_block`;
 - :class:`memkern.RMM`: turn records (two-level memory) are embedded from rendered turns, and
   :meth:`memkern.RMM.end_session` takes the session's ``date``;
-- :mod:`memkern.prompts.rmm`: answer prompts show each turn's date and speaker;
+- :mod:`memkern.ingest.prompts`: answer prompts show each turn's date and speaker;
 - ``memkern eval memory`` (``--template``) and :mod:`memkern.eval.units`.
 
 Fields

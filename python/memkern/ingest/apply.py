@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .text.contradict import find_contradictions, statements
-from .errors import bad_arg
-from .text.jsonrepair import JSONRepairError, parse_json
-from .prompts import rmm as prompts
-from .base.turns import turn_key, union_turns
-from .protocols import ACTIONS, Candidate, Decision
+from ..text.contradict import find_contradictions, statements
+from ..errors import bad_arg
+from ..text.jsonrepair import JSONRepairError, parse_json
+from . import prompts
+from ..base.turns import turn_key, union_turns
+from ..protocols import ACTIONS, Candidate, Decision
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .protocols import ChatModel, Store
+    from ..protocols import ChatModel, Store
 
 log = logging.getLogger("memkern")
 

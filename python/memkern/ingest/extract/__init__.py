@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .text.jsonrepair import JSONRepairError, coerce_int, parse_json
-from .prompts import rmm as prompts
-from .base.validate import check_int, check_turn
-from .protocols import Topic
+from ...errors import MemkernTypeError, MemkernValueError, bad_arg
+from ...text.jsonrepair import JSONRepairError, coerce_int, parse_json
+from .. import prompts
+from ...base.validate import check_int, check_turn
+from ...protocols import Topic
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .protocols import ChatModel, Embedder
+    from ...protocols import ChatModel, Embedder
 
 log = logging.getLogger("memkern")
 
@@ -492,7 +492,7 @@ class TextTilingExtractor:
 
     def __init__(self, embedder: Embedder, target_turns: float = 4.0, min_turns: int = 2, max_turns: int = 8,
                  window: int = 2, template: Any = None):
-        from .text.template import default_template
+        from ...text.template import default_template
 
         self.min_turns = _check_int("min_turns", min_turns, 1)
         self.max_turns = _check_int("max_turns", max_turns, 1)
@@ -584,7 +584,7 @@ class WindowExtractor:
     name = "window"
 
     def __init__(self, size: int = 4, overlap: int = 0, template: Any = None, embedder: Any = None):
-        from .text.template import default_template
+        from ...text.template import default_template
 
         self.size = _check_int("size", size, 1)
         self.overlap = _check_int("overlap", overlap, 0)
