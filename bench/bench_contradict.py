@@ -124,7 +124,7 @@ def decider_pairs(ds, emb, threshold: float = 0.45, same_speaker: bool = False) 
 
 
 def _rmm(store, emb, **kw):
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     return RMM(store, embedder=emb, persist=False, explore=False, seed=0, **kw)
 

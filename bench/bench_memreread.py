@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from memkern.data.haystack import make_haystack_item
-from memkern.memreread import MemReread
+from memkern.loops.memreread.loop import MemReread
 from memkern.models import tiny_chat_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -85,7 +85,7 @@ def _median_ms(rows, key):
 
 
 def run_respond(store, n_queries=200, seed=0, save_every=1):
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     rmm = RMM(store, chat_model=FixedChat(), embedder=FastEmbedder(), namespace="bench", seed=seed,
               save_every=save_every)
@@ -99,7 +99,7 @@ def run_respond(store, n_queries=200, seed=0, save_every=1):
 
 
 def run_end_session(store, n_sessions=40):
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     rmm = RMM(store, chat_model=FixedChat(), embedder=FastEmbedder(), namespace="bench", extractor="embedding")
     rows = []
@@ -164,7 +164,7 @@ def test_end_session_overhead_10k(benchmark, tmp_path):
 def real(out_path: Path, questions: int | None = None, llm_sessions: int = 4) -> dict:
     from memkern.commands._common import load_sessions, sample_conversation_path
     from memkern.models import ChatModel, Embedder
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
     from memkern.store import MemoryStore
 
     t0 = time.perf_counter()
@@ -209,7 +209,7 @@ def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from harness import Side, compare, pin_threads
     from memkern.models import Embedder
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     qs = [f"What did I tell you about subject {i % 97} and my plans number {i}?" for i in range(n_queries + 2)]
     out: dict = {"n_memories": n_memories, "queries": n_queries, "chat_model": "fixed JSON answer (no LLM)"}

@@ -656,8 +656,9 @@ def cmd_move(step: str, take_old: bool) -> int:
                     continue
                 b.parent.mkdir(parents=True, exist_ok=True)
                 git("mv", "-f", str(a), str(b))
-            if old.endswith("/") and src.exists() and not any(src.rglob("*.py")):
-                subprocess.run(["rm", "-rf", str(src)], check=True)
+            left = src if old.endswith("/") else src.parent
+            if left != PKG and left.is_dir() and not any(left.rglob("*.py")):
+                subprocess.run(["rm", "-rf", str(left)], check=True)  # only caches were left there
         for folder, doc in FOLDERS.get(s, {}).items():
             init = PKG / folder / "__init__.py"
             if not init.exists():

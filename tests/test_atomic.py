@@ -162,7 +162,7 @@ def test_feedback_save_is_atomic_and_private(tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic, "atomic_write", spy)
     import memkern.score.reranker as rr_mod
-    import memkern.rmm.feedback as fb_mod
+    import memkern.loops.rmm.feedback as fb_mod
 
     monkeypatch.setattr(rr_mod, "atomic_write", spy)
     monkeypatch.setattr(fb_mod, "atomic_write", spy)

@@ -66,7 +66,7 @@ def test_bad_namespace_rejected_before_anything_is_deleted(tmp_path):
 
 def test_rmm_inspect_and_stats_are_the_bank(tmp_path):
     from fakes_rmm import HashEmbedder
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     store = _store(tmp_path)
     rmm = RMM(store, embedder=HashEmbedder(DIM), namespace="u", persist=False)

@@ -141,7 +141,7 @@ def test_demo_absolute_namespace_is_refused_before_anything(tmp_path, capsys, mo
 
 
 def test_rmm_checks_the_namespace_and_never_writes_outside(tmp_path):
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     store = MemoryStore(str(tmp_path / "S"), dim=384, metric="cos")
     try:
@@ -302,7 +302,7 @@ def test_ingest_lands_as_one_batch_and_matches_a_direct_run(tmp_path, fake_model
     """Staged ingest gives the same memories as folding the sessions into the store directly (the
     second file updates memories of the first), and a fresh namespace's memories land in one
     add_batch call (no add / merge / update / invalidate on the real store)."""
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     chat, emb = fake_models
     a = _sessions(5)

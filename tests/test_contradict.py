@@ -8,7 +8,7 @@ import pytest
 from fakes_rmm import HashEmbedder
 from memkern.text.contradict import Statement, contradicts, find_contradictions, same_value, statements
 from memkern.errors import MemkernTypeError
-from memkern.rmm import RMM
+from memkern.loops.rmm import RMM
 from memkern.store import MemoryStore
 from memkern.ingest.apply import Candidate, EmbeddingDecider
 

@@ -205,7 +205,7 @@ def test_rmm_respond_loop_on_in_memory_store():
     """RMM's whole loop (extract -> decide -> store, retrieve -> rerank -> answer -> citations ->
     reward) on an InMemoryStore, with the fake chat backend."""
     from fakes_rmm import HashEmbedder, ScriptedChat
-    from memkern.rmm import RMM
+    from memkern.loops.rmm import RMM
 
     dim = 32
     store = InMemoryStore(dim, "cos")

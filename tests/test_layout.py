@@ -42,18 +42,6 @@ TOP = {"memkern", "memkern.__main__", "memkern.ops", "memkern.graphs"}
 # Modules that are not in their row's folder yet: module -> the folder (key of ROWS) it moves to.
 # Their imports are judged by the row they will have; each is also listed as "unplaced" in ALLOWED.
 PENDING: dict[str, str] = {
-    "memkern.prompts": "ingest",
-    "memkern.memreread": "loops",
-    "memkern.prompts.memreread": "loops",
-    "memkern.rmm": "loops",
-    "memkern.rmm.aio": "loops",
-    "memkern.rmm.config": "loops",
-    "memkern.rmm.core": "loops",
-    "memkern.rmm.feedback": "loops",
-    "memkern.rmm.reflect": "loops",
-    "memkern.rmm.retrieve": "loops",
-    "memkern.rmm.supersede": "loops",
-    "memkern.rmm.timeprior": "loops",
     "memkern.commands": "cli",
     "memkern.commands._common": "cli",
     "memkern.commands.ask": "cli",
@@ -92,18 +80,6 @@ ALLOWED = {
     "unplaced memkern.commands.mcp",
     "unplaced memkern.commands.models",
     "unplaced memkern.commands.serve",
-    "unplaced memkern.memreread",
-    "unplaced memkern.prompts",
-    "unplaced memkern.prompts.memreread",
-    "unplaced memkern.rmm",
-    "unplaced memkern.rmm.aio",
-    "unplaced memkern.rmm.config",
-    "unplaced memkern.rmm.core",
-    "unplaced memkern.rmm.feedback",
-    "unplaced memkern.rmm.reflect",
-    "unplaced memkern.rmm.retrieve",
-    "unplaced memkern.rmm.supersede",
-    "unplaced memkern.rmm.timeprior",
 }
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import memkern
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.memreread import MemReread, Result, normalize_question
-from memkern.prompts import memreread as P
+from memkern.loops.memreread.loop import MemReread, Result, normalize_question
+from memkern.loops.memreread import prompts as P
 
 ROLE_OF = {P.READ_SYSTEM: "read", P.DECOMPOSE_SYSTEM: "decompose", P.INTEGRATE_SYSTEM: "integrate",
            P.ANSWER_SYSTEM: "answer"}

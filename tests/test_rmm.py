@@ -12,7 +12,7 @@ import torch
 
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.rmm import RMM, Response, parse_answer
+from memkern.loops.rmm import RMM, Response, parse_answer
 
 DIM = 64
 
@@ -511,7 +511,7 @@ def test_invented_model_summary_is_rejected(caplog):
 def test_config_and_keyword_overrides_agree():
     import dataclasses
 
-    from memkern.rmm import RMMConfig
+    from memkern.loops.rmm import RMMConfig
 
     store = FakeStore(DIM)
     emb = HashEmbedder(DIM)
@@ -531,7 +531,7 @@ def test_config_and_keyword_overrides_agree():
 
 
 def test_config_errors_name_the_argument():
-    from memkern.rmm import RMMConfig
+    from memkern.loops.rmm import RMMConfig
 
     store = FakeStore(DIM)
     emb = HashEmbedder(DIM)
@@ -543,7 +543,7 @@ def test_config_errors_name_the_argument():
         RMMConfig(save_every=0)
     with pytest.raises(MemkernTypeError, match="unexpected keyword argument 'top_n'"):
         RMM(store, embedder=emb, top_n=3)
-    with pytest.raises(MemkernTypeError, match="config: expected None or a memkern.rmm.RMMConfig, got 'dict'"):
+    with pytest.raises(MemkernTypeError, match="config: expected None or a memkern.loops.rmm.RMMConfig, got 'dict'"):
         RMM(store, embedder=emb, config={"top_k": 3})
     # Every setting is checked when the config is built (not on first use).
     for bad in ({"seed": -1}, {"answer_max_new_tokens": 0}, {"coverage_threshold": float("nan")},

@@ -9,7 +9,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder
 from memkern import InMemoryStore, MemoryStore
-from memkern.rmm import RMM, RMMConfig
+from memkern.loops.rmm import RMM, RMMConfig
 
 DIM = 64
 NS = "u"

@@ -10,7 +10,7 @@ import torch
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.errors import MemkernValueError
 from memkern.score.reranker import Reranker
-from memkern.rmm import RMM, RMMConfig
+from memkern.loops.rmm import RMM, RMMConfig
 
 DIM = 64
 K, M = 8, 3
@@ -129,7 +129,7 @@ def test_explore_share_is_a_logged_coin_from_the_stream(tmp_path):
     assert rmm.reranker._offset == 200 * K                         # every call drew (the stream advanced)
     assert [o for _, o, e in got if e] == [K * i for i, (_, _, e) in enumerate(got) if e]
     from memkern.ops import philox_uniform
-    from memkern.rmm.retrieve import EXPLORE_COIN_KEY
+    from memkern.loops.rmm.retrieve import EXPLORE_COIN_KEY
 
     coins = philox_uniform(5 ^ EXPLORE_COIN_KEY, torch.arange(200, dtype=torch.int64) * K)
     assert explored.tolist() == (coins < 0.25).tolist()

@@ -12,8 +12,8 @@ import torch
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.eval.learning import CitingChat, HiddenSampleReranker, SwapLastReranker, bootstrap_ci
 from memkern.score.reranker import PRESETS, Reranker
-from memkern.rmm import RMM
-from memkern.rmm.feedback import default_reranker
+from memkern.loops.rmm import RMM
+from memkern.loops.rmm.feedback import default_reranker
 
 DIM = 64
 K, M = 8, 3

@@ -8,7 +8,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern.errors import MemkernValueError
-from memkern.rmm import RMM
+from memkern.loops.rmm import RMM
 from memkern.store import MemoryStore
 from memkern.text.template import TurnTemplate
 

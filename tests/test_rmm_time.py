@@ -15,7 +15,7 @@ from memkern.distributed import ShardedStore
 from memkern.errors import MemkernTypeError, MemkernValueError
 from memkern.store.memory import InMemoryStore
 from memkern.protocols import search_keywords, supports_event_time
-from memkern.rmm import RMM
+from memkern.loops.rmm import RMM
 from memkern.store import MemoryStore, check_search_filters
 from memkern.text.template import event_seconds
 from memkern.ingest.apply import Candidate, Decision, apply_decision

@@ -1,4 +1,4 @@
-"""RMM's time term (memkern.rmm.timeprior): a question's time reorders the first stage's turns
+"""RMM's time term (memkern.loops.rmm.timeprior): a question's time reorders the first stage's turns
 (soft), or bounds them (hard); turns are annotated with the time they mention; ``now`` defaults
 to the bank's latest session date; a caller's own time filters switch the term off."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder
 from memkern.errors import MemkernValueError
-from memkern.rmm import RMM, RMMConfig
+from memkern.loops.rmm import RMM, RMMConfig
 from memkern.store import MemoryStore
 
 DIM = 64

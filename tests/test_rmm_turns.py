@@ -12,7 +12,7 @@ import pytest
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 from memkern.errors import MemkernTypeError, MemkernValueError
 from memkern.ingest import prompts
-from memkern.rmm import RMM
+from memkern.loops.rmm import RMM
 from memkern.store import MemoryStore
 from memkern.text.template import default_template
 

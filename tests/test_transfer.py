@@ -54,7 +54,7 @@ def reranker_files(root, ns: str, seed: int = 0) -> tuple[bytes, bytes]:
     import torch
 
     from memkern import Reranker
-    from memkern.rmm.feedback import _selection_to_dict
+    from memkern.loops.rmm.feedback import _selection_to_dict
 
     g = torch.Generator().manual_seed(seed)
     rr = Reranker(D, top_m=2, seed=seed)

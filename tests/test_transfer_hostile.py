@@ -195,7 +195,7 @@ def test_a_reranker_file_that_is_not_a_reranker_is_refused(tmp_path, payload, ma
 
 
 def test_bad_reward_buffers_are_refused_and_a_real_one_is_installed(tmp_path):
-    from memkern.rmm.feedback import _selection_to_dict
+    from memkern.loops.rmm.feedback import _selection_to_dict
 
     rr = Reranker(D, top_m=2)
     sel = rr.select(torch.randn(1, D), torch.randn(1, 5, D))

@@ -39,7 +39,7 @@ def _build_source(root: Path) -> tuple[Path, list[str]]:
 
     from memkern import MemoryStore, Reranker
     from memkern.base.paths import reranker_file
-    from memkern.rmm.feedback import _selection_to_dict
+    from memkern.loops.rmm.feedback import _selection_to_dict
     from memkern.store.transfer.install import export_store
 
     rng = np.random.default_rng(0)

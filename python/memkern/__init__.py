@@ -37,9 +37,9 @@ _LAZY = {
     "Embedder": "memkern.models",
     "ChatModel": "memkern.models",
     "OpenAIChatModel": "memkern.models",
-    "RMM": "memkern.rmm",
-    "RMMConfig": "memkern.rmm",
-    "MemReread": "memkern.memreread",
+    "RMM": "memkern.loops.rmm",
+    "RMMConfig": "memkern.loops.rmm",
+    "MemReread": "memkern.loops.memreread",
     "ops": "memkern.ops",
     "rerank_scores": "memkern.ops",
     "data": "memkern.data",
@@ -75,12 +75,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import data, ops, protocols
-    from .memreread import MemReread
+    from .loops.memreread.loop import MemReread
     from .models import ChatModel, Embedder, OpenAIChatModel
     from .score.ops.autograd import rerank_scores
     from .score.reranker import Reranker, Selection
     from .score.trainer import ReinforceTrainer
-    from .rmm import RMM, RMMConfig
+    from .loops.rmm import RMM, RMMConfig
     from .store.engine import MemoryStore, Record
     from .store.memory import InMemoryStore
     from .store.aio import AsyncMemoryStore

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, store) -> int:
-    from ..rmm import RMM
+    from ..loops.rmm import RMM
 
     chat, emb = C.build_models(args)
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args, store, path, chat, emb, extractor, n_questions, progress, t_start, conv) -> int:
     from ..store.bank import Bank
-    from ..rmm import RMM
+    from ..loops.rmm import RMM
 
     removed = Bank(store, args.namespace).reset()
     print(f"Store: {path}  namespace {args.namespace!r} (reset: {removed} old records removed)")

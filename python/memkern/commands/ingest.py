@@ -132,7 +132,7 @@ def _event_times(fields: list[dict[str, Any]]) -> dict[str, Any]:
 def _stage(args, store, sessions, chat, emb) -> tuple[Plan, Counter]:
     """Fold ``sessions`` into a scratch copy of the namespace; return what to write and the
     decision counts. ``store`` (the real one, or None when it does not exist yet) is only read."""
-    from ..rmm import RMM
+    from ..loops.rmm import RMM
     from ..store.engine import MemoryStore
 
     ns = args.namespace

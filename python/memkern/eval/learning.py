@@ -18,7 +18,7 @@ held-out questions with ``RMM.retrieve(q, turns=N)``:
 Arms (:data:`ARMS`):
 
 - ``greedy``: the default, ``RMMConfig.explore=0``: every call shows the reranker's best
-  memories and the reranker learns from their citations (:mod:`memkern.rmm.feedback`);
+  memories and the reranker learns from their citations (:mod:`memkern.loops.rmm.feedback`);
 - ``explore=E``: a share ``E`` of the calls shows a Gumbel-top-M draw (``RMMConfig.explore``);
   ``explore=1`` is the paper's way (every call samples): the reranker fed its own draws on the
   same candidates;
@@ -289,7 +289,7 @@ class _Bank:
 
 
 def _build_bank(conv: Conversation, emb: Any, root: str, rmm_kwargs: dict, categories: Sequence[str] | None) -> _Bank:
-    from ..rmm import RMM
+    from ..loops.rmm import RMM
     from ..store.engine import MemoryStore
     from .retrieval import turn_dicts
 
@@ -342,7 +342,7 @@ class LearningExperiment(Experiment):
         return None if self.pool else len(ds.conversations)
 
     def _reranker(self, dim: int, top_m: int, seed: int) -> Any:
-        from ..rmm.feedback import default_reranker
+        from ..loops.rmm.feedback import default_reranker
 
         return default_reranker(dim, top_m, seed, **(self.reranker_kwargs or {}))
 
@@ -373,7 +373,7 @@ class LearningExperiment(Experiment):
 
     # ---- arms through RMM.respond
     def _through_rmm(self, arm: str, banks: list[_Bank], parts, emb: Any, split_seed: int, sp: int) -> list[dict]:
-        from ..rmm import RMM
+        from ..loops.rmm import RMM
 
         kw = dict(extractor="embedding", persist=False) | dict(self.rmm_kwargs or {})
         comp = {k: kw.pop(k) for k in ("extractor", "decider") if k in kw}
@@ -440,7 +440,7 @@ class LearningExperiment(Experiment):
 
     @staticmethod
     def _turn_keys(store: Any, record_ids: Sequence[int]) -> list[Any]:
-        from ..rmm.retrieve import turn_key
+        from ..loops.rmm.retrieve import turn_key
 
         return [turn_key(rec.turn) for rec in store.get_batch(list(record_ids))] if record_ids else []
 
@@ -583,7 +583,7 @@ def run_learning(ds: Dataset, *, emb: Any = None, progress: bool = False, conver
         Question types to use (default: all but :data:`ADVERSARIAL`).
     rmm_kwargs, reranker_kwargs : dict, optional
         :class:`memkern.RMM` settings (default: RMM's defaults with the embedding extractor) and
-        settings of the fresh reranker (:func:`memkern.rmm.feedback.default_reranker`).
+        settings of the fresh reranker (:func:`memkern.loops.rmm.feedback.default_reranker`).
     """
     from .tasks import run_local
     from .units import CachedEmbedder

@@ -76,7 +76,7 @@ def evaluate_reread(items: Sequence[Any], chat_model: Any, max_rereads: int = 3,
     golds, em, f1, contains, rereads, calls, seconds, prompt_tokens, output_tokens), ``by_length``
     and ``by_task`` (means per method and key), ``config`` and ``seconds``.
     """
-    from ..memreread import MemReread
+    from ..loops.memreread.loop import MemReread
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise bad_arg("batch_size", "an int >= 1", batch_size)

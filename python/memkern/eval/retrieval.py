@@ -32,7 +32,7 @@ baseline ``turn (speaker)``:
 - ``rmm: ...`` (``ablations``): the same with one component of the default changed
   (:data:`RMM_ABLATIONS`: the turn stage dense or lexical only, content-only vectors, no date in
   the turns, no neighbour / session / topic term, the topic term at every budget, the hybrid stage
-  without context, the time term off: :mod:`memkern.rmm.timeprior`).
+  without context, the time term off: :mod:`memkern.loops.rmm.timeprior`).
 
 All rows but ``rmm-default`` and the hybrid rows use exact cosine (numpy) over the conversation's units; windows,
 topics and the RMM store embed through the same template. Unit rows also report the mean tokens
@@ -60,7 +60,7 @@ __all__ = ["run_retrieval", "retrieval_experiment", "RetrievalExperiment", "Retr
 
 BASELINE = "turn (speaker)"
 HYBRID_ALL = "hybrid (content, all turns)"
-#: The ablation rows: RMM settings (:class:`memkern.rmm.RMMConfig` fields) that change one
+#: The ablation rows: RMM settings (:class:`memkern.loops.rmm.RMMConfig` fields) that change one
 #: component of the default, by row name.
 RMM_ABLATIONS: dict[str, dict[str, Any]] = {
     "rmm: dense stage": dict(turn_stage="dense"),
@@ -463,7 +463,7 @@ def _rmm_rows(sessions: list[list[dict]], session_ids: list[str], dates: list[An
     """Row ``name``: a fresh RMM (the defaults, ``rmm_kwargs`` over them) over a real store, fed
     every session, asked through :meth:`memkern.RMM.retrieve` (greedy: the reranker's best, no
     sampling) at each budget."""
-    from ..rmm import RMM
+    from ..loops.rmm import RMM
     from ..store.engine import MemoryStore
 
     with tempfile.TemporaryDirectory() as d:
@@ -546,7 +546,7 @@ def locomo_section(result: dict[str, Any]) -> str:
                  " | ".join("" if name == base else ci(v, f"delta_recall@{b}turns", pts=True) for b in budgets) + " |")
     abl = cfg.get("ablations") or {}
     if abl:
-        L += ["", "Ablation rows (one setting of the default changed, `memkern.rmm.RMMConfig`): " +
+        L += ["", "Ablation rows (one setting of the default changed, `memkern.loops.rmm.RMMConfig`): " +
               "; ".join(f"`{k}`: {', '.join(f'{a}={b!r}' for a, b in v.items())}" for k, v in abl.items()) + "."]
     rows = [r for r in ("rmm-default", "rmm: no topic", "rmm: topic at every budget", base) if r in m]
     types = sorted({t for r in rows for t in m[r].get("by_type", {})})

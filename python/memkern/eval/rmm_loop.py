@@ -44,7 +44,7 @@ def run_rmm(ds: Dataset, *, conversations: int = 1, sessions: int | None = 4, qu
     :class:`MemkernValueError` with a clear message when RMM is not available.
     """
     try:
-        from ..rmm import RMM
+        from ..loops.rmm import RMM
         from ..store.engine import MemoryStore
     except ImportError as e:
         raise MemkernValueError(f"rmm experiment: expected memkern.RMM and memkern.MemoryStore to be importable, "

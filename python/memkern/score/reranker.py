@@ -114,7 +114,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "stable": dict(tau=0.5, lr=5e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
                    normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
                    replay_capacity=256, replay_size=None, guard=True, max_norm=20.0),
-    # RMM's fresh reranker (memkern.rmm.feedback.default_reranker): a few citations per namespace, each
+    # RMM's fresh reranker (memkern.loops.rmm.feedback.default_reranker): a few citations per namespace, each
     # question asked about once; measured on LoCoMo (bench/RESULTS.md, learning section)
     "rmm": dict(tau=0.5, lr=0.2, optimizer="sgd", baseline="batch_mean", logp="softmax",
                 normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,

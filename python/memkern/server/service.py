@@ -318,7 +318,7 @@ class MemoryService:
         self._rmms_guard = threading.Lock()
         self.rmm_kwargs = dict(rmm_kwargs or {})
         self.max_rmms = int(max_rmms)
-        # response_id -> (namespace, memkern.rmm.Response); for feedback.
+        # response_id -> (namespace, memkern.loops.rmm.Response); for feedback.
         self._responses: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._responses_guard = threading.Lock()
         self.max_responses = int(max_responses)
@@ -525,7 +525,7 @@ class MemoryService:
         if metadata:
             raise bad_arg("metadata", "no metadata with infer=true (pass infer=false to keep it on raw messages)",
                           metadata)
-        from ..rmm import RMM
+        from ..loops.rmm import RMM
 
         with self.ns_lock(ns):
             # A throwaway RMM: prospective reflection needs no reranker, so nothing is persisted.
@@ -662,7 +662,7 @@ class MemoryService:
     # ------------------------------------------------------------------ RMM loop
     def _rmm(self, ns: str) -> Any:
         """The namespace's RMM (kept; the least recently used beyond ``max_rmms`` saved and dropped)."""
-        from ..rmm import RMM
+        from ..loops.rmm import RMM
 
         with self._rmms_guard:
             rmm = self._rmms.get(ns)

@@ -29,13 +29,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..protocols import accepts_keyword
-from ..text.template import event_seconds, parse_date, turn_date
-from ..text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
+from ...protocols import accepts_keyword
+from ...text.template import event_seconds, parse_date, turn_date
+from ...text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
 
 __all__ = ["TimeStage", "TIME_PRIORS"]
 
-#: The values of :attr:`memkern.rmm.RMMConfig.time_prior`.
+#: The values of :attr:`memkern.loops.rmm.RMMConfig.time_prior`.
 TIME_PRIORS = ("soft", "hard", "off")
 
 _NAN2 = (math.nan, math.nan)
@@ -64,7 +64,7 @@ class TimeStage:
     def _latest_event_time(self) -> float | None:
         """The latest event time of the namespace's active topics (read once, then kept)."""
         if self._latest_event is None:
-            from ..store.bank import namespace_ids
+            from ...store.bank import namespace_ids
 
             ids = namespace_ids(self.store, self.namespace, include_invalidated=False)
             ts = [r.event_time for r in (self.store.get_batch(ids) if ids else [])

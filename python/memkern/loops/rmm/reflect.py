@@ -17,13 +17,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import MemkernTypeError, bad_arg
-from ..ingest.extract import TextTilingExtractor, Topic, validate_turns
-from ..protocols import TurnStore, supports_event_time
-from ..text.template import event_seconds, parse_date
-from ..base.validate import check_id
-from ..text.time.parse import mentioned_time
-from ..ingest.apply import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
+from ...errors import MemkernTypeError, bad_arg
+from ...ingest.extract import TextTilingExtractor, Topic, validate_turns
+from ...protocols import TurnStore, supports_event_time
+from ...text.template import event_seconds, parse_date
+from ...base.validate import check_id
+from ...text.time.parse import mentioned_time
+from ...ingest.apply import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize
 
@@ -49,7 +49,7 @@ class ReflectStage:
             ``session_id`` and ``turn_index`` unless it has them, and, when the session has a
             date and the turn mentions a time ("last night", "in March"), ``mentioned_time``:
             ``[start, end]`` unix seconds read relative to the date
-            (:func:`memkern.text.time.mentioned_time`; the time term of :mod:`memkern.rmm.timeprior`).
+            (:func:`memkern.text.time.mentioned_time`; the time term of :mod:`memkern.loops.rmm.timeprior`).
         session_id : str or int, optional
             Defaults to a counter-based id.
         date : str, float or datetime, optional
@@ -267,7 +267,7 @@ class ReflectStage:
         if not isinstance(self.store, TurnStore):
             raise bad_arg("store", "a store with two-level memory (memkern.protocols.TurnStore)", type(self.store).__name__,
                           MemkernTypeError)
-        from ..store.bank import namespace_ids
+        from ...store.bank import namespace_ids
 
         done = 0
         for i in namespace_ids(self.store, self.namespace, include_invalidated=False):

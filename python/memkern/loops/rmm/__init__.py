@@ -1,15 +1,15 @@
 """RMM: Reflective Memory Management around a :class:`memkern.MemoryStore`.
 
-Prospective reflection (:meth:`RMM.end_session`, :mod:`memkern.rmm.reflect`): a finished session
+Prospective reflection (:meth:`RMM.end_session`, :mod:`memkern.loops.rmm.reflect`): a finished session
 is split into topic memories (:mod:`memkern.ingest.extract`), and each enters the bank by ADD / MERGE /
 UPDATE / INVALIDATE / NOOP (:mod:`memkern.ingest.apply`).
 
 Retrospective reflection (:meth:`RMM.respond`): the query is embedded, the store returns the top-K
-(default 20) memories, the reranker picks its best top-M (default 5) (:mod:`memkern.rmm.retrieve`;
+(default 20) memories, the reranker picks its best top-M (default 5) (:mod:`memkern.loops.rmm.retrieve`;
 ``RMMConfig.explore``: a share of calls shows a sampled draw instead), the chat model answers from
 them and cites the ones it used by number; citations become rewards (+1 cited, -1 uncited), which
 are buffered and fed to ``reranker.update`` every ``batch_size`` (default 4) responses
-(:mod:`memkern.rmm.feedback`: what the reranker learns from). The reranker's state (and the not-yet-used
+(:mod:`memkern.loops.rmm.feedback`: what the reranker learns from). The reranker's state (and the not-yet-used
 reward buffer) is persisted per namespace under ``<store.path>/rerankers/``.
 
 Two-level memory (``retrieval="turn+topic"``, opt-in): every write also stores each turn of a
@@ -27,13 +27,13 @@ without models is :mod:`memkern.store.bank`.
 
 Every call records a ``timings`` dict (seconds, ``time.perf_counter``) and logs it at debug level.
 
-Modules: :mod:`~memkern.rmm.config` (:class:`RMMConfig`), :mod:`~memkern.rmm.core` (:class:`RMM`,
-:class:`Response`), :mod:`~memkern.rmm.retrieve`, :mod:`~memkern.rmm.feedback`
-(:func:`parse_answer`, rewards, buffer), :mod:`~memkern.rmm.reflect`.
+Modules: :mod:`~memkern.loops.rmm.config` (:class:`RMMConfig`), :mod:`~memkern.loops.rmm.core` (:class:`RMM`,
+:class:`Response`), :mod:`~memkern.loops.rmm.retrieve`, :mod:`~memkern.loops.rmm.feedback`
+(:func:`parse_answer`, rewards, buffer), :mod:`~memkern.loops.rmm.reflect`.
 """
 from __future__ import annotations
 
-from ..ingest.apply import UpdateResult
+from ...ingest.apply import UpdateResult
 from .config import RMMConfig
 from .core import RMM, Response
 from .feedback import parse_answer

@@ -35,10 +35,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Generator, Sequence
 
-from .errors import MemkernTypeError, MemkernValueError, bad_arg
-from .base.validate import check_float, check_int
-from .prompts import memreread as P
-from .protocols import ChatModel as ChatModelProtocol
+from ...errors import MemkernTypeError, MemkernValueError, bad_arg
+from ...base.validate import check_float, check_int
+from . import prompts as P
+from ...protocols import ChatModel as ChatModelProtocol
 
 log = logging.getLogger("memkern")
 
@@ -168,7 +168,7 @@ class MemReread:
         self.repeat_retries = check_int("repeat_retries", repeat_retries, 0)
         self.repeat_threshold = check_float("repeat_threshold", repeat_threshold, 0, 1, low_open=True)
         if chat_model is None:
-            from .models import ChatModel
+            from ...models import ChatModel
 
             chat_model = ChatModel()
         if not isinstance(chat_model, ChatModelProtocol):
@@ -295,7 +295,7 @@ class MemReread:
     @staticmethod
     def parse_decompose(text: str) -> tuple[str, str | None]:
         """``("enough", None)``, ``("ask", sub_question)`` or ``("unparsed", None)``."""
-        from .text.jsonrepair import JSONRepairError, parse_json
+        from ...text.jsonrepair import JSONRepairError, parse_json
 
         try:
             obj = parse_json(text, expect=dict)

@@ -5,7 +5,7 @@ Topic mode searches topic records. Two-level mode (``retrieval="turn+topic"``) s
 (:meth:`RetrieveStage._retrieve_turn_topic`). On a store with the hybrid two-level search
 (:func:`memkern.protocols.supports_hybrid_turns`: :class:`memkern.MemoryStore`,
 :class:`memkern.InMemoryStore`) a turn's score is (:meth:`memkern.MemoryStore.search`, *Two-level
-search*; settings in :class:`memkern.rmm.RMMConfig`)::
+search*; settings in :class:`memkern.loops.rmm.RMMConfig`)::
 
     base(t)  = (1 - w) * minmax(dense) + w * minmax(BM25)      (turn_stage="hybrid", w = lexical_weight)
     score(t) = base(t) + neighbour_weight * best base of the previous / next turn of its session
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MemkernTypeError, MemkernValueError, bad_arg
-from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
-from ..store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
+from ...errors import MemkernTypeError, MemkernValueError, bad_arg
+from ...protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
+from ...store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
 __all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key", "EXPLORE_COIN_KEY"]
 
@@ -209,7 +209,7 @@ class RetrieveStage:
         to ``turns_per_memory`` in :meth:`_shown_memories`). Only ids and scores are read here
         (the store's ``topic_ids`` where it has one); records are read for what is shown. ``time_q``:
         the parsed question whose time term rescores the turns first
-        (:meth:`memkern.rmm.timeprior.TimeStage._time_rescore`).
+        (:meth:`memkern.loops.rmm.timeprior.TimeStage._time_rescore`).
 
         Returns
         -------
@@ -274,7 +274,7 @@ class RetrieveStage:
         (default ``config.explore``): the share of calls that show a sampled draw
         (:meth:`_choose`; ``0``: always the best scores). ``search_kw``: the checked first-stage
         filters (:meth:`_search_filters`); ``time_q``: the question's time term
-        (:meth:`memkern.rmm.timeprior.TimeStage._time_query`).
+        (:meth:`memkern.loops.rmm.timeprior.TimeStage._time_query`).
         """
         import torch
 
@@ -333,7 +333,7 @@ class RetrieveStage:
         ``seed`` and advancing counter, persisted with its state), and the call explores when
         ``explore >= 1`` or when the uniform at the draw's counter under the coin key
         (:data:`EXPLORE_COIN_KEY` xor the reranker's seed) is below ``explore``. A sampled draw
-        has ``greedy=False`` (:attr:`memkern.rmm.Response.explored`).
+        has ``greedy=False`` (:attr:`memkern.loops.rmm.Response.explored`).
 
         Parameters
         ----------
@@ -355,7 +355,7 @@ class RetrieveStage:
                 return draw
             import torch
 
-            from ..score.ops.autograd import philox_uniform
+            from ...score.ops.autograd import philox_uniform
 
             u = philox_uniform(int(draw.seed) ^ EXPLORE_COIN_KEY, torch.tensor([int(draw.offset)], dtype=torch.int64))
             if float(u[0]) < explore:
@@ -443,11 +443,11 @@ class RetrieveStage:
         recency, recency_weight, now : optional
             Recency prior: half-life in seconds, its weight, the time ages are measured from.
             ``now`` is also the reference of the question's relative time expressions ("last
-            week"; :mod:`memkern.rmm.timeprior`; default: the namespace's latest event time).
+            week"; :mod:`memkern.loops.rmm.timeprior`; default: the namespace's latest event time).
 
         The filters apply to the first-stage search (module doc); the reranker chooses among
         the records that pass. ``config.time_prior`` adds the question's time term
-        (:mod:`memkern.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
+        (:mod:`memkern.loops.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
 
         Returns
         -------

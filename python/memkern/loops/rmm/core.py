@@ -1,8 +1,8 @@
 """The :class:`RMM` class: settings, components, and :meth:`RMM.respond`, which runs the stages.
 
 The stages live in their own modules and are mixed into :class:`RMM`:
-:mod:`~memkern.rmm.reflect` (prospective reflection), :mod:`~memkern.rmm.retrieve` (retrieval and
-rerank), :mod:`~memkern.rmm.feedback` (citations -> rewards, reward buffer, reranker
+:mod:`~memkern.loops.rmm.reflect` (prospective reflection), :mod:`~memkern.loops.rmm.retrieve` (retrieval and
+rerank), :mod:`~memkern.loops.rmm.feedback` (citations -> rewards, reward buffer, reranker
 persistence). Bank inspection is :mod:`memkern.store.bank`.
 """
 from __future__ import annotations
@@ -14,17 +14,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..store.bank import Bank
-from ..errors import MemkernTypeError, bad_arg
-from ..ingest.extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
-from ..base.paths import check_namespace
-from ..store.engine import DEFAULT_RECENCY_WEIGHT
-from ..ingest import prompts
-from ..protocols import ChatModel as ChatModelProtocol
-from ..protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
-from ..text.template import TurnTemplate
-from ..ingest.apply import AppendDecider, EmbeddingDecider, LLMDecider
-from ..base.validate import check_str
+from ...store.bank import Bank
+from ...errors import MemkernTypeError, bad_arg
+from ...ingest.extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
+from ...base.paths import check_namespace
+from ...store.engine import DEFAULT_RECENCY_WEIGHT
+from ...ingest import prompts
+from ...protocols import ChatModel as ChatModelProtocol
+from ...protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
+from ...text.template import TurnTemplate
+from ...ingest.apply import AppendDecider, EmbeddingDecider, LLMDecider
+from ...base.validate import check_str
 from .aio import AsyncStage, locked
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
@@ -199,7 +199,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
         if config is None:
             config = RMMConfig().with_overrides(**overrides)
         elif not isinstance(config, RMMConfig):
-            raise bad_arg("config", "None or a memkern.rmm.RMMConfig", type(config).__name__, MemkernTypeError)
+            raise bad_arg("config", "None or a memkern.loops.rmm.RMMConfig", type(config).__name__, MemkernTypeError)
         else:
             config = config.with_overrides(**overrides)
         self.config: RMMConfig = config
@@ -234,7 +234,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
     @property
     def chat_model(self) -> ChatModelProtocol:
         if self._chat_model is None:
-            from ..models import ChatModel
+            from ...models import ChatModel
 
             log.info("rmm: building the offline default chat model")
             self._chat_model = ChatModel()
@@ -243,7 +243,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
     @property
     def embedder(self) -> EmbedderProtocol:
         if self._embedder is None:
-            from ..models import Embedder
+            from ...models import Embedder
 
             log.info("rmm: building the offline default embedder")
             self._embedder = Embedder()
@@ -304,7 +304,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
             First-stage search filters, as in :meth:`retrieve`; the reranker chooses (and learns)
             among the records that pass. The question's time term (``config.time_prior``) reads
             relative times from ``now``, else from the latest date of ``session_turns``, else
-            from the namespace's latest event time (:mod:`memkern.rmm.timeprior`).
+            from the namespace's latest event time (:mod:`memkern.loops.rmm.timeprior`).
 
         Returns
         -------

@@ -21,8 +21,8 @@ import logging
 import math
 from typing import Any, Sequence
 
-from ..text.contradict import Statement, find_contradictions, statements
-from ..base.turns import turn_key
+from ...text.contradict import Statement, find_contradictions, statements
+from ...base.turns import turn_key
 
 log = logging.getLogger("memkern")
 

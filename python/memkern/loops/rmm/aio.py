@@ -52,7 +52,7 @@ class AsyncStage:
         ``asyncio.gather``: concurrent calls on one RMM are serialised by its lock (every response's
         rewards reach the reranker exactly once). ``filters``: :meth:`respond`'s ``filter``,
         ``time_range``, ``time_field``, ``recency``, ``recency_weight``, ``now``. Returns the
-        :class:`~memkern.rmm.Response`."""
+        :class:`~memkern.loops.rmm.Response`."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(self.respond, query, session_turns, **filters))
 
@@ -69,7 +69,7 @@ class AsyncStage:
         """:meth:`retrieve` run in a thread pool (``executor``, default: the event loop's), under
         the RMM's lock so that it never reads the reranker halfway through an update.
         ``filters``: :meth:`retrieve`'s ``filter``, ``time_range``, ``time_field``, ``recency``,
-        ``recency_weight``, ``now``. Returns the :class:`~memkern.rmm.Retrieval`."""
+        ``recency_weight``, ``now``. Returns the :class:`~memkern.loops.rmm.Retrieval`."""
         loop = asyncio.get_running_loop()
 
         def run() -> Any:

@@ -36,10 +36,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import MemkernTypeError, StoreCorruptedError, bad_arg
-from ..text.jsonrepair import JSONRepairError, coerce_int, parse_json
-from ..base.atomic import atomic_write
-from ..base.paths import reranker_file
+from ...errors import MemkernTypeError, StoreCorruptedError, bad_arg
+from ...text.jsonrepair import JSONRepairError, coerce_int, parse_json
+from ...base.atomic import atomic_write
+from ...base.paths import reranker_file
 from .aio import locked
 
 log = logging.getLogger("memkern")
@@ -119,7 +119,7 @@ def default_reranker(dim: int, top_m: int, seed: int = 0, **overrides: Any) -> A
     citations (each question asked about once or so), and its reranker must learn from them
     without drifting far from the first stage (module doc; measured in ``bench/RESULTS.md``,
     learning section)."""
-    from ..score.reranker import Reranker
+    from ...score.reranker import Reranker
 
     return Reranker.from_preset("rmm", dim, top_m=top_m, seed=seed, **overrides)
 
@@ -161,7 +161,7 @@ class FeedbackStage:
 
         Parameters
         ----------
-        response : memkern.rmm.Response
+        response : memkern.loops.rmm.Response
             What :meth:`respond` returned (its ``selection`` is the draw being rewarded).
         rewards : sequence of float
             One reward in ``[-1, 1]`` per memory shown, aligned with ``response.memory_ids``
@@ -177,7 +177,7 @@ class FeedbackStage:
         """
         ids = getattr(response, "memory_ids", None)
         if not isinstance(ids, list):
-            raise bad_arg("response", "a memkern.rmm.Response", type(response).__name__, MemkernTypeError)
+            raise bad_arg("response", "a memkern.loops.rmm.Response", type(response).__name__, MemkernTypeError)
         if (isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != len(ids)
                 or not all(not isinstance(r, bool) and isinstance(r, (int, float, np.floating)) and -1.0 <= float(r) <= 1.0
                            for r in rewards)):
@@ -218,7 +218,7 @@ class FeedbackStage:
         """The namespace's reranker: the one given, the one persisted under
         ``<store.path>/rerankers/``, or a fresh ``Reranker(store.dim, top_m=top_m, seed=seed)``."""
         if self._reranker is None:
-            from ..score.reranker import Reranker
+            from ...score.reranker import Reranker
 
             path = self._reranker_path()
             if path and os.path.exists(path):
@@ -264,7 +264,7 @@ class FeedbackStage:
         bpath = self._buffer_path()
         if not bpath or not os.path.exists(bpath):
             return
-        from ..score.reranker import read_buffer_bytes
+        from ...score.reranker import read_buffer_bytes
 
         try:
             with open(bpath, "rb") as f:

@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MemkernTypeError, bad_arg
-from ..base.validate import check_choice, check_float, check_int
-from ..text.template import DEFAULT_TEMPLATE, TurnTemplate
+from ...errors import MemkernTypeError, bad_arg
+from ...base.validate import check_choice, check_float, check_int
+from ...text.template import DEFAULT_TEMPLATE, TurnTemplate
 from .timeprior import TIME_PRIORS
 
 __all__ = ["RMMConfig", "RETRIEVAL_MODES", "TURN_STAGES"]
@@ -66,7 +66,7 @@ class RMMConfig:
         Share of :meth:`memkern.RMM.respond` calls that show a sampled draw (Gumbel-top-M at the
         reranker's ``tau``) instead of the reranker's best memories; default ``0.0``: every call
         shows the best memories and the reranker learns from the citations of what it showed
-        (see :mod:`memkern.rmm.feedback`). ``True`` / ``False`` mean ``1.0`` / ``0.0`` (``1.0``
+        (see :mod:`memkern.loops.rmm.feedback`). ``True`` / ``False`` mean ``1.0`` / ``0.0`` (``1.0``
         is the paper's way: every call samples). The draws and the per-call coin come from the
         reranker's Philox stream (its ``seed`` and counter, saved with its state at every save: each
         update and :meth:`memkern.RMM.close`), so they advance with every exploring call, are
@@ -76,7 +76,7 @@ class RMMConfig:
         ``"auto"`` (default): ``"turn+topic"`` on a store with two-level memory
         (:class:`memkern.protocols.TurnStore`, e.g. :class:`memkern.MemoryStore`), else
         ``"topic"``. ``"topic"``: search topic records, show their raw turns. ``"turn+topic"``:
-        two-level memory (see :mod:`memkern.rmm`), the best measured retrieval
+        two-level memory (see :mod:`memkern.loops.rmm`), the best measured retrieval
         (``bench/RESULTS.md``, retrieval section); needs a TurnStore.
     turn_stage : {"hybrid", "dense", "lexical"}
         Two-level memory, the first stage over the turn records: ``"hybrid"`` (default) fuses
@@ -108,7 +108,7 @@ class RMMConfig:
         The turn template (:mod:`memkern.text.template`): how a turn is embedded and shown, default
         ``"[{date}] {speaker}: {content}"``; missing fields are dropped.
     time_prior : {"soft", "hard", "off"}
-        The time term (:mod:`memkern.rmm.timeprior`): ``"soft"`` (default, the best measured on
+        The time term (:mod:`memkern.loops.rmm.timeprior`): ``"soft"`` (default, the best measured on
         LoCoMo; ``bench/RESULTS.md``, time-aware retrieval) rescores the first stage's turns by
         the time the question names or asks for, ``"hard"`` keeps only turns in the named range,
         ``"off"`` neither.
@@ -119,7 +119,7 @@ class RMMConfig:
     supersede : bool
         Two-level memory: a new turn that contradicts an earlier turn of the same speaker ("I moved
         to Munich" after "I live in Berlin") invalidates the earlier turn's record, kept with its
-        reason (:mod:`memkern.rmm.supersede`). Default off (measured: ``bench/RESULTS.md``,
+        reason (:mod:`memkern.loops.rmm.supersede`). Default off (measured: ``bench/RESULTS.md``,
         conflicting facts).
     text_template : str or None
         Two-level memory: the template of each turn record's text, what lexical search matches

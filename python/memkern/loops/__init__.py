@@ -1,0 +1,1 @@
+"""The loops that use memory: RMM (reflect, retrieve, respond, learn) and MemReread."""
