@@ -108,7 +108,7 @@ def recall_generated(embs: dict, users: int, sessions: int) -> dict:
 
 
 def recall_sample(embs: dict, k: int = 5) -> dict:
-    from memkern.commands._common import sample_conversation_path
+    from memkern.cli.common import sample_conversation_path
 
     d = json.loads(sample_conversation_path().read_text())
     turns = [(s["session_id"], t["content"]) for s in d["sessions"] for t in s["turns"]]

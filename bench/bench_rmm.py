@@ -162,7 +162,7 @@ def test_end_session_overhead_10k(benchmark, tmp_path):
 
 # ------------------------------------------------------------------------------------ real models
 def real(out_path: Path, questions: int | None = None, llm_sessions: int = 4) -> dict:
-    from memkern.commands._common import load_sessions, sample_conversation_path
+    from memkern.cli.common import load_sessions, sample_conversation_path
     from memkern.models import ChatModel, Embedder
     from memkern.loops.rmm import RMM
     from memkern.store import MemoryStore

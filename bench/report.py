@@ -1,6 +1,6 @@
 """Run the benchmark suite and write one markdown report plus PNG charts of the ratios.
 
-Used by ``memkern bench`` (``python/memkern/commands/bench.py``); also runnable as
+Used by ``memkern bench`` (``python/memkern/cli/bench.py``); also runnable as
 ``python bench/report.py [--quick] [--out bench/REPORT.md]``. Parts (``--parts``, default all):
 
 * ``peers``: :mod:`bench_peers` (memkern vs hnswlib, faiss, chromadb);

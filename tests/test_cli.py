@@ -7,7 +7,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern.cli import main
-from memkern.commands import _common as C
+from memkern.cli import common as C
 
 
 def _sessions_file(tmp_path, layout):

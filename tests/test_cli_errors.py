@@ -15,7 +15,7 @@ import pytest
 from fakes_rmm import HashEmbedder, ScriptedChat
 from memkern import MemkernError, MemkernTypeError, MemkernValueError
 from memkern.cli import main
-from memkern.commands import _common as C
+from memkern.cli import common as C
 from memkern.base.paths import check_namespace, path_in, reranker_file
 from memkern.store import MemoryStore
 
@@ -350,7 +350,7 @@ def test_ingest_lands_as_one_batch_and_matches_a_direct_run(tmp_path, fake_model
 def test_commit_failure_rolls_back(tmp_path, monkeypatch):
     """A failure after the atomic add_batch (here: an invalidation) deletes the new records again
     and writes the changed older records back to their previous content."""
-    from memkern.commands.ingest import Plan, _fields, commit
+    from memkern.cli.ingest import Plan, _fields, commit
 
     path = _store(tmp_path / "S", records=(("maya", "old one"), ("maya", "old two")))
     with MemoryStore(str(path)) as s:
@@ -480,7 +480,7 @@ def test_error_line_of_a_real_process(files):
 
 
 def test_exit_code_classes():
-    from memkern.cli import exit_code
+    from memkern.cli.main import exit_code
     from memkern.errors import BackendUnavailableError, MemkernKeyError, StoreCorruptedError
 
     assert exit_code(MemkernValueError("x")) == 2 and exit_code(MemkernKeyError("x")) == 2

@@ -231,7 +231,7 @@ def test_window_extractor_sizes_and_overlap():
 # ------------------------------------------------------------------------------------ real models
 @pytest.fixture(scope="module")
 def sample():
-    from memkern.commands._common import load_sessions, sample_conversation_path
+    from memkern.cli.common import load_sessions, sample_conversation_path
 
     return load_sessions(sample_conversation_path())
 

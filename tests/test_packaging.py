@@ -60,7 +60,7 @@ def test_store_and_store_commands_need_no_optional_package(tmp_path):
         import asyncio, importlib, sys
         import numpy as np
         import memkern
-        from memkern import cli
+        from memkern.cli import main as cli
 
         folder = {str(tmp_path)!r}
         with memkern.MemoryStore(folder + "/s", dim=4, metric="cos") as s:
@@ -182,7 +182,7 @@ def _extras() -> dict[str, list[str]]:
 
 def test_the_extras_named_anywhere_exist():
     extras = _extras()
-    from memkern.cli import COMMAND_EXTRAS
+    from memkern.cli.main import COMMAND_EXTRAS
     from memkern.errors import EXTRA_OF_MODULE
 
     named = set(COMMAND_EXTRAS.values()) | set(EXTRA_OF_MODULE.values())

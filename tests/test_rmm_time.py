@@ -240,7 +240,7 @@ def test_memkern_ingest_keeps_session_dates_through_its_stage(tmp_path, monkeypa
     import json
 
     from memkern.cli import main
-    from memkern.commands import _common as C
+    from memkern.cli import common as C
 
     monkeypatch.setattr(C, "build_models", lambda args, need_chat=True: (NoChat(), HashEmbedder(384)))
     s = sessions()

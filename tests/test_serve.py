@@ -262,7 +262,7 @@ def test_serve_refuses_a_wide_bind_without_a_key(tmp_path):
 
 
 def test_loopback_detection():
-    from memkern.commands.serve import is_loopback
+    from memkern.cli.serve import is_loopback
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "127.1.2.3", "[::1]"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", ""))

@@ -423,13 +423,13 @@ def test_api_key_flag_is_refused_and_a_key_file_works(tmp_path):
     assert "MEMKERN_API_KEY" in p.stderr and "--api-key-file" in p.stderr and " k " not in p.stderr
     assert not (tmp_path / "s").exists()
 
-    from memkern.cli import build_parser
-    from memkern.commands.serve import keys_of
+    from memkern.cli.main import build_parser
+    from memkern.cli.serve import keys_of
 
     keyfile = tmp_path / "keys"
     keyfile.write_text("k-admin\nk-alice user_id=alice\n")
     keyfile.chmod(0o600)
-    args = build_parser(load="memkern.commands.serve").parse_args(["serve", "--api-key-file", str(keyfile)])
+    args = build_parser(load="memkern.cli.serve").parse_args(["serve", "--api-key-file", str(keyfile)])
     ring = keys_of(args)
     assert [s for _, s in ring.items()] == [None, memkern.server.Scope("alice")]
     os.environ["MEMKERN_API_KEY"] = "k-env"

@@ -1,7 +1,7 @@
 """`memkern serve` / `memkern mcp` and time: a conversation's date on add becomes the records'
 event_time; search and respond take filters, time_range (dates or unix seconds), time_field and a
 recency prior, checked with one-line errors and nothing written; one service set-up
-(MemoryService.from_args) for both commands."""
+(memkern.cli.serve.service_from_args) for both commands."""
 from __future__ import annotations
 
 import asyncio
@@ -153,16 +153,18 @@ def test_mcp_tools_take_date_and_time_arguments(service):
 
 # ------------------------------------------------------------------------- one service set-up
 def _args(command, store):
-    from memkern.cli import build_parser
+    from memkern.cli.main import build_parser
 
-    return build_parser(load=f"memkern.commands.{command}").parse_args(
+    return build_parser(load=f"memkern.cli.{command}").parse_args(
         [command, "--store", str(store), "--max-messages", "7", "--max-limit", "9"])
 
 
 @pytest.mark.parametrize("command", ["serve", "mcp"])
 def test_from_args_builds_the_service_of_both_commands(tmp_path, command):
     args = _args(command, tmp_path / "st")
-    with MemoryService.from_args(args) as svc:
+    from memkern.cli.serve import service_from_args
+
+    with service_from_args(args) as svc:
         assert svc.limits.max_messages == 7 and svc.limits.max_limit == 9 and svc.store.dim == 384
         assert not svc.store.closed
         store = svc.store
@@ -171,15 +173,15 @@ def test_from_args_builds_the_service_of_both_commands(tmp_path, command):
 
 @pytest.mark.parametrize("command", ["serve", "mcp"])
 def test_serve_and_mcp_run_through_from_args(tmp_path, monkeypatch, command):
-    """Both commands set their service up through MemoryService.from_args (one definition)."""
+    """Both commands set their service up through cli.serve.service_from_args (one definition)."""
     seen = []
 
     @contextlib.contextmanager
-    def fake_from_args(cls, args):
+    def fake_from_args(args):
         seen.append(args.command)
         yield "service"
 
-    monkeypatch.setattr(MemoryService, "from_args", classmethod(fake_from_args))
+    monkeypatch.setattr("memkern.cli.serve.service_from_args", fake_from_args)
 
     class Ran(Exception):
         pass
@@ -194,12 +196,12 @@ def test_serve_and_mcp_run_through_from_args(tmp_path, monkeypatch, command):
 
         monkeypatch.setattr(app_mod, "create_app", lambda service, **kw: stop())
         monkeypatch.setattr(uvicorn, "Config", stop)
-        from memkern.commands import serve as cmd
+        from memkern.cli import serve as cmd
     else:
         import memkern.server.mcp as mcp_mod
 
         monkeypatch.setattr(mcp_mod, "build_server", lambda service: stop())
-        from memkern.commands import mcp as cmd
+        from memkern.cli import mcp as cmd
     with pytest.raises(Ran):
         cmd.run(_args(command, tmp_path / "st"))
     assert len(seen) == 1

@@ -476,7 +476,7 @@ def test_default_path(tmp_path, monkeypatch):
     assert default_store_path() == tmp_path / "home" / ".local" / "share" / "memkern" / "default"
     # $MEMKERN_STORE wins, for the Python API and the CLI alike (one definition: memkern.base.paths)
     monkeypatch.setenv("MEMKERN_STORE", str(tmp_path / "env-store"))
-    from memkern.commands._common import default_store_path as cli_default
+    from memkern.cli.common import default_store_path as cli_default
 
     assert default_store_path() == cli_default() == tmp_path / "env-store"
     with MemoryStore(dim=D) as s:

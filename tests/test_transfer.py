@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from fakes_rmm import HashEmbedder
-from memkern import MemkernError, MemkernValueError, cli
+from memkern import MemkernError, MemkernValueError
+from memkern.cli import main as cli
 from memkern.store.memory import InMemoryStore
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
@@ -350,7 +351,7 @@ _KILL = textwrap.dedent("""
         def snap(self):
             os.kill(os.getpid(), signal.SIGKILL)
         MemoryStore.snapshot = snap
-    from memkern import cli
+    from memkern.cli import main as cli
     sys.exit(cli.main(["import", "--store", sys.argv[2], "--in", sys.argv[3]]))
 """)
 
@@ -412,7 +413,7 @@ def test_cli_export_import_and_one_line_errors(tmp_path, capsys):
 
 
 def test_cli_import_without_embeddings_uses_the_embedder(tmp_path, capsys, monkeypatch):
-    from memkern.commands import _common as C
+    from memkern.cli import common as C
 
     emb = HashEmbedder(D)
     built = []

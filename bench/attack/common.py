@@ -136,7 +136,7 @@ class HashEmbedder:
 def fake_cli_models(dim: int = 32) -> Iterator[HashEmbedder]:
     """The CLI commands build their models through ``commands._common.build_models``: replace it
     with a :class:`HashEmbedder` (no chat model: use ``--extractor embedding``)."""
-    from memkern.commands import _common as C
+    from memkern.cli import common as C
 
     emb = HashEmbedder(dim)
     old = C.build_models
@@ -149,7 +149,7 @@ def fake_cli_models(dim: int = 32) -> Iterator[HashEmbedder]:
 
 def cli(argv: list[str]) -> tuple[int, str]:
     """``memkern <argv>`` in this process: (exit code, stderr)."""
-    from memkern import cli as _cli
+    from memkern.cli import main as _cli
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

@@ -19,7 +19,6 @@ Every argument is validated before anything is written, with the same messages a
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -29,7 +28,7 @@ import threading
 import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -325,39 +324,6 @@ class MemoryService:
         self._feedback_given = _FeedbackLedger(getattr(store, "path", None), keep=16 * self.max_responses)
         self._respond_slots = threading.BoundedSemaphore(self.limits.max_pending_responds)
         self._counter = itertools.count()
-
-    @classmethod
-    @contextlib.contextmanager
-    def from_args(cls, args: Any) -> Iterator["MemoryService"]:
-        """The service ``memkern serve`` and ``memkern mcp`` run, set up from their shared CLI
-        options (``memkern.commands.serve.add_server_args``), as a context manager.
-
-        Sets the torch threads (``--threads``), builds the ``--embedder`` (``None``: the offline
-        default on first use) and ``--chat-model``, opens the store (``--store``, created with the
-        embedder's width), and applies the ``Limits`` options. On exit the kept RMMs are saved (:meth:`close`) and then the store is closed.
-        """
-        from ..commands import _common as C
-
-        C.set_threads(args)
-        emb = None
-        if args.embedder:
-            from ..models import Embedder
-
-            emb = Embedder(args.embedder)
-        chat = None
-        if args.chat_model:
-            from ..models import ChatModel
-
-            chat = ChatModel(args.chat_model)
-        limits = Limits(max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
-                        max_text_chars=args.max_text_chars, max_limit=args.max_limit,
-                        max_respond_chars=args.max_respond_chars, max_pending_responds=args.max_pending_responds)
-        with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
-            service = cls(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
-            try:
-                yield service
-            finally:
-                service.close()  # rerankers saved; the store is closed (snapshot) by the `with`
 
     # ------------------------------------------------------------------ components
     @property

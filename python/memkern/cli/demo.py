@@ -13,7 +13,7 @@ import os
 import time
 from collections import Counter
 
-from . import _common as C
+from . import common as C
 
 log = logging.getLogger("memkern")
 

@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
         import mcp  # noqa: F401
     except ImportError as e:
         raise missing_dependency(e, "memkern mcp", "serve") or e
-    from ..server.service import MemoryService
+    from . import serve
 
-    with MemoryService.from_args(args) as service:
+    with serve.service_from_args(args) as service:
         run_stdio(build_server(service))
     return 0

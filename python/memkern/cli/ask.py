@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from . import _common as C
+from . import common as C
 
 
 def configure(p: argparse.ArgumentParser) -> None:

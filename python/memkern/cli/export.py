@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import _common as C
+from . import common as C
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -45,7 +45,7 @@ def find_bench_dir(explicit: str | None) -> Path | None:
         p = Path(explicit).expanduser()
         return p if (p / "report.py").is_file() else None
     here = Path(__file__).resolve()
-    for base in (here.parents[3], Path.cwd()):  # <repo>/python/memkern/commands/bench.py; or the cwd
+    for base in (here.parents[3], Path.cwd()):  # <repo>/python/memkern/cli/bench.py; or the cwd
         if (base / "bench" / "report.py").is_file():
             return base / "bench"
     return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import _common as C
+from . import common as C
 
 
 def configure(p: argparse.ArgumentParser) -> None:

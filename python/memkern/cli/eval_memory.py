@@ -39,7 +39,7 @@ import logging
 import time
 from pathlib import Path
 
-from . import _common as C
+from . import common as C
 
 log = logging.getLogger("memkern")
 

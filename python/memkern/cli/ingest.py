@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _common as C
+from . import common as C
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 
-from . import _common as C
+from . import common as C
 
 
 def _ints(text: str) -> list[int]:

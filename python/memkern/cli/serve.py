@@ -10,12 +10,17 @@ Without a key it binds only to a loopback address and answers only loopback ``Ho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import bad_arg, missing_dependency
-from . import _common as C
+from . import common as C
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..server.service import MemoryService
 
 LOOPBACK_NAMES = ("localhost",)
 log = logging.getLogger("memkern")
@@ -124,14 +129,12 @@ def run(args: argparse.Namespace) -> int:
         from ..server.app import create_app, uvicorn_config
     except ImportError as e:
         raise missing_dependency(e, "memkern serve", "serve") or e
-    from ..server.service import MemoryService
-
     hosts = args.allowed_host
     if hosts is None and keys is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         from ..server.app import LOOPBACK_HOSTS
 
         hosts = sorted(LOOPBACK_HOSTS | {args.host.strip("[]").lower()})
-    with MemoryService.from_args(args) as service:
+    with service_from_args(args) as service:
         app = create_app(service, api_keys=keys, allowed_hosts=hosts, body_timeout=args.body_timeout,
                          max_concurrent=args.max_concurrent)
         print(f"memkern serve: store {C.store_path(args)} on http://{args.host}:{args.port}"
@@ -158,3 +161,37 @@ def _server_class(uvicorn):
                 captured.clear()
 
     return Server
+
+
+@contextlib.contextmanager
+def service_from_args(args: Any) -> Iterator["MemoryService"]:
+    """The service ``memkern serve`` and ``memkern mcp`` run, set up from their shared CLI
+    options (:func:`add_server_args`), as a context manager.
+
+    Sets the torch threads (``--threads``), builds the ``--embedder`` (``None``: the offline
+    default on first use) and ``--chat-model``, opens the store (``--store``, created with the
+    embedder's width), and applies the ``Limits`` options. On exit the kept RMMs are saved
+    (:meth:`MemoryService.close`) and then the store is closed.
+    """
+    from ..server.service import Limits, MemoryService
+
+    C.set_threads(args)
+    emb = None
+    if args.embedder:
+        from ..models import Embedder
+
+        emb = Embedder(args.embedder)
+    chat = None
+    if args.chat_model:
+        from ..models import ChatModel
+
+        chat = ChatModel(args.chat_model)
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
+                    max_text_chars=args.max_text_chars, max_limit=args.max_limit,
+                    max_respond_chars=args.max_respond_chars, max_pending_responds=args.max_pending_responds)
+    with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
+        service = MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
+        try:
+            yield service
+        finally:
+            service.close()  # rerankers saved; the store is closed (snapshot) by the `with`

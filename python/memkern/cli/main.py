@@ -1,6 +1,6 @@
 """The ``memkern`` command line.
 
-Each command lives in ``memkern/commands/<name>.py`` and exposes ``configure(parser)`` (adds its
+Each command lives in ``memkern/cli/<name>.py`` and exposes ``configure(parser)`` (adds its
 arguments) and ``run(args) -> int``. Modules are imported only when their command runs, so
 ``memkern --help`` is fast.
 
@@ -20,27 +20,27 @@ from typing import NoReturn
 
 # (command words, module, one-line help)
 COMMANDS: list[tuple[tuple[str, ...], str, str]] = [
-    (("demo",), "memkern.commands.demo", "run RMM on the bundled sample conversation (the main job)"),
-    (("ingest",), "memkern.commands.ingest", "add dialogue sessions from a JSON file to a store"),
-    (("ask",), "memkern.commands.ask", "ask a question answered from a store's memories"),
-    (("inspect",), "memkern.commands.inspect", "print a store's memory bank"),
-    (("forget",), "memkern.commands.forget", "delete a namespace or a record"),
-    (("export",), "memkern.commands.export", "write a store's records and reranker state to a JSONL file"),
-    (("import",), "memkern.commands.import_", "load a 'memkern export' file into a new or existing store (atomic)"),
-    (("models",), "memkern.commands.models", "set up / list the offline default models"),
-    (("eval", "memory"), "memkern.commands.eval_memory", "retrieval experiments (LongMemEval/LoCoMo/generated)"),
-    (("eval", "reread"), "memkern.commands.eval_reread", "MemReread vs MemAgent on long-context QA"),
-    (("bench",), "memkern.commands.bench", "run the benchmark suite; writes bench/REPORT.md and charts"),
-    (("serve",), "memkern.commands.serve", "serve a store over HTTP (mem0-shaped routes; memkern[serve])"),
-    (("mcp",), "memkern.commands.mcp", "serve a store as MCP tools over stdio (memkern[serve])"),
+    (("demo",), "memkern.cli.demo", "run RMM on the bundled sample conversation (the main job)"),
+    (("ingest",), "memkern.cli.ingest", "add dialogue sessions from a JSON file to a store"),
+    (("ask",), "memkern.cli.ask", "ask a question answered from a store's memories"),
+    (("inspect",), "memkern.cli.inspect", "print a store's memory bank"),
+    (("forget",), "memkern.cli.forget", "delete a namespace or a record"),
+    (("export",), "memkern.cli.export", "write a store's records and reranker state to a JSONL file"),
+    (("import",), "memkern.cli.import_", "load a 'memkern export' file into a new or existing store (atomic)"),
+    (("models",), "memkern.cli.models", "set up / list the offline default models"),
+    (("eval", "memory"), "memkern.cli.eval_memory", "retrieval experiments (LongMemEval/LoCoMo/generated)"),
+    (("eval", "reread"), "memkern.cli.eval_reread", "MemReread vs MemAgent on long-context QA"),
+    (("bench",), "memkern.cli.bench", "run the benchmark suite; writes bench/REPORT.md and charts"),
+    (("serve",), "memkern.cli.serve", "serve a store over HTTP (mem0-shaped routes; memkern[serve])"),
+    (("mcp",), "memkern.cli.mcp", "serve a store as MCP tools over stdio (memkern[serve])"),
 ]
 
 #: the extra a command's optional packages come from (the store commands need none)
 COMMAND_EXTRAS = {
-    "memkern.commands.demo": "models", "memkern.commands.ingest": "models", "memkern.commands.ask": "models",
-    "memkern.commands.models": "models", "memkern.commands.eval_memory": "eval",
-    "memkern.commands.eval_reread": "eval", "memkern.commands.bench": "bench",
-    "memkern.commands.serve": "serve", "memkern.commands.mcp": "serve",
+    "memkern.cli.demo": "models", "memkern.cli.ingest": "models", "memkern.cli.ask": "models",
+    "memkern.cli.models": "models", "memkern.cli.eval_memory": "eval",
+    "memkern.cli.eval_reread": "eval", "memkern.cli.bench": "bench",
+    "memkern.cli.serve": "serve", "memkern.cli.mcp": "serve",
 }
 
 
@@ -69,7 +69,7 @@ def exit_code(exc: BaseException) -> int:
     an invalid namespace, an unknown record id). 1 (failure): everything else: I/O errors, a
     corrupted or locked store, an unavailable backend, a failing model.
     """
-    from .errors import MemkernKeyError, MemkernTypeError, MemkernValueError
+    from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError
 
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
@@ -80,7 +80,7 @@ def exit_code(exc: BaseException) -> int:
 
 def error_line(exc: BaseException) -> str:
     """One line naming the problem: ``memkern: error: <message>``."""
-    from .errors import MemkernError
+    from ..errors import MemkernError
 
     if isinstance(exc, KeyboardInterrupt):
         msg = "interrupted"
@@ -98,7 +98,7 @@ def error_line(exc: BaseException) -> str:
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Build the parser; only the module of command ``load`` (a dotted module path) is imported."""
-    from .base.version import __version__
+    from ..base.version import __version__
 
     parser = _Parser(prog="memkern", description="memkern: long-term memory for LLM agents")
     parser.add_argument("--version", action="version", version=f"memkern {__version__}",
@@ -158,7 +158,7 @@ def _main(argv: list[str]) -> int:
         logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
         return int(importlib.import_module(module).run(args) or 0)
     except ModuleNotFoundError as exc:  # an optional package is missing: name the extra that brings it
-        from .errors import missing_dependency
+        from ..errors import missing_dependency
 
         words = next(" ".join(w) for w, m, _ in COMMANDS if m == module)
         err = missing_dependency(exc, f"memkern {words}", COMMAND_EXTRAS.get(module))

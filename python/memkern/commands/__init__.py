@@ -1,1 +1,0 @@
-"""One module per ``memkern`` command: ``configure(parser)`` and ``run(args) -> int``."""
