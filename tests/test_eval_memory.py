@@ -256,19 +256,6 @@ def test_rmm_slice_with_real_tiny_model():
 
 
 # --------------------------------------------------------------------------------- harness layout
-def test_deprecated_memory_alias_resolves_and_warns():
-    import importlib
-
-    M = importlib.import_module("memkern.eval.memory")
-    with pytest.warns(DeprecationWarning, match="memkern.eval.granularity.run_granularity"):
-        assert M.run_granularity is granularity.run_granularity
-    for name in M.__all__:
-        with pytest.warns(DeprecationWarning):
-            assert getattr(M, name) is not None
-    with pytest.raises(AttributeError, match="no_such_name"):
-        M.no_such_name
-
-
 def test_typed_results_format_from_json(small, bow, tmp_path):
     """Each experiment returns its own result type; the table comes from that type, also for a
     result read back from JSON (no branching on the experiment name in the report module)."""

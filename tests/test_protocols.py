@@ -108,15 +108,6 @@ def test_an_object_missing_a_member_does_not_satisfy(proto):
     assert not isinstance(object(), proto)
 
 
-def test_deprecated_aliases_warn_and_point_to_the_protocols():
-    with pytest.warns(DeprecationWarning, match="memkern.protocols.Embedder"):
-        assert M.EmbedderLike is P.Embedder
-    with pytest.warns(DeprecationWarning, match="memkern.protocols.ChatModel"):
-        assert M.ChatModelLike is P.ChatModel
-    with pytest.raises(AttributeError):
-        M.NoSuchThing  # noqa: B018
-
-
 # ------------------------------------------------------------------ one decide_batch signature
 class SeedChat:
     def __init__(self):

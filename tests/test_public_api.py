@@ -102,3 +102,26 @@ def test_python_dash_m_memkern_runs():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert memkern.__version__ in out.stdout
+
+
+# 0.1 paths that moved in 0.2 (CHANGELOG.md) and the deprecated aliases that were removed
+OLD_MODULES = ["memkern.validate", "memkern.atomic", "memkern.paths", "memkern.telemetry", "memkern.turns",
+               "memkern.template", "memkern.timeexpr", "memkern.contradict", "memkern.jsonrepair",
+               "memkern.extract", "memkern.update", "memkern.prompts", "memkern.inmemory", "memkern.aio",
+               "memkern.bank", "memkern.transfer", "memkern.lexical", "memkern.reranker", "memkern.trainer",
+               "memkern._reference", "memkern.rmm", "memkern.memreread", "memkern.commands",
+               "memkern.models.lookup", "memkern.eval.memory"]
+REMOVED_ALIASES = [("memkern.errors", "check_int"), ("memkern.models", "EmbedderLike"),
+                   ("memkern.models", "ChatModelLike"), ("memkern.ops", "Rewards")]
+
+
+@pytest.mark.parametrize("module", OLD_MODULES)
+def test_moved_module_paths_are_gone(module):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
+
+
+@pytest.mark.parametrize("module, name", REMOVED_ALIASES)
+def test_removed_aliases_raise_attribute_error(module, name):
+    with pytest.raises(AttributeError, match=name):
+        getattr(importlib.import_module(module), name)

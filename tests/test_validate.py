@@ -3,7 +3,6 @@ handling), and that the modules that used hand-written checks keep their exact m
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -69,18 +68,6 @@ def test_check_choice_and_str():
     assert is_int(np.uint8(1)) and not is_int(np.bool_(True)) and is_real(np.float16(1)) and not is_real(False)
 
 
-def test_moved_check_int_warns_once():
-    import memkern.errors as E
-
-    E._warned.discard("check_int")
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        assert E.check_int("n", 2, 1) == 2
-        assert E.check_int is check_int
-    assert [str(x.message) for x in w if x.category is DeprecationWarning] == \
-        ["memkern.errors.check_int is deprecated; use memkern.base.validate.check_int"]
-
-
 @pytest.mark.parametrize("build, message", [
     # The messages the hand-written checks gave, kept word for word through memkern.base.validate.
     (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(0), "dim: expected a positive int, got 0"),
@@ -105,20 +92,3 @@ def test_callers_keep_their_messages(build, message):
     with pytest.raises(MemkernValueError) as e:
         build()
     assert str(e.value) == message
-
-
-def test_removed_ops_rewards_alias_warns_once():
-    from typing import Callable
-
-    import torch
-
-    from memkern.score.ops import autograd as ops
-
-    ops._warned.discard("Rewards")
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        assert ops.Rewards == Callable[[torch.Tensor], torch.Tensor]
-        ops.Rewards
-    assert len([x for x in w if x.category is DeprecationWarning]) == 1
-    with pytest.raises(AttributeError):
-        ops.NoSuchName

@@ -109,22 +109,3 @@ def bad_arg(name: str, expected: str, got: object, cls: type[MemkernError] = Mem
     """Build an error naming argument ``name``, what was ``expected`` and what was ``got``
     (:func:`shown`: bounded, never raises)."""
     return cls(f"{name}: expected {expected}, got {shown(got)}")
-
-
-# Moved: the argument checks live in memkern.base.validate; the old names warn once, for one release.
-_MOVED = {"check_int": "memkern.base.validate.check_int"}
-_warned: set[str] = set()
-
-
-def __getattr__(name: str):
-    new = _MOVED.get(name)
-    if new is None:
-        raise AttributeError(f"module 'memkern.errors' has no attribute {name!r}")
-    if name not in _warned:
-        _warned.add(name)
-        import warnings
-
-        warnings.warn(f"memkern.errors.{name} is deprecated; use {new}", DeprecationWarning, stacklevel=2)
-    from .base import validate
-
-    return getattr(validate, name)

@@ -14,7 +14,6 @@ from .score.ops.autograd import (
     rerank_step,
     philox_uniform,
     resolve_backend,
-    __getattr__,
 )
 
 __all__ = [

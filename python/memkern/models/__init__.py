@@ -24,9 +24,6 @@ Modules: :mod:`~memkern.models.paths` (default model paths, cache, device),
 """
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from .chat import JsonScanner, Message, Prompt, first_json
 from .chat_hf import ChatModel, tiny_chat_model
 from .chat_openai import OpenAIChatModel
@@ -38,24 +35,6 @@ from .paths import (
 )
 from .gguf import default_chat_model_path, default_tokenizer_path
 from .setup import list_models, setup_default_models
-
-
-# --------------------------------------------------------------------------------------------
-# Protocols live in memkern.protocols; the old names stay as deprecated aliases for one release.
-# --------------------------------------------------------------------------------------------
-_DEPRECATED_ALIASES = {"EmbedderLike": "Embedder", "ChatModelLike": "ChatModel"}
-
-
-def __getattr__(name: str) -> Any:
-    new = _DEPRECATED_ALIASES.get(name)
-    if new is None:
-        raise AttributeError(f"module 'memkern.models' has no attribute {name!r}")
-    warnings.warn(f"memkern.models.{name} is deprecated; use memkern.protocols.{new}",
-                  DeprecationWarning, stacklevel=2)
-    from .. import protocols
-
-    return getattr(protocols, new)
-
 
 __all__ = [
     "ChatModel",

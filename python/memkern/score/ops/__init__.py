@@ -16,7 +16,6 @@ from .autograd import (
     rerank_step,
     philox_uniform,
     resolve_backend,
-    __getattr__,
 )
 
 __all__ = [

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ...errors import require
 
@@ -780,19 +780,3 @@ def rerank_step(q, Wq, Wm, candidates, rewards, m, tau=0.5, seed=0, offset=0, id
     if squeezed:
         return RerankStep(idx[0], scores[0], lp[0], loss, dWq, dWm)
     return RerankStep(idx, scores, lp, loss, dWq, dWm)
-
-
-_DEPRECATED = {"Rewards": "Callable[[torch.Tensor], torch.Tensor] (ops.Rewards was an unused alias)"}
-_warned: set[str] = set()
-
-
-def __getattr__(name: str):
-    """``ops.Rewards`` (an alias nothing used) is removed; the name warns once for one release."""
-    if name not in _DEPRECATED:
-        raise AttributeError(f"module 'memkern.ops' has no attribute {name!r}")
-    if name not in _warned:
-        _warned.add(name)
-        import warnings
-
-        warnings.warn(f"memkern.ops.{name} is deprecated; use {_DEPRECATED[name]}", DeprecationWarning, stacklevel=2)
-    return Callable[[torch.Tensor], torch.Tensor]
