@@ -32,8 +32,8 @@ from ..errors import require
 require("reranker", "torch", feature="memkern.graphs")  # names the extra when a package is missing
 import torch
 
-from .reranker import Selection, _forward_key
-from .trainer import UpdateStats, _as_rewards
+from .selection import Selection, _as_rewards, _forward_key
+from .stats import UpdateStats
 
 __all__ = ["GraphRunner"]
 

@@ -80,7 +80,7 @@ import logging
 import math
 import os
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,9 @@ from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..base.validate import check_choice, check_float, check_int
 from ..base.telemetry import traced
-from .trainer import TRAINER_KEYS, ReinforceTrainer, UpdateStats, _as_rewards  # noqa: F401
+from .selection import Selection, _as_prior, _as_rewards, _forward_key, _residual
+from .stats import UpdateStats  # noqa: F401  (re-exported: the type update() returns)
+from .trainer import TRAINER_KEYS, ReinforceTrainer
 
 __all__ = ["Reranker", "Selection", "PRESETS", "read_state_bytes", "read_buffer_bytes"]
 
@@ -120,96 +122,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                 normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
                 replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
 }
-
-
-@dataclass
-class Selection:
-    """What :meth:`Reranker.select` drew, with everything :meth:`Reranker.update` needs.
-
-    Attributes
-    ----------
-    indices : int64 ``[B, M]`` positions into the candidate list (``-1`` = no item: the row had
-        fewer than ``M`` valid candidates)
-    scores : float32 ``[B, K]`` reranker scores (``-inf`` for padding)
-    logp : float32 ``[B, M]`` log-probabilities of the drawn slots (``0`` on ``-1`` slots)
-    q : ``[B, d]`` the queries
-    candidates : dense ``[B, K, d]`` candidates, or the table ``[N, d]`` when ``ids`` is set
-    ids : int64 ``[B, K]`` or None
-    mask : bool ``[B, K]`` or None
-    seed, offset : the Philox key and counter base of the draw (reproduce it with ops.gumbel_topm)
-    greedy : whether the draw was noise-free (top-M by score)
-    squeezed : the query was 1-D (``indices`` etc. are then ``[M]``/``[K]``)
-    prior : float32 ``[B, K]`` (``[K]`` when squeezed) the per-candidate prior :meth:`Reranker.select`
-        was given, or None; ``scores`` then hold ``prior + (q' . m' - q . m)``
-    """
-
-    indices: torch.Tensor
-    scores: torch.Tensor
-    logp: torch.Tensor
-    q: torch.Tensor
-    candidates: torch.Tensor
-    ids: torch.Tensor | None
-    mask: torch.Tensor | None
-    seed: int
-    offset: int
-    greedy: bool = False
-    squeezed: bool = False
-    prior: torch.Tensor | None = None
-
-    @property
-    def selected_ids(self) -> torch.Tensor:
-        """Store ids of the selected memories ``[B, M]`` (``-1`` = none); needs ``ids``."""
-        if self.ids is None:
-            raise bad_arg("selection.ids", "candidates given as (ids, table)", None)
-        idx = self.indices if not self.squeezed else self.indices.unsqueeze(0)
-        ids = self.ids if self.ids.dim() == 2 else self.ids.unsqueeze(0)
-        out = torch.where(idx >= 0, ids.gather(1, idx.clamp_min(0)), torch.full_like(idx, -1))
-        return out[0] if self.squeezed else out
-
-
-def _as_prior(prior, B: int, K: int, squeezed: bool, device) -> torch.Tensor:
-    """``prior`` as a float32 ``[B, K]`` tensor on ``device`` (see :meth:`Reranker.select`)."""
-    on_host = not (isinstance(prior, torch.Tensor) and prior.device.type != "cpu")
-    if isinstance(prior, torch.Tensor):
-        if not (prior.is_floating_point() or prior.dtype in (torch.int32, torch.int64)):
-            raise bad_arg("prior", "a float tensor [B, K]", prior.dtype, MemkernTypeError)
-        t = prior.detach()
-    else:
-        try:
-            arr = np.asarray(prior, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise bad_arg("prior", "a float array [B, K]", type(prior).__name__, MemkernTypeError) from None
-        t = torch.from_numpy(arr)
-    if squeezed and t.dim() == 1:
-        t = t.unsqueeze(0)
-    if tuple(t.shape) != (B, K):
-        raise bad_arg("prior", f"shape [B, K] = [{B}, {K}]" + (" (or [K] for a 1-D q)" if squeezed else ""),
-                      tuple(prior.shape) if hasattr(prior, "shape") else tuple(t.shape))
-    if on_host and not bool(torch.isfinite(t).all()):
-        raise bad_arg("prior", "finite values", "a NaN/inf")
-    return t.to(device=device, dtype=torch.float32)
-
-
-def _residual(q, r, cands, ids, scores) -> torch.Tensor:
-    """``q' . m' - q . m`` per candidate, float32 ``[B, K]``, computed as ``m . (r - q)`` (exactly 0
-    for zero adapters, where ``r == q``); ``-inf`` where ``scores`` is (padding)."""
-    q2 = q.unsqueeze(0) if q.dim() == 1 else q
-    dq = r.float() - q2.float()                                      # [B, d]
-    if ids is None:
-        C = cands.unsqueeze(0) if cands.dim() == 2 else cands        # [B, K, d]
-    else:
-        ii = ids.unsqueeze(0) if ids.dim() == 1 else ids
-        C = cands[ii.clamp_min(0)]                                   # [B, K, d]
-    delta = torch.bmm(C.float(), dq.unsqueeze(-1)).squeeze(-1)          # [B, K]
-    return torch.where(torch.isfinite(scores), delta, scores)
-
-
-def _forward_key(*tensors):
-    """Identity and in-place version of each tensor (None entries skipped); None if unavailable."""
-    try:
-        return tuple((id(t), t._version) for t in tensors if t is not None)
-    except RuntimeError:             # inference-mode tensors have no version counter
-        return None
 
 
 class Reranker(nn.Module):

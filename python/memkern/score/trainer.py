@@ -37,7 +37,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import require
@@ -48,12 +47,9 @@ import torch
 from .ops import autograd as ops
 from ..errors import MemkernTypeError, bad_arg
 from ..base.validate import check_float, check_int
+from .selection import Selection, _as_rewards, _forward_key
+from .stats import UpdateStats, _LazyNorm
 
-
-def _forward_key(*tensors):
-    from .reranker import _forward_key as key
-
-    return key(*tensors)
 
 __all__ = ["ReinforceTrainer", "UpdateStats", "TRAINER_PRESETS"]
 
@@ -92,57 +88,6 @@ def _resolve_optimizer(spec, params, lr):
         return opt, type(opt).__name__
     raise bad_arg("optimizer", "None, 'sgd', 'adam', 'adamw', an Optimizer class or a callable(params)", spec,
                   MemkernTypeError)
-
-
-class _LazyNorm:
-    """The adapters' norm, computed when read (``float()``); for steps that did not compute it."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def __float__(self):
-        return float(self.trainer._norm())
-
-
-class UpdateStats(Mapping):
-    """Statistics of one update, read lazily: values stay device tensors until a key is read.
-
-    Keys: ``loss``, ``reward_rate`` (fraction of the new valid slots with reward > 0),
-    ``grad_norm`` (before clipping), ``adapter_norm`` (after the step; for settings without decay,
-    max-norm or guard it is the adapters' norm when read), ``n_rows`` (new +
-    replayed), ``n_replay``, ``baseline`` (the baseline used), ``rolled_back`` (0/1; only guard
-    check steps can roll back), ``step``. Reading a key returns a Python float (int for ``n_rows``,
-    ``n_replay``, ``step``) and synchronises with the device; :attr:`tensors` gives the raw values.
-    """
-
-    _KEYS = ("loss", "reward_rate", "grad_norm", "adapter_norm", "n_rows", "n_replay", "baseline", "rolled_back",
-             "step")
-
-    def __init__(self, **values):
-        self.tensors = values
-
-    def __getitem__(self, key):
-        if key not in self._KEYS:
-            raise KeyError(key)
-        if key == "reward_rate":
-            pos, valid = self.tensors["n_pos"], self.tensors["n_valid"]
-            if pos is None:
-                slot = self.tensors["idx"] >= 0
-                pos, valid = (slot & (self.tensors["R"] > 0)).sum(), slot.sum()
-            return float(pos) / max(float(valid), 1.0)
-        v = self.tensors[key]
-        if key in ("n_rows", "n_replay", "step"):
-            return int(v)
-        return float(v)
-
-    def __iter__(self):
-        return iter(self._KEYS)
-
-    def __len__(self):
-        return len(self._KEYS)
-
-    def __repr__(self):
-        return f"UpdateStats({dict(self)!r})"
 
 
 class ReinforceTrainer:
@@ -402,8 +347,6 @@ class ReinforceTrainer:
 
         ``_defer_host=True`` (internal, CUDA-graph capture) stops before :meth:`_finish`."""
         rr = self.reranker
-        from .reranker import Selection
-
         if not isinstance(selection, Selection):
             raise bad_arg("selection", "a memkern.Selection from Reranker.select", type(selection).__name__,
                           MemkernTypeError)
@@ -829,27 +772,6 @@ def _replay_keys(seed: int, draws, cap: int, device) -> torch.Tensor:
     z = z * _i64(_MIX2)
     z = z ^ (torch.bitwise_right_shift(z, 31) & ((1 << 33) - 1))
     return torch.bitwise_right_shift(z, 1) & ((1 << 63) - 1)
-
-
-def _as_rewards(rewards, indices):
-    """Rewards as float32 ``[B, M]`` on the selection's device, from a tensor (any device), a numpy
-    array or a (nested) list; bools map cited -> +1, not cited -> -1."""
-    if not isinstance(rewards, torch.Tensor):
-        try:
-            rewards = torch.as_tensor(rewards)
-        except Exception:
-            raise bad_arg("rewards", "a tensor, numpy array or list [B, M]", type(rewards).__name__,
-                          MemkernTypeError) from None
-    if rewards.dim() == 1 and indices.dim() == 2 and indices.shape[0] == 1:
-        rewards = rewards.unsqueeze(0)
-    if tuple(rewards.shape) != tuple(indices.shape):
-        raise bad_arg("rewards", f"the selection's shape {tuple(indices.shape)}", tuple(rewards.shape))
-    if rewards.dtype == torch.bool:
-        rewards = rewards.to(indices.device, non_blocking=True).float() * 2.0 - 1.0   # cited -> +1, else -1
-    elif not (rewards.is_floating_point() or rewards.dtype in (torch.int8, torch.int16, torch.int32, torch.int64,
-                                                               torch.uint8)):
-        raise bad_arg("rewards", "float, int or bool values", rewards.dtype, MemkernTypeError)
-    return rewards.to(indices.device, torch.float32, non_blocking=True)
 
 
 def _prior_offset(sel, q, C, valid):
