@@ -7,7 +7,17 @@ Commands (run from anywhere; they act on the repository that holds this script):
     relayout.py rewrite                  rewrite imports, dotted names and file paths everywhere
     relayout.py verify                   check that every memkern import in the tree resolves
     relayout.py mutants                  rewrite the file paths of bench/mutants.py
+    relayout.py resolve                  after a merge with conflicts: take the other side of every
+                                         conflicted file whose side here only rewrote paths
     relayout.py map                      print the module map (old -> new)
+
+After merging code written against the old paths (``git merge main`` into this branch)::
+
+    relayout.py resolve          # conflicts where this side only rewrote imports: the other side wins
+    relayout.py move all         # files that landed in moved folders or at old paths
+    relayout.py rewrite          # their imports, dotted names and paths
+    relayout.py verify           # every import resolves
+    bench/mutation.py --check    # mutants whose snippet moved or was edited here
 
 ``rewrite`` and ``verify`` are idempotent and read the tree as it is: after merging code written
 against the old paths, ``relayout.py move all && relayout.py rewrite && relayout.py verify`` moves
@@ -208,7 +218,10 @@ class Tree:
             return self._names[mod]
         if mod not in self.files:
             return set(), True
-        tree = ast.parse(self.files[mod].read_text(encoding="utf-8"))
+        try:
+            tree = ast.parse(self.files[mod].read_text(encoding="utf-8"))
+        except SyntaxError:  # a file with merge conflict markers: assume it binds what is asked
+            return set(), True
         names: set[str] = set()
         more = False
 
@@ -741,6 +754,37 @@ def cmd_verify() -> int:
     return 1 if bad else 0
 
 
+def cmd_resolve() -> int:
+    """For each conflicted file: when this side's version is the merge base rewritten (nothing but
+    moved paths), take the other side's version (``rewrite`` then redoes the paths); else leave it."""
+    out = subprocess.run(["git", "diff", "--name-only", "--diff-filter=U"], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.split()
+    tree = Tree()
+    protected = span_names(scan_files())
+    left = 0
+    for rel in out:
+        def stage(n: int) -> str | None:
+            r = subprocess.run(["git", "show", f":{n}:{rel}"], cwd=REPO, capture_output=True, text=True)
+            return r.stdout if r.returncode == 0 else None
+        base, ours, theirs = stage(1), stage(2), stage(3)
+        path = REPO / rel
+        if base is None or ours is None or theirs is None:
+            print(f"relayout resolve: {rel}: added or deleted on one side; resolve by hand")
+            left += 1
+            continue
+        redone = rewrite_imports(path, base, tree) if rel.endswith((".py", ".pyi")) else base
+        redone = rewrite_text(redone, protected, tree)
+        if redone != ours:
+            print(f"relayout resolve: {rel}: changed here beyond the moved paths; resolve by hand")
+            left += 1
+            continue
+        path.write_text(theirs, encoding="utf-8")
+        git("add", rel)
+        print(f"relayout resolve: {rel}: the other side taken (this side only rewrote paths)")
+    print(f"relayout resolve: {len(out) - left} taken, {left} left to resolve by hand")
+    return 1 if left else 0
+
+
 def mutant_files() -> list[str]:
     text = (REPO / "bench" / "mutants.py").read_text(encoding="utf-8")
     return sorted(set(re.findall(r'"((?:python/memkern|kernels|csrc)/[\w/.]+\.(?:py|cpp|h|hpp))"', text)))
@@ -768,6 +812,7 @@ def main(argv=None) -> int:
     sub.add_parser("rewrite")
     sub.add_parser("verify")
     sub.add_parser("mutants")
+    sub.add_parser("resolve")
     sub.add_parser("map")
     args = ap.parse_args(argv)
     if args.cmd == "move":
@@ -778,6 +823,8 @@ def main(argv=None) -> int:
         return cmd_verify()
     if args.cmd == "mutants":
         return cmd_mutants()
+    if args.cmd == "resolve":
+        return cmd_resolve()
     for k, v in MODULE_MAP.items():
         print(f"{k} -> {v}")
     return 0
