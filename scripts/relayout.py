@@ -320,9 +320,11 @@ def _new_target(tree: Tree, src: str, name: str | None, inside: bool, importer: 
     if name is not None:
         sub = f"{src}.{name}"
         if tree.is_module(sub):
-            if sub in FACES and tree.is_module(FACES[sub][0]) and importer != "memkern" \
+            real = FACES[sub][0] if sub in FACES else ""
+            shadowed = real.rsplit(".", 1)[-1] in tree.names(sub)[0] if real.startswith(sub + ".") else False
+            if sub in FACES and tree.is_module(real) and importer != "memkern" and not shadowed \
                     and not _face_part(importer, sub):
-                return "SUB:" + FACES[sub][0]  # a face imported as a module object: the real module
+                return "SUB:" + real  # a face imported as a module object: the real module
             return src
         moved = map_module(f"{src}.{name}")
         if moved is not None and tree.is_module(moved):

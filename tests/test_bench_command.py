@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memkern.cli import main as cli
+from memkern import cli
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

@@ -60,7 +60,7 @@ def test_store_and_store_commands_need_no_optional_package(tmp_path):
         import asyncio, importlib, sys
         import numpy as np
         import memkern
-        from memkern.cli import main as cli
+        from memkern import cli
 
         folder = {str(tmp_path)!r}
         with memkern.MemoryStore(folder + "/s", dim=4, metric="cos") as s:

@@ -15,7 +15,7 @@ import pytest
 
 from fakes_rmm import HashEmbedder
 from memkern import MemkernError, MemkernValueError
-from memkern.cli import main as cli
+from memkern import cli
 from memkern.store.memory import InMemoryStore
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
@@ -351,7 +351,7 @@ _KILL = textwrap.dedent("""
         def snap(self):
             os.kill(os.getpid(), signal.SIGKILL)
         MemoryStore.snapshot = snap
-    from memkern.cli import main as cli
+    from memkern import cli
     sys.exit(cli.main(["import", "--store", sys.argv[2], "--in", sys.argv[3]]))
 """)
 

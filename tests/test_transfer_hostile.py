@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from memkern import MemkernValueError, Reranker, StoreCorruptedError
-from memkern.cli import main as cli
+from memkern import cli
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
 from memkern.store.transfer.install import export_store, import_store

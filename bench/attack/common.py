@@ -149,7 +149,7 @@ def fake_cli_models(dim: int = 32) -> Iterator[HashEmbedder]:
 
 def cli(argv: list[str]) -> tuple[int, str]:
     """``memkern <argv>`` in this process: (exit code, stderr)."""
-    from memkern.cli import main as _cli
+    from memkern import cli as _cli
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
