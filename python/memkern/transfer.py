@@ -897,7 +897,7 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
         inexact = _exact_inputs(parsed)
         fresh = InMemoryStore(parsed.dim, parsed.metric, **target._options)
         id_map, renumbered = _write_records(fresh, parsed)
-        target._native = fresh._native  # one step: the target shows all of it or none
+        target._native, fresh._native = fresh._native, None  # one step: the target shows all of it or none
         return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, [],
                             [f"{ns}{_RERANKER_FILES[k]}" for ns, k, _ in parsed.rerankers], None, inexact)
     if isinstance(target, MemoryStore):
