@@ -9,8 +9,9 @@ Compared, interleaved through ``bench/harness.py`` with results checked equal:
   Checked: the same ids. The difference is the cost of the log (encode is shared; append, fsync).
 * **add** one record per call (``--single`` calls): the same three sides, where the per-call log
   append and fsync show.
-* **search** (``B`` queries, ``k = 10``): InMemoryStore's exact scan vs MemoryStore's exact scan
-  (checked: the same ids) and vs its HNSW graph (recall@10 against the exact ids stated).
+* **search** (``B`` queries in one call, and ``B`` calls of one query, ``k = 10``): InMemoryStore's
+  exact scan vs MemoryStore's exact scan (checked: the same ids) and vs its HNSW graph (recall@10
+  against the exact ids stated).
 * ``--twin-rev REV``: also the pure-Python ``InMemoryStore`` of git revision ``REV`` (the store
   before it became the engine; loaded from ``git show REV:python/memkern/inmemory.py``) on the same
   add_batch and search, checked: the same ids (search: up to near-ties, its scores being float64).
@@ -149,6 +150,15 @@ def main(argv=None) -> dict:
         c = compare(Side(MEM, lambda: mem.search("u", q, k=K)[0], threads=1), other,
                     check=same_ids if other.name.startswith("MemoryStore") else same_up_to_ties,
                     rounds=a.rounds, label=f"search B={a.queries} k={K}")
+        rows.append(("search", c))
+        print(c.summary("ms"))
+    for other in searches:  # one query per call, as an agent reads
+        c = compare(Side(MEM, lambda: np.concatenate([mem.search("u", q[i], k=K)[0] for i in range(len(q))]),
+                         threads=1),
+                    Side(other.name, lambda s=(twin if other.name.startswith("Python") else flat):
+                         np.concatenate([s.search("u", q[i], k=K)[0] for i in range(len(q))]), threads=1),
+                    check=same_ids if other.name.startswith("MemoryStore") else same_up_to_ties,
+                    rounds=a.rounds, label=f"{a.queries} single-query searches k={K}")
         rows.append(("search", c))
         print(c.summary("ms"))
     exact = mem.search("u", q, k=K)[0]
