@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "cpp-tests"
-SUITES = ("crc32", "record", "log_codec", "wal", "snapshot")  # tests/cpp/CMakeLists.txt
+SUITES = ("crc32", "record", "log_codec", "wal", "snapshot", "store_memory")  # tests/cpp/CMakeLists.txt
 
 
 def _tool(name: str) -> str:
