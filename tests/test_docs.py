@@ -140,9 +140,11 @@ def test_mkdocs_build_strict(tmp_path):
         "mkdocs / mkdocstrings missing: install the test extra (./scripts/setup.sh test)")
     site = tmp_path / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+    # no -q: mkdocs' quiet mode drops warnings before --strict counts them
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
                         "-d", str(site)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "WARNING" not in r.stderr, r.stderr[-4000:]
     expect = {
         "store/index.html": ["memkern.MemoryStore.search", "memkern.InMemoryStore", "memkern.AsyncMemoryStore"],
         "reranker/index.html": ["memkern.Reranker.select", "memkern.ReinforceTrainer", "memkern.ops.rerank_scores"],
