@@ -80,6 +80,14 @@ def test_page_examples_run_with_the_real_models(page, tmp_path, monkeypatch):
     _run_page(page, _python(page, {"", "slow"}), tmp_path, monkeypatch)
 
 
+def test_the_pages_have_examples_to_run():
+    """The page tests above are parametrized over what the collector finds: it must find them."""
+    assert {_rel(p) for p in FAST} >= {"README.md", "docs/store.md", "docs/retrieval.md", "docs/reranker.md",
+                                       "docs/rmm.md", "docs/memreread.md", "docs/models.md", "docs/errors.md"}
+    assert {_rel(p) for p in SLOW} >= {"docs/rmm.md", "docs/memreread.md", "docs/models.md"}
+    assert sum(len(_python(p, {""})) for p in PAGES) >= 12
+
+
 def test_every_fence_marker_is_known_and_its_test_exists():
     seen = 0
     for page in PAGES:
