@@ -156,7 +156,7 @@ def test_mkdocs_build_strict(tmp_path):
     expect = {
         "store/index.html": ["memkern.MemoryStore.search", "memkern.InMemoryStore", "memkern.AsyncMemoryStore"],
         "reranker/index.html": ["memkern.Reranker.select", "memkern.ReinforceTrainer", "memkern.ops.rerank_scores"],
-        "rmm/index.html": ["memkern.RMM.respond", "memkern.RMMConfig"],
+        "rmm/index.html": ["memkern.RMM.respond", "memkern.RMM.retrieve", "memkern.RMM.end_session", "memkern.RMMConfig"],
         "memreread/index.html": ["memkern.MemReread.answer"],
         "formats/index.html": [],
         "benchmarks/results/index.html": [],
