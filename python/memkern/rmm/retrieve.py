@@ -423,6 +423,10 @@ class RetrieveStage:
         (unless that call explores, ``RMMConfig.explore``); ``turns=N`` takes memories in the
         reranker's order until ``N`` turns are shown (the last memory cut to its best turns).
 
+        The filters apply to the first-stage search (module doc); the reranker chooses among
+        the records that pass. ``config.time_prior`` adds the question's time term
+        (:mod:`memkern.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
+
         Parameters
         ----------
         query : str
@@ -444,10 +448,6 @@ class RetrieveStage:
             Recency prior: half-life in seconds, its weight, the time ages are measured from.
             ``now`` is also the reference of the question's relative time expressions ("last
             week"; :mod:`memkern.rmm.timeprior`; default: the namespace's latest event time).
-
-        The filters apply to the first-stage search (module doc); the reranker chooses among
-        the records that pass. ``config.time_prior`` adds the question's time term
-        (:mod:`memkern.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
 
         Returns
         -------
