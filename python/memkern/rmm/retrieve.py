@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
+from ..validate import MAX_QUERY_CHARS, check_text
 from ..protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
@@ -453,8 +454,7 @@ class RetrieveStage:
         -------
         Retrieval
         """
-        if not isinstance(query, str) or not query.strip():
-            raise bad_arg("query", "a non-empty str", query)
+        check_text("query", query, max_chars=MAX_QUERY_CHARS, nonempty=True, type_error=False)
         if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
             raise bad_arg("turns", "None or an int >= 1", turns)
         if explore is not None and explore is not False:
