@@ -427,6 +427,10 @@ CATALOGUE: list[Mutant] = [
            "FILE_MODE = 0o644",
            "every file of the one atomic write (reranker state, sharded manifests, exports) is readable by every "
            "local user", T_PERMISSIONS + T_ATOMIC_WRITE),
+    Mutant("rmm-query-unbounded", "bounds", "python/memkern/rmm/retrieve.py",
+           'check_text("query", query, max_chars=MAX_QUERY_CHARS, nonempty=True, type_error=False)',
+           'check_text("query", query, max_chars=1 << 40, nonempty=True, type_error=False)',
+           "RMM.retrieve embeds a query of any length", ("tests/test_edge_bounds.py",)),
     # ---------------------------------------------------------------- written interfaces (memkern.protocols)
     Mutant("rmm-store-protocol-unchecked", "protocols", "python/memkern/rmm/core.py",
            "        if not isinstance(store, Store):\n",
