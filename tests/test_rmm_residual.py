@@ -12,7 +12,7 @@ import torch
 from memkern import InMemoryStore, MemoryStore
 from memkern.rmm.feedback import default_reranker
 from memkern.rmm.retrieve import _learned_residual
-from test_rmm_default import DIM, NS, bank
+from test_rmm_default import DIM, bank
 
 
 class Boost:
