@@ -425,7 +425,7 @@ def _md_rest(res: dict) -> list[str]:
     for r in res["recall"]:
         L += [f"### Turn-level recall, {r['source']} (evaluation seeds {', '.join(map(str, r['seeds']))}: "
               f"{r['conversations']} conversations each, {r['turns']} turns, {r['questions']} questions, "
-              f"{r['embedder']})", "",
+              f"{'/'.join(Path(str(r['embedder'])).parts[-2:])})", "",
               "Mean over the seeds; each difference is against `dense` (the prefixed vectors), per seed, shown "
               "as mean [min, max] over the seeds.", "",
               "| search | R@5 | R@10 | R@20 | R@5 - dense | R@10 - dense | R@20 - dense |",

@@ -169,8 +169,8 @@ def main(argv=None) -> int:
                f"{' '.join(map(str, a.tune_seeds))} (tuning), the same with --seeds {' '.join(map(str, a.seeds))}, "
                f"and with --data generated --seeds {' '.join(map(str, a.seeds))}; tables by "
                f"python bench/bench_retrieval_hybrid.py --write-section (which runs those three)")
-        p = report.write_section("retrieval-hybrid", "Hybrid turn score + parent topic (issue 13, measurement)",
-                                 body, cmd, raw_json=",".join(str(v) for v in paths.values()))
+        p = report.write_section("retrieval-hybrid", "Hybrid turn score + parent topic",
+                                 body, cmd, raw_json=",".join(Path(str(v)).name for v in paths.values()))
         print(f"wrote {p}")
     return 0
 

@@ -7,7 +7,8 @@
    given LoCoMo conversations repeated with their years shifted so no session repeats), built
    through ``RMM.end_session``; then ``RMM.retrieve(question, turns=N)`` for N = 5, 10, 20 and
    ``None`` (respond's ``top_m`` memories), timed without the query embedding (``timings["total"]
-   - timings["embed"]``), beside the store's one-call turn search alone and a bare dense
+   - timings["embed"]``), beside the same ``turns=10`` read without the learned residual (same
+   turns asserted: a fresh reranker's residual is 0), the store's one-call turn search alone and a bare dense
    ``search(level="turn", k=80)`` of the same queries (ratios inside the run). ``--repeats``
    passes, interleaved by budget; p50 / p90 are per pass, the table shows the best pass's p50 and
    the median of the p90s.
@@ -133,6 +134,22 @@ def main(argv=None) -> int:
                     got = rmm.retrieve(q, turns=b)
                     ts.append((got.timings["total"] - got.timings["embed"]) * 1e3)
                 rows.setdefault(f"retrieve(turns={b})", []).append(np.percentile(ts, [50, 90]))
+            # the learned residual's cost: the same read without it (a fresh reranker: the same turns)
+            import memkern.loops.rmm.retrieve as R
+
+            keep, ts = R._learned_residual, []
+            R._learned_residual = lambda ids, sel: None
+            try:
+                for q in qs:
+                    got = rmm.retrieve(q, turns=10)
+                    ts.append((got.timings["total"] - got.timings["embed"]) * 1e3)
+                    want = got.all_turn_ids
+                    R._learned_residual = keep
+                    assert rmm.retrieve(q, turns=10).all_turn_ids == want, q
+                    R._learned_residual = lambda ids, sel: None
+            finally:
+                R._learned_residual = keep
+            rows.setdefault("retrieve(turns=10) without the residual", []).append(np.percentile(ts, [50, 90]))
             for name, kw in (("store turn search (default stage)", None), ("bare dense search k=80", {})):
                 ts = []
                 for i, q in enumerate(qs):

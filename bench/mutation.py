@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"on 2 shared cores." + (f" {a.note.strip()}" if a.note.strip() else ""))
         body = intro + "\n\n" + text.split("\n", 2)[2]   # the report without its own heading
         cmd = " ".join([".venv/bin/python bench/mutation.py", *(sys.argv[1:] if argv is None else argv)])
-        p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`, issue 17)", body, cmd)
+        p = _report.write_section("mutation", "Mutation check (`bench/mutation.py`)", body, cmd)
         print(f"mutation: wrote {p}; reassemble with `memkern bench --assemble`")
     if a.report:
         Path(a.report).parent.mkdir(parents=True, exist_ok=True)

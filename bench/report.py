@@ -12,9 +12,10 @@ Used by ``memkern bench`` (``python/memkern/cli/bench.py``); also runnable as
 A part that fails (or whose optional packages are missing) is reported as such in the report;
 the others still run. Every section states the command, the date, the machine and the versions.
 
-``bench/RESULTS.md`` is generated, never edited by hand (:func:`assemble_results`): a fixed header,
-a table of contents, the measured sections, one fragment file each under ``bench/sections/`` in the
-order of :data:`SECTIONS`, then ``bench/REPORT.md`` (headings moved one level down). A bench script
+``bench/RESULTS.md`` is generated, never edited by hand (:func:`assemble_results`): a summary with
+one table of headline figures per area, read from the front matter of the area's fragment under
+``bench/sections/`` (in the order of :data:`SECTIONS`), then ``bench/REPORT.md``'s, each with its
+command, date and machine and a link to the full text. A bench script
 refreshes its own fragment with ``--write-section`` (:func:`write_section`); ``memkern bench``
 reassembles after a run and ``memkern bench --assemble`` reassembles without running anything.
 Raw result JSON goes to ``bench/results/`` (not kept in git).
@@ -232,45 +233,68 @@ SECTIONS = (
     "many-tenants",        # bench_store.py: exact index per small namespace, crossover
     "namespaces",          # bench_namespaces.py --write-section: many small namespaces vs peers
     "namespaces-snapshot", # bench_namespaces.py --snapshot-stall --write-section: calls around a snapshot, close()
-    "reranker-kernels",    # bench_reranker.py, gpu_check.py (the reranker engineer's)
+    "reranker-kernels",    # bench_reranker.py, gpu_check.py
     "rmm-latency",         # bench_rmm.py
     "memreread",           # bench_memreread.py
     "memory-experiments",  # memkern eval memory
     "stable-reranker",     # memkern eval memory + Reranker stability
     "crash",               # bench_crash.py
     "mutation",            # bench/mutation.py --write-section: the mutation score and survivors
-    "reranker-trainer",    # issue 11 (the reranker engineer's)
-    "reranker-capture",    # issue 11 part 2: capture mode, learning rerun, harness comparisons
-    "suite",               # issue 16 summary: peers, embedder, respond split, MemReread
+    "reranker-trainer",    # the reranker trainer: sync-free step, op counts
+    "reranker-capture",    # capture mode, learning rerun, harness comparisons
+    "suite",               # suite summary: peers, embedder, respond split, MemReread
     "peers",               # bench_peers.py --write-section: the full-size peers tables
     "embedder",            # bench_embedder.py --write-section (optional until first written)
     "memreread-batched",   # bench_memreread.py --write-section (optional until first written)
-    "realistic-data",      # issue 13 item 8: memkern eval memory on generate_dialogues vs generate_history
+    "realistic-data",      # memkern eval memory on generate_dialogues vs generate_history
     "inmemory",            # bench_inmemory.py --write-section: InMemoryStore, AsyncMemoryStore, export/import
-    "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters (issue 13 items 5-7)
-    "retrieval",           # issue 13 items 1-4: memkern eval memory retrieval (template, TextTiling, RMM default)
+    "lexical",             # bench_lexical.py --write-section: lexical index, hybrid search, filters
+    "retrieval",           # memkern eval memory retrieval (template, TextTiling, RMM default)
     "retrieval-locomo",    # memkern eval memory retrieval --locomo ... --write-section: real-data rows, ablations, CIs
-    "ray",                 # bench_ray.py --write-section: Ray scale-out (issue 15)
+    "ray",                 # bench_ray.py --write-section: Ray scale-out
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
     "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
-    "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent (issue 13)
-    "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo (issue 22 item 3)
-    "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede (issue 22 item 5)
+    "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent
+    "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo
+    "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede
     "learning",            # memkern eval memory learning: greedy reads, exploration only to learn (LoCoMo dev)
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo"})
 
-RESULTS_INTRO = """Figures measured on the project's machine kind (2 cores, x86_64, no GPU) unless a section says
-otherwise. These machines are shared and noisy: compare ratios measured inside one run, not
-absolute times across sections. Each section gives the command that produced it and the date."""
+RESULTS_INTRO = """How the figures are made: every comparison runs its sides interleaved in one process on one
+machine (the project's machine kind: 2 shared x86_64 cores, no GPU, unless an area says
+otherwise), pins threads, and asserts that both sides computed the same thing before timing them.
+The machines are shared and noisy: compare the ratios inside one table, not absolute times across
+areas. Quality is measured on real conversations (the LoCoMo development split) where an area
+says so; generated data is for tests. Where memkern is behind, the table says so."""
 
-RAW_JSON_NOTE = ("Raw result JSON is written by the command to `bench/results/` and is not kept in git; "
-                 "the tables here are the record.")
+#: Front matter keys of a section (``headline`` may have no rows; the others need a value).
+FRONT_KEYS = ("area", "command", "date", "machine", "headline")
+#: Columns of an area's headline table (each headline row gives the four).
+HEADLINE_COLUMNS = ("what", "memkern", "versus", "ratio")
+
+#: What a results file, a section or a docs page must not contain: machine paths and the
+#: project's process history (they belong in git, not in what users read).
+HYGIENE = (
+    ("a machine path", re.compile(r"(?<![\w.])/(?:work|home|tmp|root)/|\.venv/lib|site-packages")),
+    ("process history", re.compile(r"\bissues? #?\d+(?: and \d+)?\b|\bwave ?\d|\bw\d+/|\bbranch\b|"
+                                   r"\bworktrees?\b|\bother (?:engineers|helpers)\b", re.I)),
+)
 
 
 class SectionError(ValueError):
     """A fragment of RESULTS.md is missing, unknown or malformed."""
+
+
+def hygiene_problems(text: str) -> list[str]:
+    """``["<kind> 'match' (line N)", ...]`` for every machine path or process-history phrase in
+    ``text`` (see :data:`HYGIENE`); empty when clean."""
+    out = []
+    for kind, rx in HYGIENE:
+        for m in rx.finditer(text):
+            out.append(f"{kind} {m.group(0)!r} (line {text.count(chr(10), 0, m.start()) + 1})")
+    return out
 
 
 def _slug(title: str, seen: dict) -> str:
@@ -281,11 +305,82 @@ def _slug(title: str, seen: dict) -> str:
     return s if n == 0 else f"{s}-{n}"
 
 
-def read_sections(sections_dir: Path = HERE / "sections") -> list[tuple[str, str]]:
-    """``[(name, text)]`` of every fragment in :data:`SECTIONS` order; each must start with ``## ``.
+def parse_front_matter(name: str, text: str) -> tuple[dict, str]:
+    """``(meta, body)`` of a fragment that starts with a front matter block::
+
+        ---
+        area: Store
+        command: "OMP_NUM_THREADS=1 python -m pytest bench/bench_store.py -q -s"
+        date: 2026-11-30
+        machine: 2 cores, Intel Xeon, no GPU, Python 3.11.7, torch 2.13.0+cpu
+        headline:
+          - ["search, 100k x 384, k=10", "31.1 us", "hnswlib 33.9 us", "0.92"]
+        ---
+
+    A subset of YAML: one ``key: value`` a line (a value starting with ``"`` is a JSON string),
+    ``headline`` a list of JSON arrays of four strings (:data:`HEADLINE_COLUMNS`). Every number of
+    a headline's figures must appear in the section's text (figures are quoted, never typed in).
+    Raises :class:`SectionError` naming the fragment and the line.
+    """
+    where = f"fragment {name}.md"
+    if not text.startswith("---\n"):
+        raise SectionError(f"{where}: expected a front matter block ('---' line, {', '.join(FRONT_KEYS)}, '---'), "
+                           f"got {text[:40]!r}")
+    end = text.find("\n---\n", 3)
+    if end < 0:
+        raise SectionError(f"{where}: expected the front matter to end with a '---' line, got none")
+    meta: dict = {}
+    key = None
+    for i, line in enumerate(text[4:end].split("\n"), start=2):
+        if line.startswith("  - ") and key == "headline":
+            try:
+                row = json.loads(line[4:])
+            except json.JSONDecodeError as e:
+                raise SectionError(f"{where}, line {i}: expected a JSON array of 4 strings, got {line[4:]!r} ({e})")
+            if not (isinstance(row, list) and len(row) == 4 and all(isinstance(c, str) for c in row)):
+                raise SectionError(f"{where}, line {i}: expected a headline of 4 strings {list(HEADLINE_COLUMNS)}, "
+                                   f"got {row!r}")
+            meta["headline"].append(row)
+            continue
+        k, sep, v = line.partition(":")
+        if not sep or k not in FRONT_KEYS or k in meta:
+            raise SectionError(f"{where}, line {i}: expected one of {list(FRONT_KEYS)} once as 'key: value', "
+                               f"got {line!r}")
+        key, v = k, v.strip()
+        if k == "headline":
+            if v:
+                raise SectionError(f"{where}, line {i}: expected the headline rows on the lines below, got {v!r}")
+            meta["headline"] = []
+            continue
+        if not v:
+            raise SectionError(f"{where}, line {i}: expected a value for {k!r}, got none")
+        try:
+            meta[k] = json.loads(v) if v.startswith('"') else v
+        except json.JSONDecodeError as e:
+            raise SectionError(f"{where}, line {i}: expected a JSON string for {k!r}, got {v!r} ({e})")
+    missing = [k for k in FRONT_KEYS if k not in meta]
+    if missing:
+        raise SectionError(f"{where}: expected front matter keys {missing}, got none")
+    body = text[end + 5:].lstrip("\n")
+    if not body.startswith("## "):
+        raise SectionError(f"{where}: expected its text to start with a '## ' heading, got {body[:40]!r}")
+    flat = body.replace(",", "")
+    for row in meta["headline"]:
+        for cell in row[1:]:
+            for num in re.findall(r"\d+(?:[.,]\d+)*", cell):
+                if num.replace(",", "") not in flat:
+                    raise SectionError(f"{where}: headline {row[0]!r}: expected its figures to be quoted from the "
+                                       f"section, got {num} (not in the section)")
+    return meta, body
+
+
+def read_sections(sections_dir: Path = HERE / "sections") -> list[tuple[str, dict, str]]:
+    """``[(name, meta, body)]`` of every fragment in :data:`SECTIONS` order
+    (:func:`parse_front_matter`).
 
     Raises :class:`SectionError` for a missing fragment, a file that is not listed in
-    :data:`SECTIONS` (it would silently drop out of RESULTS.md) or a fragment without its heading.
+    :data:`SECTIONS` (it would silently drop out of RESULTS.md), a malformed fragment, or one that
+    names a machine path or process history (:func:`hygiene_problems`).
     """
     d = Path(sections_dir)
     if not d.is_dir():
@@ -303,29 +398,47 @@ def read_sections(sections_dir: Path = HERE / "sections") -> list[tuple[str, str
         if n not in present:
             continue
         text = (d / f"{n}.md").read_text(encoding="utf-8")
-        if not text.startswith("## "):
-            raise SectionError(f"fragment {n}.md: expected it to start with a '## ' heading, got {text[:40]!r}")
-        out.append((n, text.rstrip("\n") + "\n"))
+        bad = hygiene_problems(text)
+        if bad:
+            raise SectionError(f"fragment {n}.md: expected no machine paths or process history, got {bad[:3]}")
+        meta, body = parse_front_matter(n, text)
+        out.append((n, meta, body))
     return out
 
 
-def _demote(report_md: str) -> tuple[str, str]:
-    """REPORT.md's body with every heading one level down; returns ``(title, text)``."""
-    lines = report_md.rstrip("\n").split("\n")
-    out, title, fence = [], "Generated report", False
-    for line in lines:
-        if line.startswith("```"):
-            fence = not fence
-        if not fence and re.match(r"#{1,5} ", line):
-            if line.startswith("# "):
-                title = line[2:].strip()
-            line = "#" + line
-        out.append(line)
-    return title, "\n".join(out) + "\n"
+def _report_meta(report_md: str) -> dict:
+    """Title, command, date and machine stated at the top of the generated REPORT.md."""
+    title = next((ln[2:].strip() for ln in report_md.splitlines() if ln.startswith("# ")), "Benchmark report")
+    cmd = re.search(r"Generated by `([^`]+)`", report_md)
+    date = re.search(r"^- date: (.+)$", report_md, re.M)
+    machine = re.search(r"^- machine: (.+)$", report_md, re.M)
+    if not (cmd and date and machine):
+        raise SectionError("report: expected REPORT.md to state its command, '- date:' and '- machine:', got "
+                           f"{report_md[:80]!r}")
+    mach = re.sub(r", load average at start \[[^\]]*\]", "", machine.group(1)).strip()
+    return {"area": title, "command": cmd.group(1), "date": date.group(1).strip(), "machine": mach}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _area(meta: dict, link: str, rows: list) -> list[str]:
+    L = [f"## {meta['area']}", ""]
+    if rows:
+        L += ["| " + " | ".join(HEADLINE_COLUMNS) + " |", "|" + "---|" * len(HEADLINE_COLUMNS)]
+        L += ["| " + " | ".join(_cell(c) or "—" for c in row) + " |" for row in rows]
+    else:
+        L += ["No headline figures in this area's front matter: its full text has the tables."]
+    L += ["", f"- Command: `{meta['command']}`", f"- Measured: {meta['date']}; {meta['machine']}",
+          f"- Full text: [{link}]({link})", ""]
+    return L
 
 
 def assemble_results(bench_dir: Path = HERE, report: Path | None = None) -> str:
-    """The text of ``bench/RESULTS.md``: generated header, contents, fragments, then the report.
+    """The text of ``bench/RESULTS.md``: per area (a fragment of ``bench/sections/`` in
+    :data:`SECTIONS` order, then the generated report) its headline table, command, date and
+    machine, and a link to its full text.
 
     Deterministic: it depends only on the files (no clock, no machine), so a committed
     RESULTS.md that differs from it was edited by hand.
@@ -335,23 +448,25 @@ def assemble_results(bench_dir: Path = HERE, report: Path | None = None) -> str:
     if not report.is_file():
         raise SectionError(f"report: expected the generated report {str(report)!r} (run `memkern bench` first)")
     sections = read_sections(bench_dir / "sections")
-    rtitle, rtext = _demote(report.read_text(encoding="utf-8"))
+    report_text = report.read_text(encoding="utf-8")
+    bad = hygiene_problems(report_text)
+    if bad:
+        raise SectionError(f"report: expected no machine paths or process history in {report.name}, got {bad[:3]}")
+    areas = [(meta, f"sections/{n}.md", meta["headline"]) for n, meta, _ in sections]
+    areas.append((_report_meta(report_text), report.name, []))
     seen: dict = {}
-    toc = []
-    for n, text in sections:
-        title = text.split("\n", 1)[0][3:].strip()
-        toc.append(f"- [{title}](#{_slug(title, seen)}) (`bench/sections/{n}.md`)")
-    toc.append(f"- [{rtitle}](#{_slug(rtitle, seen)}) (`{report.name}`)")
     L = ["# Measured results", "",
-         "<!-- Generated by `memkern bench --assemble` from bench/sections/*.md and bench/REPORT.md. "
-         "Do not edit by hand: tests/test_bench_command.py fails when this file differs. -->", "",
-         "Generated by `memkern bench` (after a run) or `memkern bench --assemble` (runs nothing) from one "
-         "fragment per measured section in `bench/sections/` (fixed order: `SECTIONS` in `bench/report.py`) "
-         "and the generated report `bench/REPORT.md`. Do not edit this file: edit or regenerate the fragment "
-         "(`--write-section` of the bench script that measured it) and reassemble.", "",
-         RESULTS_INTRO, "", RAW_JSON_NOTE, "", "## Contents", ""] + toc + [""]
-    body = "\n".join(L) + "\n" + "\n".join(t for _, t in sections) + "\n" + rtext
-    return body
+         "<!-- Generated by `memkern bench --assemble` from the front matter of bench/sections/*.md and "
+         "bench/REPORT.md: do not edit (tests/test_bench_command.py fails when this file differs). -->", "",
+         RESULTS_INTRO, "",
+         "One table per area: its headline figures (quoted from the area's full text, which has every "
+         "table, the method and the caveats), the command that produced them, the date and the machine. "
+         "Raw result JSON is written by the commands to `bench/results/` and is not kept in git.", "",
+         "## Areas", ""]
+    L += [f"- [{meta['area']}](#{_slug(meta['area'], seen)})" for meta, _, _ in areas] + [""]
+    for meta, link, rows in areas:
+        L += _area(meta, link, rows)
+    return "\n".join(L).rstrip("\n") + "\n"
 
 
 def write_results(bench_dir: Path = HERE, out: Path | None = None, report: Path | None = None) -> Path:
@@ -361,13 +476,29 @@ def write_results(bench_dir: Path = HERE, out: Path | None = None, report: Path 
     return out
 
 
+def front_matter(area: str, command: str, date: str, machine: str, headline=()) -> str:
+    """The front matter block :func:`parse_front_matter` reads (``headline``: rows of 4 cells)."""
+    L = ["---", f"area: {area}", f"command: {json.dumps(command, ensure_ascii=False)}", f"date: {date}",
+         f"machine: {machine}", "headline:"]
+    for row in headline or ():
+        row = [str(c) for c in row]
+        if len(row) != 4:
+            raise SectionError(f"headline: expected rows of 4 cells {list(HEADLINE_COLUMNS)}, got {row!r}")
+        L.append("  - " + json.dumps(row, ensure_ascii=False))
+    return "\n".join(L + ["---"]) + "\n"
+
+
 def write_section(name: str, title: str, body: str, command: str, machine: dict | None = None,
-                  raw_json: str | None = None, sections_dir: Path = HERE / "sections") -> Path:
+                  raw_json: str | None = None, sections_dir: Path = HERE / "sections",
+                  headline=None, area: str | None = None) -> Path:
     """Write (or refresh) the fragment ``bench/sections/<name>.md`` of a bench script's measurement.
 
-    The fragment states the command, the date, the machine and the versions, then ``body`` (the
-    script's own tables). ``raw_json``: where the command wrote its raw numbers (stated, with "not
-    kept in git"). Reassemble RESULTS.md afterwards (``memkern bench --assemble``).
+    The fragment starts with its front matter (:func:`front_matter`: ``area``, default ``title``;
+    the command, the date, the machine; ``headline``, rows of ``(what, memkern, versus, ratio)``
+    quoted from ``body``), then states the command, the date, the machine and the versions, then
+    ``body`` (the script's own tables). ``raw_json``: where the command wrote its raw numbers
+    (stated, with "not kept in git"). Reassemble RESULTS.md afterwards (``memkern bench
+    --assemble``).
     """
     if name not in SECTIONS:
         raise SectionError(f"name: expected one of {list(SECTIONS)}, got {name!r}")
@@ -377,6 +508,9 @@ def write_section(name: str, title: str, body: str, command: str, machine: dict 
 
     m = machine or harness.machine_info()
     vers = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    head = front_matter((area or title).strip(), command, m["date"],
+                        f"{m['cores']} cores ({m['usable_cores']} usable; {m['cpu']}), Python {m['python']}; {vers}",
+                        headline)
     L = [f"## {title.strip()}", "",
          f"Command: `{command}`. Measured {m['date']} on {m['cores']} cores ({m['usable_cores']} usable; "
          f"{m['cpu']}), load average at start {m['loadavg']}, Python {m['python']}; versions: {vers}. "
@@ -384,10 +518,12 @@ def write_section(name: str, title: str, body: str, command: str, machine: dict 
     if raw_json:
         L += [f"Raw JSON: written by the command to `{raw_json}`, not kept in git.", ""]
     L.append(body.strip("\n"))
+    text = head + "\n".join(L) + "\n"
+    parse_front_matter(name, text)  # what RESULTS.md reads back (headline figures quoted from the body)
     d = Path(sections_dir)
     d.mkdir(parents=True, exist_ok=True)
     p = d / f"{name}.md"
-    p.write_text("\n".join(L) + "\n", encoding="utf-8")
+    p.write_text(text, encoding="utf-8")
     return p
 
 

@@ -17,9 +17,11 @@ import pytest  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the store suite
-#: The store implementations the shared store tests run on (issue 12: the same suite on both):
-#: the native :class:`memkern.MemoryStore` and the pure-Python :class:`memkern.InMemoryStore`.
+#: The two modes of the store engine the shared store tests run on: on disk
+#: (:class:`memkern.MemoryStore`, "native") and with persistence off (:class:`memkern.InMemoryStore`).
 STORE_KINDS = ("native", "inmemory")
+#: MemoryStore options that only concern persistence (an InMemoryStore has none).
+_PERSISTENCE_OPTIONS = ("fsync", "fsync_interval", "snapshot_every")
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -30,8 +32,8 @@ def store_kind(request) -> str:
 @pytest.fixture
 def make_store(store_kind, tmp_path):
     """``make_store(dim, metric=None, name="s", **kw)``: a new store of the parametrized kind
-    (native stores under ``tmp_path/name``, with ``kw`` passed on; the in-memory store takes
-    ``dim``, ``metric`` and ``ef_search`` only). Every store made is closed at the end."""
+    (disk stores under ``tmp_path/name``; ``kw`` is passed on, to the in-memory store without the
+    persistence options). Every store made is closed at the end."""
     from memkern.store.memory import InMemoryStore
     from memkern.store import MemoryStore
 
@@ -41,7 +43,7 @@ def make_store(store_kind, tmp_path):
         if store_kind == "native":
             s = MemoryStore(tmp_path / name, dim=dim, metric=metric, **kw)
         else:
-            s = InMemoryStore(dim, metric or "ip", **{k: v for k, v in kw.items() if k == "ef_search"})
+            s = InMemoryStore(dim, metric or "ip", **{k: v for k, v in kw.items() if k not in _PERSISTENCE_OPTIONS})
         opened.append(s)
         return s
 

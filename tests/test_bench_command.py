@@ -45,9 +45,10 @@ def test_bench_tiny_run_writes_report_and_chart(tmp_path, monkeypatch, capsys):
     if (os.cpu_count() or 1) > 1:
         assert f"| ... threads of that batch search | {os.cpu_count()} | {os.cpu_count()} |" in text
     results = (tmp_path / "RESULTS.md").read_text()  # reassembled beside the report
-    assert results.startswith("# Measured results") and "## Contents" in results
-    assert "## Many tenants: an exact index per small namespace" in results  # the fragments
-    assert "### Many small namespaces vs peers" in results  # this run's report, headings one level down
+    assert results.startswith("# Measured results") and "## Areas" in results
+    assert "## Many tenants: an exact index per small namespace" in results  # the fragments' areas
+    assert "[REPORT.md](REPORT.md)" in results  # this run's report: its area, command, date, machine
+    assert "- Command: `memkern bench --parts peers,namespaces --n 300 --queries 20 --namespaces 12`" in results
     assert "cores" in text and "hnswlib 0.8" in text  # machine and versions are stated
     assert "| batched add, fsync=always" in text and "hnswlib:" in text
     assert "recall@10 vs exact" in text and "skipped" in text  # faiss/chromadb skipped, said so
@@ -67,14 +68,16 @@ def test_committed_results_md_is_what_assemble_generates(capsys):
     assert rc == 0, out + "\nrun `memkern bench --assemble` and commit bench/RESULTS.md"
     assert "up to date" in out
     text = (BENCH / "RESULTS.md").read_text()
-    # every fragment, in SECTIONS order, and the report, each listed in the contents
+    # a summary: one area per fragment, in SECTIONS order, then the report, each linked
     report = _report_module()
     names = [n for n in report.SECTIONS if (BENCH / "sections" / f"{n}.md").is_file()]
     assert set(report.SECTIONS) - set(names) <= report.OPTIONAL_SECTIONS
-    pos = [text.index((BENCH / "sections" / f"{n}.md").read_text().rstrip("\n")) for n in names]
-    assert pos == sorted(pos)
-    assert text.count("(`bench/sections/") == len(names)
-    assert "## memkern benchmark report (generated)" in text and "(`REPORT.md`)" in text
+    pos = [text.index(f"- Full text: [sections/{n}.md](sections/{n}.md)") for n in names]
+    assert pos == sorted(pos) and text.count("- Full text: [sections/") == len(names)
+    assert "## memkern benchmark report (generated)" in text and "[REPORT.md](REPORT.md)" in text
+    assert text.count("\n- Command: `") == text.count("\n- Measured: ") == len(names) + 1
+    assert text.count("| what | memkern | versus | ratio |") >= len(names) - 2  # nearly every area has figures
+    assert len(text) < 40_000 and not report.hygiene_problems(text)
 
 
 def _bench_copy(tmp_path: Path) -> Path:
@@ -97,12 +100,12 @@ def test_assemble_check_rejects_hand_edits_and_regenerates(tmp_path, capsys):
     assert len(out) == 1 and "differs" in out[0] and "--assemble" in out[0]
     assert cli.main(["bench", "--bench-dir", str(b), "--assemble"]) == 0  # regenerate
     assert (b / "RESULTS.md").read_text() == orig
-    # a fragment edit shows up in RESULTS.md only through --assemble
+    # a fragment's front matter edit shows up in RESULTS.md only through --assemble
     frag = b / "sections" / "crash.md"
-    frag.write_text(frag.read_text() + "\nOne more line.\n")
+    frag.write_text(frag.read_text().replace("area: Crash campaign", "area: Crash campaign, renamed", 1))
     assert cli.main(["bench", "--bench-dir", str(b), "--assemble", "--check"]) == 1
     assert cli.main(["bench", "--bench-dir", str(b), "--assemble"]) == 0
-    assert "One more line." in (b / "RESULTS.md").read_text()
+    assert "## Crash campaign, renamed" in (b / "RESULTS.md").read_text()
     assert cli.main(["bench", "--check"]) == 2  # --check only with --assemble
     capsys.readouterr()
 
@@ -121,6 +124,16 @@ def test_assemble_refuses_unknown_missing_or_headless_fragments(tmp_path, capsys
     (b / "sections" / "crash.md").write_text("no heading\n")
     assert cli.main(["bench", "--bench-dir", str(b), "--assemble"]) == 2
     assert "crash.md" in capsys.readouterr().out
+    good = (BENCH / "sections" / "crash.md").read_text()
+    for bad, why in [(good.replace("---\n## ", "---\n", 1), "heading"),
+                     (good.replace("\ndate: ", "\nwhen: ", 1), "when"),
+                     (good.replace('"0", "94,046', '"0", "94,047', 1), "94047"),      # a figure not in the section
+                     (good.replace("ext4", "ext4 under /work/x", 1), "machine path"),
+                     (good + "\nMeasured on branch x.\n", "process history")]:
+        (b / "sections" / "crash.md").write_text(bad)
+        assert cli.main(["bench", "--bench-dir", str(b), "--assemble"]) == 2, why
+        out = capsys.readouterr().out.strip().splitlines()
+        assert len(out) == 1 and "crash.md" in out[0] and why.replace(",", "") in out[0].replace(",", ""), out
     (b / "REPORT.md").unlink()
     (b / "sections" / "crash.md").write_text("## Crash\n")
     assert cli.main(["bench", "--bench-dir", str(b), "--assemble"]) == 2
@@ -136,9 +149,23 @@ def test_write_section_states_command_date_machine(tmp_path):
     finally:
         sys.path.remove(str(BENCH))
     text = p.read_text()
-    assert p.name == "namespaces.md" and text.startswith("## Title\n")
+    assert p.name == "namespaces.md" and text.startswith("---\narea: Title\n") and "\n---\n## Title\n" in text
+    meta, body = report.parse_front_matter("namespaces", text)
+    assert meta["command"] == "python bench/x.py --n 3" and "UTC" in meta["date"] and "cores" in meta["machine"]
+    assert meta["headline"] == [] and body.startswith("## Title")
     assert "Command: `python bench/x.py --n 3`" in text and "UTC" in text and "cores" in text
     assert "`bench/results/x.json`, not kept in git" in text and text.rstrip().endswith("| a | b |")
+    sys.path.insert(0, str(BENCH))
+    try:
+        p = report.write_section("peers", "T", "| add | 5,275 records/s | 0.97 |", "cmd", sections_dir=tmp_path,
+                                 headline=[["add", "5,275 records/s", "faiss", "0.97"]])
+        assert report.parse_front_matter("peers", p.read_text())[0]["headline"] == [["add", "5,275 records/s",
+                                                                                     "faiss", "0.97"]]
+        with pytest.raises(report.SectionError, match="not in the section"):  # figures are quoted, never typed
+            report.write_section("peers", "T", "| add | 5,275 records/s |", "cmd", sections_dir=tmp_path,
+                                 headline=[["add", "5,300 records/s", "faiss", "0.97"]])
+    finally:
+        sys.path.remove(str(BENCH))
     with pytest.raises(report.SectionError, match="name: expected one of"):
         report.write_section("nope", "T", "", "cmd", sections_dir=tmp_path)
     with pytest.raises(report.SectionError, match="title"):

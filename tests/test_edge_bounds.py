@@ -325,6 +325,24 @@ def test_accepted_values_through_rmm_and_ingest(tmp_path, seed):
             assert r.event_time is not None
 
 
+def test_rmm_queries_are_bounded_and_utf8(tmp_path):
+    """retrieve / respond refuse a lone surrogate and an over-long query by name, before any
+    embedding, and the bank stays readable."""
+    from memkern import RMM
+
+    with MemoryStore(tmp_path / "s", dim=D) as s:
+        rmm = RMM(s, embedder=HashEmbedder(D), namespace="u", extractor="embedding", persist=False)
+        rmm.end_session([{"role": "user", "content": "I live in Lyon"}], session_id="s1", date="2024-05-01")
+        bad = ["\ud800 where?", "x" * (V.MAX_QUERY_CHARS + 1)]
+        for q in bad:
+            for call in (rmm.retrieve, rmm.respond):
+                with pytest.raises(MemkernValueError, match="query"):
+                    call(q)
+        ok = "y" * V.MAX_QUERY_CHARS
+        assert rmm.retrieve(ok).memories is not None
+        assert rmm.retrieve("where do I live?").memories
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_accepted_values_through_the_adapters(tmp_path, seed):
     from memkern.integrations.langchain import MemkernVectorStore as LCStore

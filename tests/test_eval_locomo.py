@@ -59,12 +59,14 @@ def test_cli_locomo_retrieval_rows_and_section(tmp_path, capsys):
     n = m["turn (speaker)"]["questions"]
     assert n > 0 and all(v["questions"] == n for v in m.values())  # adversarial questions left out, same set
     sec = (bench / "sections" / "retrieval-locomo.md").read_text()
-    assert sec.startswith("## Retrieval on real conversations (LoCoMo development split)")
+    assert sec.startswith("---\narea: Retrieval on real conversations (LoCoMo development split)\n")
+    assert "\n---\n## Retrieval on real conversations (LoCoMo development split)\n" in sec
+    assert "\n  - [\"rmm-default, R@5\", " in sec  # its headline in RESULTS.md, quoted from the table
     assert "--conversations conv-2" in sec and "**rmm-default**" in sec and "rmm: dense stage" in sec
     assert str(data) not in sec and str(tmp_path) not in sec and str(REPO) not in sec  # no machine paths
     assert "/site-packages/" not in sec
     results = (bench / "RESULTS.md").read_text()
-    assert "Retrieval on real conversations" in results
+    assert "Retrieval on real conversations" in results and "| rmm-default, R@5 |" in results
     # the section's table: every row with its interval
     row = next(ln for ln in sec.splitlines() if ln.startswith("| **rmm-default**"))
     assert row.count("[") == 6

@@ -4,7 +4,7 @@ The row must rank the turns of a conversation by exactly the fused score the sto
 hybrid search gives each turn (records: templated turns with content-only vectors) plus ``a``
 times the cosine of the question with the turn's parent (TextTiling topic or fixed window). The
 expected scores are computed here independently: the fused score by the native
-:class:`memkern.MemoryStore` (the eval uses its pure-Python twin), the parents by running the
+:class:`memkern.MemoryStore` on disk (the eval uses the engine in memory), the parents by running the
 extractors and embedding their topics.
 """
 from __future__ import annotations

@@ -232,15 +232,105 @@ def test_rmm_respond_loop_on_in_memory_store():
     assert store.path is None
 
 
-def test_twin_query_check_is_the_stores():
-    """The Python twin's search checks its query matrix with store._as_queries (one definition):
-    a wrong width names ``queries`` with the expected shape, NaN is refused, a 1-D query is one row."""
-    s = InMemoryStore(dim=4)
-    ids = s.add_batch("u", ["a", "b"], np.eye(4, dtype=np.float32)[:2])
-    n = s.native
-    with pytest.raises(MemkernValueError, match=r"queries: expected shape \[B, 4\] or \[4\], got 'shape \[2, 3\]'"):
-        n.search("u", np.ones((2, 3), np.float32), 1, 10, False, _store.Level.topic)
-    with pytest.raises(MemkernValueError, match="queries: expected finite values"):
-        n.search("u", np.full((1, 4), np.nan, np.float32), 1, 10, False, _store.Level.topic)
-    got, _ = n.search("u", np.eye(4, dtype=np.float32)[1], 1, 10, False, _store.Level.topic)
-    assert got.tolist() == [[int(ids[1])]]
+def _open_files() -> set[str]:
+    """Regular files this process holds open (/proc/self/fd)."""
+    import os
+
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            t = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("/") and os.path.isfile(t):
+            out.add(t)
+    return out
+
+
+def test_memory_mode_creates_no_file(tmp_path, monkeypatch):
+    """Every operation of the engine in memory mode (writes, refused writes, search, compact,
+    flush, snapshot, close) leaves the working directory and the data folder empty, moves none of
+    the store's write / fsync / rename counters and holds no file open; the same calls on a disk
+    store do all three (the check can fail)."""
+    import os
+    from memkern.store.transfer.install import export_records, import_records
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    data = os.environ["XDG_DATA_HOME"]
+    data_before = sorted(os.listdir(data))
+    rng = np.random.default_rng(3)
+
+    def session(s, other):
+        ids = s.add_batch("a", ["x", "y", "z"], rows(rng, 3))
+        tid = s.add("a", "topic", rows(rng, 1)[0], turns=conv(rng, 3, "t"), turn_embeddings=rows(rng, 3))
+        s.merge(int(ids[0]), "x2", rows(rng, 1)[0])
+        s.update(int(ids[1]), summary="y2")
+        s.invalidate(int(ids[2]), "old")
+        s.delete(int(ids[1]))
+        with pytest.raises(MemkernError):
+            s.delete(int(ids[1]))
+        s.search("a", rows(rng, 2), k=3, level="turn+topic", alpha=0.5)
+        s.search("a", rows(rng, 2), k=3, mode="hybrid", texts=["x", "topic"], filter={"k": 1})
+        import_records(other, "a", export_records(s, [tid]))
+        s.flush()
+        s.snapshot()
+        s.snapshot(wait=False)
+        s.compact()
+        s.close()
+        s.close()
+
+    counters = _store._test_io_counters()
+    held = _open_files()
+    mem = InMemoryStore(D, "cos", id_range=(0, 1000))
+    other = InMemoryStore(D, "cos", id_range=(1000, 2000))
+    assert mem.native.in_memory_mode and mem.native.path == "" and mem.native.log_files == []
+    session(mem, other)
+    assert _open_files() - held == set()
+    other.close()
+    assert _store._test_io_counters() == counters
+    assert list(work.iterdir()) == [] and sorted(os.listdir(data)) == data_before
+    # the same session on disk writes, syncs and holds its LOCK / log open
+    disk = MemoryStore(work / "d", dim=D, metric="cos", id_range=(0, 1000))
+    assert not disk.native.in_memory_mode and (work / "d" / "LOCK").exists()
+    assert _open_files() - held
+    session(disk, InMemoryStore(D, "cos", id_range=(1000, 2000)))
+    assert _store._test_io_counters()["writes"] > counters["writes"]
+
+
+def test_memory_mode_maintenance():
+    """flush / snapshot are checks only; compact drops deleted vectors and forgets deleted ids (an
+    import of one is refused before and accepted after); the engine's closed / bad-argument errors
+    name the in-memory store."""
+    from memkern.errors import MemkernKeyError
+    from memkern.store.transfer.install import export_records, import_records
+
+    rng = np.random.default_rng(4)
+    src = InMemoryStore(D, "ip", id_range=(0, 100))
+    dst = InMemoryStore(D, "ip", id_range=(100, 200), flat_limit=2)
+    ids = src.add_batch("u", ["a", "b", "c"], rows(rng, 3))
+    recs = export_records(src, [int(i) for i in ids])
+    assert import_records(dst, "u", recs) == 3
+    assert dst.native.index_kind("u", _store.Level.topic) == "hnsw"
+    dst.delete(int(ids[0]))
+    dst.flush()
+    dst.snapshot()
+    with pytest.raises(MemkernKeyError, match=r"was deleted from in-memory store .*compact\(\) it first"):
+        import_records(dst, "u", recs[:1])
+    dst.compact()
+    assert dst.native.index_kind("u", _store.Level.topic) == "flat"  # 2 live vectors <= flat_limit
+    assert import_records(dst, "u", recs[:1]) == 1
+    assert sorted(dst.ids("u").tolist()) == sorted(int(i) for i in ids)
+    with pytest.raises(MemkernValueError, match="in-memory store: its id range ends at 200"):
+        InMemoryStore(D, id_range=(199, 200)).add_batch("u", ["a", "b"], rows(rng, 2))
+    for bad, match in (({"M": 1}, "^M: "), ({"flat_limit": -1}, "^flat_limit: "), ({"id_range": (5, 5)}, "^id_range: "),
+                       ({"num_threads": 0}, "^num_threads: "), ({"ef_search": 0}, "^ef_search: ")):
+        with pytest.raises(MemkernValueError, match=match):
+            InMemoryStore(D, **bad)
+    n = dst.native
+    dst.close()
+    with pytest.raises(MemkernValueError, match="^in-memory store: expected an open store"):
+        dst.search("u", rows(rng, 1), k=1)
+    with pytest.raises(MemkernValueError, match="^in-memory store is closed"):
+        n.flush()

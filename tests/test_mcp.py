@@ -29,12 +29,12 @@ def _payload(result):
     return json.loads(result.content[0].text)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "servers.md"
 
 
 def _readme_config() -> dict:
     text = README.read_text(encoding="utf-8")
-    block = re.search(r"```json\n(.*?)```", text[text.index("## Servers"):], re.S).group(1)
+    block = re.search(r"```json\n(.*?)```", text[text.index("# Servers"):], re.S).group(1)
     return json.loads(block)["mcpServers"]["memkern"]
 
 

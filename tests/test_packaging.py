@@ -186,7 +186,8 @@ def test_the_extras_named_anywhere_exist():
     from memkern.errors import EXTRA_OF_MODULE
 
     named = set(COMMAND_EXTRAS.values()) | set(EXTRA_OF_MODULE.values())
-    for path in [ROOT / "README.md", *sorted((ROOT / "python").rglob("*.py")), ROOT / "scripts" / "setup.sh"]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "python").rglob("*.py")),
+                 ROOT / "scripts" / "setup.sh"]:
         for group in re.findall(r"memkern\[([a-z0-9_,-]+)\]", path.read_text(encoding="utf-8")):
             named |= set(group.split(","))
     named -= {"<extra>", "extra", "X"}

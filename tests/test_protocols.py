@@ -18,7 +18,7 @@ from memkern.ingest.apply import Candidate, Decision, EmbeddingDecider, LLMDecid
 from fakes_rmm import FakeStore, HashEmbedder, ScriptedChat
 
 PROTOCOLS = [P.Store, P.TurnStore, P.Embedder, P.ChatModel, P.Extractor, P.Decider]
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "rmm.md"
 
 
 def members(proto: type) -> list[str]:
@@ -206,7 +206,7 @@ def test_memreread_refuses_a_chat_model_missing_a_method():
 # ------------------------------------------------------------------ the README example runs
 def test_readme_plug_in_example_runs():
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("### How to plug in your own"):]
+    section = text[text.index("## How to plug in your own"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "memkern.RMM(" in code and "decider=AlwaysAdd()" in code
-    exec(compile(code, "README.md#how-to-plug-in-your-own", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "docs/rmm.md#how-to-plug-in-your-own", "exec"), {"__name__": "readme_example"})

@@ -1,4 +1,4 @@
-"""Every example of README.md's "Framework adapters" section runs as written, on the real packages
+"""Every example of docs/adapters.md (the framework adapters) runs as written, on the real packages
 and memkern's real offline MiniLM embedder (loaded once for all of them), with sockets refused."""
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import pytest
 
 os.environ["MEM0_TELEMETRY"] = "False"         # before anything imports mem0
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
 
 SECTIONS = {
-    "langgraph": ("### LangGraph store", ["langgraph", "langmem"]),
-    "langchain": ("### LangChain vector store", ["langchain_core"]),
-    "llamaindex": ("### LlamaIndex vector store", ["llama_index.core"]),
-    "mem0": ("### mem0 provider", ["mem0"]),
-    "otel": ("### OpenTelemetry", ["opentelemetry.sdk"]),
+    "langgraph": ("## LangGraph store", ["langgraph", "langmem"]),
+    "langchain": ("## LangChain vector store", ["langchain_core"]),
+    "llamaindex": ("## LlamaIndex vector store", ["llama_index.core"]),
+    "mem0": ("## mem0 provider", ["mem0"]),
+    "otel": ("## OpenTelemetry", ["opentelemetry.sdk"]),
 }
 
 
@@ -58,7 +58,7 @@ def test_readme_adapter_example_runs(name, shared_embedder, monkeypatch, tmp_pat
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     code = _example(heading)
-    exec(compile(code, f"README.md#{name}", "exec"), {"__name__": f"readme_{name}"})
+    exec(compile(code, f"docs/adapters.md#{name}", "exec"), {"__name__": f"readme_{name}"})
 
 
 def test_readme_otel_example_runs():

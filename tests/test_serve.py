@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
 
 KEY = "test-key-123"
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "servers.md"
 
 
 @contextlib.contextmanager
@@ -397,7 +397,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _readme_block(lang: str, heading: str = "## Servers") -> str:
+def _readme_block(lang: str, heading: str = "# Servers") -> str:
     text = README.read_text(encoding="utf-8")
     return re.search(rf"```{lang}\n(.*?)```", text[text.index(heading):], re.S).group(1)
 
@@ -436,7 +436,7 @@ def test_readme_example_runs_against_the_memkern_serve_command(tmp_path, monkeyp
         monkeypatch.setenv("MEMKERN_API_KEY", KEY)
         code = _readme_block("python")
         assert "/v1/memories/search" in code
-        exec(compile(code, "README.md#servers", "exec"), {"__name__": "readme_example"})
+        exec(compile(code, "docs/servers.md", "exec"), {"__name__": "readme_example"})
         assert httpx.get(url + "/health").json()["dim"] == 384
     finally:
         proc.terminate()

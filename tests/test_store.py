@@ -1,7 +1,7 @@
 """The store suite: every operation and every refused input (a refused call changes nothing).
 
 Tests taking the ``store`` or ``make_store`` fixture run on both stores (the native
-``MemoryStore`` and the pure-Python ``InMemoryStore``, tests/conftest.py); the ones about files,
+``MemoryStore`` on disk and the engine with persistence off, ``InMemoryStore``, tests/conftest.py); the ones about files,
 locks, the log and reopening are MemoryStore's alone."""
 from __future__ import annotations
 

@@ -118,8 +118,8 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
                         ef_search=8, flat_limit=1 << 16)
     graph = MemoryStore(tmp_path / "graph", dim=D, metric="ip", fsync="never", snapshot_every=0, M=4,
                         ef_search=8, flat_limit=0)
-    twin = InMemoryStore(D, "ip", ef_search=8)
-    stores = (exact, graph, twin)
+    memory = InMemoryStore(D, "ip", ef_search=8)
+    stores = (exact, graph, memory)
     try:
         rng, window = _build(stores, seed)
         refs = {(lvl, inc): _reference(exact, lvl, inc) for lvl in ("topic", "turn") for inc in (False, True)}
@@ -159,11 +159,11 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
                 ref = vecs[pos] @ q.T                                     # [n_allowed, 2]
                 for b in range(2):
                     want = np.sort(ref[:, b])[::-1][:k]
-                    for s in (exact, twin):
+                    for s in (exact, memory):
                         np.testing.assert_allclose(got[s][1][b][:len(want)], want, rtol=1e-5, atol=1e-5,
                                                    err_msg=where)
-            # The exact native store and its Python twin agree id for id wherever scores differ.
-            a, b_ = got[exact], got[twin]
+            # The exact disk store and the in-memory one agree id for id wherever scores differ.
+            a, b_ = got[exact], got[memory]
             np.testing.assert_allclose(a[1], b_[1], rtol=1e-5, atol=1e-5, err_msg=where)
             for b in range(2):
                 assert sorted(a[0][b].tolist()) == sorted(b_[0][b].tolist()) or \
@@ -179,7 +179,7 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
             for mode in MODES:
                 extra = {} if mode == "dense" else {"texts": ["w1 w2", "w3"]}
                 res = {}
-                for s in (exact, twin):
+                for s in (exact, memory):
                     ids, sc = s.search("u", q, k=5, level="turn+topic", mode=mode, **kw, **extra)
                     for b in range(2):
                         row = [int(i) for i in ids[b] if i >= 0]
@@ -187,7 +187,7 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
                         if not allowed:
                             assert row == [] and np.all(sc[b] == PAD_SCORE), (kw, mode, s)
                     res[s] = (ids, sc)
-                np.testing.assert_allclose(res[exact][1], res[twin][1], rtol=1e-4, atol=1e-4,
+                np.testing.assert_allclose(res[exact][1], res[memory][1], rtol=1e-4, atol=1e-4,
                                            err_msg=f"{kw} {mode}")
     finally:
         for s in stores:

@@ -101,7 +101,7 @@ _CRASH_CASES = {
 
 @pytest.mark.parametrize("case", sorted(_CRASH_CASES))
 def test_huge_sizes_raise_before_allocating(case, store_kind):
-    """On both stores (for InMemoryStore, ``n`` is the Python twin of the native layer)."""
+    """On both modes of the engine (disk and in memory)."""
     proc = subprocess.run([sys.executable, "-c", _CRASH_SCRIPT, case, store_kind], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, f"{case}: exit code {proc.returncode} (crash?)\n{proc.stderr[-2000:]}"

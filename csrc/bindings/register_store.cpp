@@ -170,6 +170,29 @@ void register_store(py::module_& m) {
            py::arg("fsync"), py::arg("fsync_interval_s"), py::arg("snapshot_every"), py::arg("num_threads") = 1,
            py::arg("flat_limit") = memkern::kDefaultFlatLimit, py::arg("id_base") = 0,
            py::arg("id_end") = INT64_MAX)
+      .def_static(
+          "in_memory",
+          // The same engine with persistence off (StoreOptions::in_memory): no file is ever opened.
+          [](uint32_t dim, const std::string& metric, uint32_t M, uint32_t ef_construction, int num_threads,
+             uint64_t flat_limit, int64_t id_base, int64_t id_end) {
+            if (metric.empty()) throw memkern::ValueError("metric: an in-memory store needs a metric (got none)");
+            memkern::StoreOptions o;
+            o.in_memory = true;
+            o.dim = dim;
+            o.metric = parse_metric(metric);
+            o.M = M;
+            o.ef_construction = ef_construction;
+            o.num_threads = num_threads;
+            o.flat_limit = flat_limit;
+            o.id_base = id_base;
+            o.id_end = id_end;
+            py::gil_scoped_release nogil;
+            return std::make_unique<Store>(std::string(), o);
+          },
+          py::arg("dim"), py::arg("metric"), py::arg("M") = 16, py::arg("ef_construction") = 200,
+          py::arg("num_threads") = 1, py::arg("flat_limit") = memkern::kMaxFlatLimit, py::arg("id_base") = 0,
+          py::arg("id_end") = INT64_MAX)
+      .def_property_readonly("in_memory_mode", &Store::in_memory)
       .def_property_readonly("next_id", &Store::next_id)
       .def_property_readonly("dim", &Store::dim)
       .def_property_readonly("metric", [](const Store& s) { return std::string(memkern::metric_name(s.metric())); })

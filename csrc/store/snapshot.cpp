@@ -1014,6 +1014,7 @@ void Store::snapshot() {
   {
     std::shared_lock<std::shared_mutex> lk(mu_);
     check_writable();
+    if (memory_) return;  // persistence off: nothing to write
   }
   std::lock_guard<std::mutex> run(snap_run_mu_);
   run_snapshot();
@@ -1022,6 +1023,7 @@ void Store::snapshot() {
 void Store::snapshot_async() {
   std::unique_lock<std::shared_mutex> lk(mu_);
   check_writable();
+  if (memory_) return;
   request_snapshot();
 }
 

@@ -52,7 +52,12 @@ const char* metric_name(Metric m) {
 
 // ------------------------------------------------------------------------------- open / close
 
-Store::Store(const std::string& path, const StoreOptions& opt) : path_(path) {
+Store::Store(const std::string& path, const StoreOptions& opt)
+    : path_(opt.in_memory ? std::string() : path), memory_(opt.in_memory) {
+  if (memory_) {
+    open_in_memory(opt);  // no directory, no LOCK, no log: nothing below runs
+    return;
+  }
   if (::mkdir(path.c_str(), io::kDirMode) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
   std::string lock = path + "/LOCK";
   lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, io::kFileMode);
@@ -89,7 +94,7 @@ Store::~Store() {
   }
 }
 
-void Store::open_or_create(const StoreOptions& opt) {
+void Store::configure(const StoreOptions& opt) {
   M_ = opt.M;
   efc_ = opt.ef_construction;
   fsync_ = opt.fsync;
@@ -109,7 +114,31 @@ void Store::open_or_create(const StoreOptions& opt) {
   if (opt.ef_construction < 1 || opt.ef_construction > kMaxEfConstruction)
     throw ValueError("ef_construction: expected 1.." + std::to_string(kMaxEfConstruction) + ", got " +
                      std::to_string(opt.ef_construction));
+  if (opt.id_base < 0 || opt.id_end <= opt.id_base)
+    throw ValueError("id_base/id_end: expected 0 <= id_base < id_end, got " + std::to_string(opt.id_base) + ", " +
+                     std::to_string(opt.id_end));
+  id_base_ = opt.id_base;
+  id_end_ = opt.id_end;
+}
 
+void Store::open_in_memory(const StoreOptions& opt) {
+  configure(opt);
+  if (opt.dim == 0) throw ValueError("dim: an in-memory store needs dim (got none)");
+  if (opt.metric < 0) throw ValueError("metric: an in-memory store needs a metric (got none)");
+  dim_ = opt.dim;
+  metric_ = static_cast<Metric>(opt.metric);
+  space_.reset(new Space(dim_, metric_));
+  zeros_.assign(dim_, 0.0f);
+  fsync_ = FsyncMode::Never;  // never consulted: commit() does not log
+  snapshot_every_ = 0;
+  store_id_ = new_store_id();
+  generation_ = 0;
+  next_id_ = id_base_;
+  last_sync_ = now_s();
+}
+
+void Store::open_or_create(const StoreOptions& opt) {
+  configure(opt);
   io::set_fault_from_env();     // test-only fault injection (memkern/io.h); off unless MEMKERN_FAULT is set
   set_snapshot_gate_from_env();  // test-only (snapshot.h); off unless MEMKERN_SNAPSHOT_GATE is set
   Current cur = read_current(path_);
@@ -272,11 +301,6 @@ void Store::open_or_create(const StoreOptions& opt) {
   }
   ops_since_snapshot_ = replayed;
   last_sync_ = now_s();
-  if (opt.id_base < 0 || opt.id_end <= opt.id_base)
-    throw ValueError("id_base/id_end: expected 0 <= id_base < id_end, got " + std::to_string(opt.id_base) + ", " +
-                     std::to_string(opt.id_end));
-  id_base_ = opt.id_base;
-  id_end_ = opt.id_end;
   next_id_ = std::max(next_id_, id_base_);
   if (next_id_ > id_end_)
     throw ValueError("id_end: expected >= the store's next id " + std::to_string(next_id_) + ", got " +
@@ -290,7 +314,7 @@ void Store::close() {
   {
     std::shared_lock<std::shared_mutex> lk(mu_);
     if (closed_) return;
-    want_snapshot = poison_.empty() && (ops_since_snapshot_ > 0 || !chain_.empty());
+    want_snapshot = !memory_ && poison_.empty() && (ops_since_snapshot_ > 0 || !chain_.empty());
   }
   bool snapped = false;
   if (want_snapshot) {
@@ -307,7 +331,7 @@ void Store::close() {
   }
   std::unique_lock<std::shared_mutex> lk(mu_);
   std::string sync_error;
-  if (!snapped && poison_.empty()) {
+  if (!snapped && poison_.empty() && !memory_) {
     try {
       wal_.sync();
     } catch (const std::exception& e) {
@@ -323,18 +347,20 @@ void Store::close() {
   ns_.clear();
   ns_by_name_.clear();
   tombstones_.clear();
+  orphan_tombstones_.clear();
+  meta_scalars_.clear();
   closed_ = true;
   if (!sync_error.empty()) throw IOError("close " + path_ + ": " + sync_error);
 }
 
 void Store::check_open() const {
-  if (closed_) throw ValueError("store " + path_ + " is closed");
+  if (closed_) throw ValueError(where() + " is closed");
 }
 
 void Store::check_writable() const {
   check_open();
   if (!poison_.empty())
-    throw IOError("store " + path_ + " refuses writes until it is reopened: " + poison_);
+    throw IOError(where() + (memory_ ? " refuses writes: " : " refuses writes until it is reopened: ") + poison_);
 }
 
 std::string Store::last_snapshot_error() const {
@@ -524,6 +550,17 @@ static uint32_t new_item_ops(const std::vector<NewItem>& items) {
 }
 
 void Store::commit(const std::string& payload, uint64_t ops, uint32_t nsi) {
+  if (memory_) {
+    // Persistence off: the same entry, applied without a log (no snapshot ever runs).
+    try {
+      apply(payload);
+    } catch (const std::exception& e) {
+      poison_ = std::string("an operation failed while being applied: ") + e.what();
+      throw;
+    }
+    ops_since_snapshot_ += ops;
+    return;
+  }
   // Validation happened before; from here the operation is logged (and synced), then applied:
   // if logging or syncing fails, nothing was applied and the entry is not in the log.
   before_change(nsi);    // a snapshot copying namespaces gets this one as it was first
@@ -795,7 +832,7 @@ uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary
 
 void Store::check_id_room(size_t n) const {
   if (static_cast<uint64_t>(id_end_ - next_id_) < n)
-    throw ValueError("store " + path_ + ": its id range ends at " + std::to_string(id_end_) + " (next id " +
+    throw ValueError(where() + ": its id range ends at " + std::to_string(id_end_) + " (next id " +
                      std::to_string(next_id_) + ", " + std::to_string(n) + " requested)");
 }
 
@@ -828,12 +865,12 @@ void Store::import_records(const std::string& ns, const std::vector<ImportItem>&
     const std::string at = "records[" + std::to_string(i) + "]";
     if (r.id < 0 || r.id == INT64_MAX) throw ValueError(at + ".id: expected an id in 0..2**63-2, got " + std::to_string(r.id));
     if (records_.count(r.id) || batch.count(r.id))
-      throw KeyError(at + ".id: id " + std::to_string(r.id) + " is already in store " + path_ + " (ids must not collide)");
+      throw KeyError(at + ".id: id " + std::to_string(r.id) + " is already in " + where() + " (ids must not collide)");
     if (tombstones_.count(r.id))
-      throw KeyError(at + ".id: id " + std::to_string(r.id) + " was deleted from store " + path_ +
+      throw KeyError(at + ".id: id " + std::to_string(r.id) + " was deleted from " + where() +
                      " and is not compacted away yet (compact() it first)");
     if (r.id >= next_id_ && r.id < id_end_)
-      throw ValueError(at + ".id: id " + std::to_string(r.id) + " lies in store " + path_ + "'s own unused id range [" +
+      throw ValueError(at + ".id: id " + std::to_string(r.id) + " lies in " + where() + "'s own unused id range [" +
                        std::to_string(next_id_) + ", " + std::to_string(id_end_) + ") and would collide with an id it hands out");
     if (r.level >= kNumLevels) throw ValueError(at + ".level: expected topic or turn");
     if (r.level == kTopic) {
@@ -900,6 +937,7 @@ std::vector<int64_t> Store::remove(int64_t id) {
 void Store::flush() {
   std::unique_lock<std::shared_mutex> lk(mu_);
   check_writable();
+  if (memory_) return;  // no log
   wal_.sync();
   dirty_ = false;
   last_sync_ = now_s();
@@ -939,6 +977,13 @@ void Store::compact() {
     for (uint32_t i = 0; i < ns_.size(); ++i) ns_by_name_[ns_[i]->name] = i;
     for (auto& kv : records_) kv.second.ns = remap[kv.second.ns];
     packs_.clear();
+    if (memory_) {
+      // No snapshot or log can name a deleted id: its tombstone's only job is done.
+      tombstones_.clear();
+      for (auto& ns : ns_) ns->tombstones.clear();
+      orphan_tombstones_.clear();
+      return;
+    }
   }
   // The tombstones go when this snapshot is in place (a failed one leaves them: the old snapshot
   // and the log still name those ids).

@@ -107,6 +107,19 @@ class Store:
         id_base: int = 0,  # the ids this store hands out: [id_base, id_end) (not stored)
         id_end: int = 2**63 - 1,
     ) -> None: ...
+    @staticmethod
+    def in_memory(
+        dim: int,
+        metric: str,
+        M: int = 16,
+        ef_construction: int = 200,
+        num_threads: int = 1,
+        flat_limit: int = 2**24,
+        id_base: int = 0,
+        id_end: int = 2**63 - 1,
+    ) -> Store: ...  # the same engine with persistence off: no directory, log, snapshot or lock
+    @property
+    def in_memory_mode(self) -> bool: ...  # True for a Store.in_memory(...) (its path is "")
     @property
     def next_id(self) -> int: ...  # the id the next add gets
     @property

@@ -31,20 +31,21 @@ pytestmark = pytest.mark.skipif(not WHEEL, reason="needs MEMKERN_WHEEL=<built wh
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 TORCH_HERE = "torch==2.13.0"  # the CPU build on these machines' disk (see the module docstring)
 TORCH_LINE = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 TIMES: dict[str, float] = {}
 
 
-def _section(heading: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def _section(heading: str, page: Path = README) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(heading)
     m = re.compile(r"\n#{2,3} ").search(text, start + 1)
     return text[start:m.start() if m else None]
 
 
-def _blocks(heading: str, lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", _section(heading), re.S)
+def _blocks(heading: str, lang: str, page: Path = README) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", _section(heading, page), re.S)
 
 
 def _install_lines() -> list[str]:
@@ -180,7 +181,7 @@ def test_store_only_install_has_no_torch(store_env):
     pkgs = v.packages() - {"pip", "setuptools", "wheel"}
     assert pkgs == {"memkern", "numpy", "tqdm"}, pkgs
     env = _user_env(user)
-    (code,) = _blocks("## Install", "python")
+    (code,) = _blocks("## Install", "python", DOCS / "index.md")
     t0 = time.perf_counter()
     r = v.sh(f"python - <<'EOF'\n{code}\nEOF", cwd=user, **env)
     _record("store-only example run", time.perf_counter() - t0)
@@ -239,7 +240,7 @@ def test_quickstart_from_the_wheel_with_torch_preinstalled(wheel, torch_env, tmp
     for line in lines[1:]:
         v.sh(_with_wheel(line.replace("pip install", "pip install -q", 1), wheel.parent), cwd=user, **env)
     t_install = time.perf_counter() - t0
-    code = _blocks("## Python", "python")[0]
+    code = _blocks("## Quick start", "python", DOCS / "rmm.md")[0]
     assert "memkern.RMM(store" in code
     r = v.sh(f"python - <<'EOF'\n{code}\nEOF", cwd=user, timeout=600, **env)
     total = time.perf_counter() - t0
@@ -258,7 +259,7 @@ def test_serve_extra_runs_the_readme_server_example(wheel, torch_env, tmp_path, 
     env = _user_env(user)
     t0 = time.perf_counter()
     v = _fresh(tmp_path, torch_env)
-    line = re.search(r"`(pip install '\S+')`", _section("## Servers")).group(1)
+    line = re.search(r"`(pip install '\S+')`", _section("# Servers", DOCS / "servers.md")).group(1)
     assert line == "pip install 'memkern[serve]'", line
     v.sh(_with_wheel(line.replace("pip install", "pip install -q", 1), wheel.parent), cwd=user, **env)
     _record("serve install (torch pre-installed)", time.perf_counter() - t0)
@@ -268,7 +269,7 @@ def test_serve_extra_runs_the_readme_server_example(wheel, torch_env, tmp_path, 
                             env=v.env(MEMKERN_API_KEY=key, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        code = _blocks("## Servers", "python")[0]
+        code = _blocks("# Servers", "python", DOCS / "servers.md")[0]
         waiter = (f"import time, httpx\nfor _ in range(600):\n    try:\n"
                   f"        if httpx.get('http://127.0.0.1:{port}/health', timeout=2).status_code == 200: break\n"
                   f"    except httpx.TransportError: pass\n    time.sleep(0.2)\n")
@@ -285,18 +286,18 @@ def test_serve_extra_runs_the_readme_server_example(wheel, torch_env, tmp_path, 
 # ------------------------------------------------------------------------- the framework extras
 
 ADAPTERS = {
-    "langgraph": ("### LangGraph store", True),
-    "langchain": ("### LangChain vector store", True),
-    "llamaindex": ("### LlamaIndex vector store", True),
-    "mem0": ("### mem0 provider", True),
-    "otel": ("### OpenTelemetry", False),
+    "langgraph": ("## LangGraph store", True),
+    "langchain": ("## LangChain vector store", True),
+    "llamaindex": ("## LlamaIndex vector store", True),
+    "mem0": ("## mem0 provider", True),
+    "otel": ("## OpenTelemetry", False),
 }
 
 
 def _adapter_example(v: Venv, extra: str, user: Path, env: dict) -> None:
     heading, _ = ADAPTERS[extra]
-    assert f"`memkern[{extra}]`" in _section(heading), heading
-    (code,) = _blocks(heading, "python")
+    assert f"`memkern[{extra}]`" in _section(heading, DOCS / "adapters.md"), heading
+    (code,) = _blocks(heading, "python", DOCS / "adapters.md")
     t0 = time.perf_counter()
     v.sh(f"python - <<'EOF'\n{code}\nEOF", cwd=user, timeout=600, **env)
     _record(f"{extra} example run", time.perf_counter() - t0)

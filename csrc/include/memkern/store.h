@@ -71,6 +71,10 @@ struct StoreOptions {
   // range on every open.
   int64_t id_base = 0;
   int64_t id_end = INT64_MAX;
+  // Persistence off: no directory, log, snapshot or lock; `path` is unused and dim / metric are
+  // required. Writes take the same encode -> apply path (the entry is applied, never appended);
+  // fsync, fsync_interval_s and snapshot_every are ignored. The records live as long as the Store.
+  bool in_memory = false;
 };
 
 // One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
@@ -154,7 +158,10 @@ class Store {
   Metric metric() const { return metric_; }
   uint32_t M() const { return M_; }
   uint32_t ef_construction() const { return efc_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // "" in memory mode
+  bool in_memory() const { return memory_; }
+  // How error messages name this store: "store <path>" or "in-memory store".
+  std::string where() const { return memory_ ? std::string("in-memory store") : "store " + path_; }
 
   std::vector<int64_t> add(const std::string& ns, const std::vector<NewItem>& items);
   // New version of a record (op Merge or Update); null fields keep the current value.
@@ -218,6 +225,9 @@ class Store {
   // When the store cannot know its own state on disk any more (the log could not be cut back
   // after a failed write, or a compaction could not be written), it is *poisoned*: reads keep
   // working, writes raise IOError until the store is reopened.
+  // In memory mode there is nothing to write: flush, snapshot and snapshot_async only check that
+  // the store is writable, compact drops deleted records' vectors and tombstones (no snapshot),
+  // close drops the records.
   void flush();     // fsync the log
   // Writes a snapshot now, in the calling thread (after one the background thread is writing), and
   // retires the log files it holds; other calls go on meanwhile. Raises on failure (nothing lost:
@@ -283,7 +293,9 @@ class Store {
 
   void check_open() const;
   void check_writable() const;  // open and not poisoned
+  void configure(const StoreOptions& opt);  // checks and takes the options both modes share
   void open_or_create(const StoreOptions& opt);
+  void open_in_memory(const StoreOptions& opt);
   void load_snapshot(uint64_t gen);
   void load_snapshot_v2(const std::string& dir, const std::string& data, const std::string& file);
   void check_loaded(const std::string& file);  // records vs indexes vs links; derived indexes
@@ -337,6 +349,7 @@ class Store {
                   double now) const;
 
   std::string path_;
+  bool memory_ = false;  // persistence off (StoreOptions::in_memory)
   uint32_t dim_ = 0;
   Metric metric_ = Metric::IP;
   uint32_t M_ = 16, efc_ = 200;

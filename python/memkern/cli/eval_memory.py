@@ -257,6 +257,19 @@ def _command_line(args) -> str:
     return "OMP_NUM_THREADS=1 " + " ".join(cmd)
 
 
+def _locomo_headline(res: dict) -> list[list[str]]:
+    """RESULTS.md's rows for the LoCoMo section: the RMM default against the baseline at each
+    budget, formatted as the section's table prints them."""
+    m, base = res.get("metrics", {}), res.get("config", {}).get("baseline")
+    rows = []
+    for b in res.get("config", {}).get("budgets", (5, 10, 20)):
+        d, r, k = m.get("rmm-default", {}), m.get(base, {}), f"recall@{b}turns"
+        if k in d and k in r and f"delta_{k}" in d:
+            rows.append([f"rmm-default, R@{b}", f"{d[k]:.3f}", f"{base} {r[k]:.3f}",
+                         f"{100 * d[f'delta_{k}']:+.1f} points"])
+    return rows
+
+
 def _write_locomo_section(args, result, path) -> int:
     """Write the LoCoMo retrieval table to bench/sections/retrieval-locomo.md and reassemble
     RESULTS.md (1 with a one-line message when it cannot)."""
@@ -280,10 +293,11 @@ def _write_locomo_section(args, result, path) -> int:
         sys.path.insert(0, str(bench_dir))  # report.py imports harness.py beside it
     spec.loader.exec_module(bench_report)
 
-    body = locomo_section(result.to_dict() if hasattr(result, "to_dict") else result)
+    res = result.to_dict() if hasattr(result, "to_dict") else result
+    body = locomo_section(res)
     p = bench_report.write_section("retrieval-locomo", "Retrieval on real conversations (LoCoMo development split)",
                                    body, _command_line(args), raw_json=f"<--out>/{path.name}",
-                                   sections_dir=bench_dir / "sections")
+                                   sections_dir=bench_dir / "sections", headline=_locomo_headline(res))
     bench_report.write_results(bench_dir)
     print(f"wrote {p} and reassembled {bench_dir / 'RESULTS.md'}")
     return 0

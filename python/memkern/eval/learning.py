@@ -10,7 +10,8 @@ prompt block holds an evidence turn of the question: the simulation rule), and t
 held-out questions with ``RMM.retrieve(q, turns=N)``:
 
 - ``heldout R@N before / after``: evidence recall of the best ``N`` turns (the reranker's greedy
-  read) on the held-out questions, for a fresh reranker and after the training pass;
+  read: each turn's first-stage score plus its memory's learned residual) on the held-out
+  questions, for a fresh reranker and after the training pass;
 - ``shown`` / ``greedy``: during the training pass, evidence recall of the turns ``respond``
   showed the model, and of those the reranker's best memories would have shown at that moment
   (``RMM.retrieve`` just before the call): what the user paid for exploration.

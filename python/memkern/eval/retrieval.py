@@ -19,7 +19,7 @@ baseline ``turn (speaker)``:
   (``mode="hybrid"`` with its default fusion and lexical weight, :meth:`memkern.MemoryStore.search`)
   over turn records whose text is the templated turn (names and dates, matched lexically) and whose
   vectors embed the content only / the templated turn; run on :class:`memkern.InMemoryStore`, the
-  exact pure-Python twin of the native store's search (the same results, without a graph index);
+  store engine with persistence off (exact scans at any size: no graph index);
 - ``hybrid (content, all turns)``: the ``hybrid (content)`` search asked for every turn of the
   conversation (``k`` = its turn count), ranked by the fused score the store returns;
 - ``hybrid (content)+{a}*window{W}`` / ``hybrid (content)+{a}*texttiling``: that fused turn score

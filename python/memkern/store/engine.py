@@ -591,6 +591,25 @@ def turns_with_topics(store: Any, ids: Iterable[int]) -> list[tuple[Record, Reco
     return [(t, topics[t.topic_id]) for t in turns_]
 
 
+def _check_engine_options(M: Any, ef_construction: Any, ef_search: Any, num_threads: Any, flat_limit: Any,
+                          id_range: Any) -> tuple[int, int]:
+    """Checks the engine options :class:`MemoryStore` and :class:`~memkern.InMemoryStore` share;
+    returns ``(id_base, id_end)`` of ``id_range``."""
+    check_int("M", M, 2, 4096)
+    check_int("ef_construction", ef_construction, 1, 1 << 20)
+    check_int("ef_search", ef_search, 1, MAX_EF, none_ok=True)
+    check_int("num_threads", num_threads, 1, 256)
+    _check_int(flat_limit, "flat_limit", 0, 1 << 24)
+    id_base, id_end = 0, (1 << 63) - 1
+    if id_range is not None:
+        if (not isinstance(id_range, tuple) or len(id_range) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in id_range)
+                or not 0 <= id_range[0] < id_range[1] <= id_end):
+            raise bad_arg("id_range", "a tuple (first, end) of ints with 0 <= first < end <= 2**63 - 1", id_range)
+        id_base, id_end = id_range
+    return id_base, id_end
+
+
 class MemoryStore:
     """Persistent memory bank: records + a vector index per namespace (exact scan, HNSW when large), on a directory.
 
@@ -675,23 +694,9 @@ class MemoryStore:
         if metric is not None:
             check_choice("metric", metric, _METRICS, expected='"ip", "l2" or "cos"')
         check_choice("fsync", fsync, _FSYNC, expected='"always", "batch" or "never"')
-        for name, v, lo in (("M", M, 2), ("ef_construction", ef_construction, 1), ("snapshot_every", snapshot_every, 0)):
-            check_int(name, v, lo)
-        check_int("ef_search", ef_search, 1, none_ok=True)
-        check_int("num_threads", num_threads, 1, 256)
-        _check_int(flat_limit, "flat_limit", 0, 1 << 24)
-        for name, v, hi in (("M", M, 4096), ("ef_construction", ef_construction, 1 << 20),
-                            ("snapshot_every", snapshot_every, (1 << 64) - 1), ("ef_search", ef_search, MAX_EF)):
-            if v is not None and int(v) > hi:
-                raise bad_arg(name, f"an int <= {hi}", int(v))
+        check_int("snapshot_every", snapshot_every, 0, (1 << 64) - 1)
+        id_base, id_end = _check_engine_options(M, ef_construction, ef_search, num_threads, flat_limit, id_range)
         check_float("fsync_interval", fsync_interval, 0, finite=True, expected="finite seconds >= 0")
-        id_base, id_end = 0, (1 << 63) - 1
-        if id_range is not None:
-            if (not isinstance(id_range, tuple) or len(id_range) != 2
-                    or any(isinstance(x, bool) or not isinstance(x, int) for x in id_range)
-                    or not 0 <= id_range[0] < id_range[1] <= id_end):
-                raise bad_arg("id_range", "a tuple (first, end) of ints with 0 <= first < end <= 2**63 - 1", id_range)
-            id_base, id_end = id_range
         p.parent.mkdir(parents=True, exist_ok=True)
         exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
         if not exists and dim is None:
@@ -769,8 +774,8 @@ class MemoryStore:
     def native(self):
         """The open store's native layer, for tools that need operations the public API does not
         offer (:mod:`memkern.store.transfer` reads each version's op and writes versions with a given
-        op): a ``memkern._store.Store`` (methods and limits typed in ``memkern/_store.pyi``), or,
-        for an :class:`~memkern.InMemoryStore`, its Python twin with the same methods. Its calls
+        op): a ``memkern._store.Store`` (methods and limits typed in ``memkern/_store.pyi``; an
+        :class:`~memkern.InMemoryStore`'s is ``Store.in_memory(...)``, the same engine). Its calls
         take already-validated arguments (the checks of this class's methods are skipped).
 
         Raises

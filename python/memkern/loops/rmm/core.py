@@ -24,7 +24,7 @@ from ...protocols import ChatModel as ChatModelProtocol
 from ...protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore
 from ...text.template import TurnTemplate
 from ...ingest.apply import AppendDecider, EmbeddingDecider, LLMDecider
-from ...base.validate import check_str
+from ...base.validate import MAX_QUERY_CHARS, check_text
 from .aio import AsyncStage, locked
 from .config import RMMConfig
 from .feedback import FeedbackStage, _parse_answer
@@ -310,7 +310,7 @@ class RMM(ReflectStage, RetrieveStage, TimeStage, SupersedeStage, FeedbackStage,
         -------
         Response
         """
-        check_str("query", query, nonempty=True)
+        check_text("query", query, max_chars=MAX_QUERY_CHARS, nonempty=True)
         if session_turns is not None:
             session_turns = validate_turns(session_turns, "session_turns")
         search_kw = self._first_stage(query, None,

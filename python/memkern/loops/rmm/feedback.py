@@ -25,6 +25,11 @@ against the (deterministic) shown slate only shrink them. Showing sampled draws 
 ``RMMConfig.explore`` of the calls, logged as ``Response.explored``) buys labels on lower-ranked
 candidates, mostly useless ones, at the price of worse memories for the user. The learning
 section of ``bench/RESULTS.md`` measures each of these (``memkern eval memory learning``).
+
+What the learning moves. The reranker scores memories; a turn budget read
+(:meth:`memkern.RMM.retrieve` with ``turns=N``) returns turns. Each retrieved turn is scored by its
+first-stage score plus its memory's learned residual (the reranker's score minus its prior), so a
+memory the citations promoted brings its turns into the budget, and one they demoted gives way.
 """
 from __future__ import annotations
 

@@ -20,7 +20,9 @@ turn budget is given; the first-stage score is its prior (:meth:`memkern.Reranke
 fresh reranker keeps the first stage's order. :meth:`RetrieveStage.retrieve` returns what :meth:`memkern.RMM.respond`
 shows the model (:class:`Retrieval`) without calling it: the chosen memories, each with its
 shown turns (two-level: its best retrieved turns, at most ``turns_per_memory``; topic mode: its
-raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget.
+raw turns), or, with a budget of ``turns``, the best-scored turns up to the budget, each turn
+scored by its first-stage score plus its memory's learned residual (the reranker's score minus its
+prior), so what the reranker learned from citations moves the turns shown.
 
 Filters and time (``retrieve`` / ``respond`` / ``aretrieve`` / ``arespond``): ``filter``,
 ``time_range``, ``time_field``, ``recency``, ``recency_weight`` and ``now`` go to the first-stage
@@ -42,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import MemkernTypeError, MemkernValueError, bad_arg
+from ...base.validate import MAX_QUERY_CHARS, check_text
 from ...protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
 from ...store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
@@ -133,6 +136,19 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` (float32 ``[..., d]``) scaled to unit length (zero rows stay ~0)."""
     x = np.asarray(x, dtype=np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _learned_residual(ids: np.ndarray, sel: Any) -> dict[int, float] | None:
+    """Memory id -> what the reranker adds to its first-stage prior (``sel.scores - sel.prior``
+    at each candidate position, float), for the candidates ``ids`` (int64 ``[n]``) of the
+    selection ``sel`` (:class:`memkern.Selection`, ``[1, K]`` fields). ``None`` when there is no
+    selection or it carries no prior (then nothing learned is added)."""
+    prior = getattr(sel, "prior", None)
+    if sel is None or prior is None or len(ids) == 0:
+        return None
+    sc = sel.scores.reshape(-1)[: len(ids)]
+    res = (sc.float() - prior.reshape(-1)[: len(ids)].float()).detach().cpu().numpy()
+    return dict(zip(ids.tolist(), res.tolist()))
 
 
 def _turn_order(turn_record: Any) -> int:
@@ -362,24 +378,31 @@ class RetrieveStage:
                 return draw
         return rr.select(q, cand, mask=mask, greedy=True, m=m, **select_kw)
 
-    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, TopicHits], budget: int | None = None):
+    def _shown_memories(self, m_sel: np.ndarray, groups: dict[int, TopicHits], budget: int | None = None,
+                        residual: dict[int, float] | None = None):
         """The chosen memories as the answer prompt shows them: ``(memories, shown turn-record ids,
         shown turn keys)``, cut to ``budget`` turns in all.
 
         Two-level: each chosen topic's summary with only its best retrieved turns (at most
         ``turns_per_memory``), in conversation order; with a budget, the best ``budget`` turns
-        by score among the first ``budget`` memories (no per-memory cap). Topic mode: each record's summary with its
-        raw turns (with a budget, memories in order until it is spent, the last one cut).
-        Memories are ``{"id", "summary", "turns"}``. The shown records are read in two batches.
+        among the first ``budget`` memories (no per-memory cap), each turn scored by its
+        first-stage score plus its memory's learned residual (``residual``: memory id -> the
+        reranker's score minus its prior, :func:`_learned_residual`; missing ids: 0). A memory's
+        best turn then scores exactly the reranker's score of the memory, so what the reranker
+        learned moves the turns shown, and a fresh reranker (residual 0) shows the first stage's
+        best turns. Topic mode: each record's summary with its raw turns (with a budget, memories
+        in order until it is spent, the last one cut). Memories are ``{"id", "summary",
+        "turns"}``. The shown records are read in two batches.
         """
         memories, shown, keys = [], [], []
         if groups:
             if budget is not None:
-                # A budget of N turns: the best N retrieved turns (first-stage score) among the first
-                # N memories in the reranker's order; a fresh reranker keeps the retriever's order,
-                # so these are the N best turns. (turns_per_memory bounds respond's prompt; here the
-                # budget is the bound.)
-                cand = sorted(((sc, k, int(i)) for i in m_sel[:budget] if int(i) in groups
+                # A budget of N turns: the best N retrieved turns (first-stage score + the memory's
+                # learned residual) among the first N memories in the reranker's order. Memories are
+                # ordered by their best turn's adjusted score, so no turn of a later memory could
+                # enter. (turns_per_memory bounds respond's prompt; here the budget is the bound.)
+                res = residual or {}
+                cand = sorted(((sc + res.get(int(i), 0.0), k, int(i)) for i in m_sel[:budget] if int(i) in groups
                                for k, sc in enumerate(groups[int(i)].scores)), key=lambda x: -x[0])
                 take: dict[int, list[int]] = {}
                 for sc, k, i in cand[:budget]:
@@ -423,6 +446,10 @@ class RetrieveStage:
         (unless that call explores, ``RMMConfig.explore``); ``turns=N`` takes memories in the
         reranker's order until ``N`` turns are shown (the last memory cut to its best turns).
 
+        The filters apply to the first-stage search (module doc); the reranker chooses among
+        the records that pass. ``config.time_prior`` adds the question's time term
+        (:mod:`memkern.loops.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
+
         Parameters
         ----------
         query : str
@@ -445,16 +472,11 @@ class RetrieveStage:
             ``now`` is also the reference of the question's relative time expressions ("last
             week"; :mod:`memkern.loops.rmm.timeprior`; default: the namespace's latest event time).
 
-        The filters apply to the first-stage search (module doc); the reranker chooses among
-        the records that pass. ``config.time_prior`` adds the question's time term
-        (:mod:`memkern.loops.rmm.timeprior`) unless ``time_range`` or ``recency`` is given.
-
         Returns
         -------
         Retrieval
         """
-        if not isinstance(query, str) or not query.strip():
-            raise bad_arg("query", "a non-empty str", query)
+        check_text("query", query, max_chars=MAX_QUERY_CHARS, nonempty=True, type_error=False)
         if turns is not None and (isinstance(turns, bool) or not isinstance(turns, (int, np.integer)) or turns < 1):
             raise bad_arg("turns", "None or an int >= 1", turns)
         if explore is not None and explore is not False:
@@ -469,10 +491,11 @@ class RetrieveStage:
         t0 = time.perf_counter()
         q = self._embed([query], kind="query")
         timings["embed"] = time.perf_counter() - t0
-        _, _, m_sel, _, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=0.0,
-                                                           search_kw=search_kw, time_q=time_q)
+        ids, _, m_sel, sel, groups = self._retrieve_and_rerank(q, timings, order_all=turns is not None, explore=0.0,
+                                                               search_kw=search_kw, time_q=time_q)
         t0 = time.perf_counter()
-        memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns))
+        residual = _learned_residual(ids, sel) if turns is not None else None
+        memories, shown, keys = self._shown_memories(m_sel, groups, None if turns is None else int(turns), residual)
         timings["show"] = time.perf_counter() - t0
         timings["total"] = sum(timings.values())
         return Retrieval(query, [m["id"] for m in memories], memories, keys, shown,

@@ -880,13 +880,14 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
         The file fails a check (named by line and field; nothing was written), or the target is
         not a new store.
     """
-    from ..memory import InMemoryStore, _PyStore
+    from ..memory import InMemoryStore
 
     if isinstance(target, InMemoryStore):
         n = target.native
-        if n._next != 0:
-            raise bad_arg("target", "an InMemoryStore that was never written to (import builds a new store)",
-                          f"one holding ids up to {n._next - 1}")
+        if n.next_id != 0 or target._id_range is not None:
+            raise bad_arg("target", "an InMemoryStore without id_range that was never written to (import builds a "
+                          "new store)", f"one holding ids up to {n.next_id - 1}" if n.next_id else
+                          f"one with id_range={target._id_range}")
         parsed = _parse(source)
         if parsed.dim != target.dim or parsed.metric != target.metric:
             raise bad_arg("target", f"a store of dim={parsed.dim}, metric={parsed.metric!r} (the file's)",
@@ -894,9 +895,9 @@ def import_store(target: str | os.PathLike | MemoryStore, source: str | os.PathL
                           else f"metric={target.metric!r}")
         _embed_missing(parsed, embedder)
         inexact = _exact_inputs(parsed)
-        fresh = InMemoryStore(parsed.dim, parsed.metric)
+        fresh = InMemoryStore(parsed.dim, parsed.metric, **target._options)
         id_map, renumbered = _write_records(fresh, parsed)
-        target._native = fresh._native  # one step: the target shows all of it or none
+        target._native, fresh._native = fresh._native, None  # one step: the target shows all of it or none
         return ImportResult(len(parsed.records), parsed.namespaces, id_map, renumbered, [],
                             [f"{ns}{_RERANKER_FILES[k]}" for ns, k, _ in parsed.rerankers], None, inexact)
     if isinstance(target, MemoryStore):
