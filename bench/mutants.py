@@ -1391,7 +1391,7 @@ CATALOGUE: list[Mutant] = [
            """raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")""",
            "usage errors print the prefix twice ('memkern: error: memkern: ...')", ("tests/test_cli_errors.py",)),
     Mutant("check-wheel-allows-native-flags", "packaging", "scripts/check_wheel.py",
-           'FORBIDDEN = re.compile(r"-march=(?!x86-64$)\S+|',
+           r'FORBIDDEN = re.compile(r"-march=(?!x86-64$)\S+|',
            'FORBIDDEN = re.compile(r"-march=x86-64-v9|',
            "a wheel compiled with -march=native (or -march=haswell) passes the portability check", T_PACKAGING),
     Mutant("check-wheel-skips-nested-package", "packaging", "scripts/check_wheel.py",

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from ..errors import MemkernTypeError, bad_arg
+from ..errors import MemkernTypeError, bad_arg, require
+
+require("reranker", "torch", feature="memkern.score.selection")  # names the extra when a package is missing
+import torch  # noqa: E402
 
 __all__ = ["Selection"]
 
