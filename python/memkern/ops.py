@@ -2,30 +2,5 @@
 
 from __future__ import annotations
 
-from .score.ops.autograd import (
-    RerankScores,
-    RerankForward,
-    GumbelTopM,
-    ReinforceGrad,
-    RerankStep,
-    rerank_scores,
-    gumbel_topm,
-    reinforce_grad,
-    rerank_step,
-    philox_uniform,
-    resolve_backend,
-)
-
-__all__ = [
-    "RerankScores",
-    "RerankForward",
-    "GumbelTopM",
-    "ReinforceGrad",
-    "RerankStep",
-    "rerank_scores",
-    "gumbel_topm",
-    "reinforce_grad",
-    "rerank_step",
-    "philox_uniform",
-    "resolve_backend",
-]
+from .score.ops import *  # noqa: F401,F403
+from .score.ops import __all__  # noqa: F401
