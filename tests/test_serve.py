@@ -6,7 +6,6 @@ bag-of-words HashEmbedder (fast, deterministic) except in the subprocess test, w
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,35 +25,15 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
 import memkern  # noqa: E402
-from memkern.server import Limits, MemoryService, create_app  # noqa: E402
+from memkern.server import Limits, MemoryService  # noqa: E402
 from memkern.server import scopes as S  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
+from serve_common import running  # noqa: E402
 
 KEY = "test-key-123"
 README = Path(__file__).resolve().parents[1] / "docs" / "servers.md"
-
-
-@contextlib.contextmanager
-def running(service: MemoryService, api_key: str | None = KEY):
-    """A uvicorn server for ``service`` in a thread; yields its base URL."""
-    app = create_app(service, api_key=api_key)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    deadline = time.time() + 20
-    while not server.started:
-        if time.time() > deadline or not t.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        t.join(10)
 
 
 @pytest.fixture
