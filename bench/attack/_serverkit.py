@@ -153,6 +153,27 @@ def mutate(rng: random.Random, body: dict, fields: dict) -> dict:
     return body
 
 
+class Values:
+    """The request values of a campaign run: clean (valid) while ``clean`` is set, else hostile.
+    Needs ``self.rng`` (a ``random.Random``) and ``self.K`` (this module)."""
+
+    clean = False
+
+    def text(self) -> str:
+        if self.clean:
+            return " ".join(self.rng.choice(self.K.WORDS) for _ in range(self.rng.randint(2, 10)))
+        return self.K.text(self.rng)
+
+    def json_value(self):
+        return {"source": self.text()} if self.clean else self.K.json_value(self.rng)
+
+    def date(self):
+        return self.rng.choice([None, 1_683_504_000, "2023-05-08", "8 May 2023"]) if self.clean else self.K.date(self.rng)
+
+    def mutate(self, body: dict, fields: dict) -> dict:
+        return dict(body) if self.clean else self.K.mutate(self.rng, body, fields)
+
+
 # ------------------------------------------------------------------ processes
 def free_port() -> int:
     with socket.socket() as s:

@@ -43,7 +43,7 @@ def _seed_foreign(store: pathlib.Path, rng: random.Random) -> dict[int, str]:
     return out
 
 
-class _Run:
+class _Run(_serverkit.Values):
     def __init__(self, K, rng: random.Random, serve, key: str, foreign: dict[int, str]):
         import httpx
 
@@ -62,23 +62,6 @@ class _Run:
         self.http = httpx.Client(base_url=serve.url, timeout=K.HANG_S, headers={"X-API-Key": key})
 
     # -------------------------------------------------------------- helpers
-    # -------------------------------------------------------------- values: clean (valid) or hostile
-    clean = False
-
-    def text(self) -> str:
-        if self.clean:
-            return " ".join(self.rng.choice(self.K.WORDS) for _ in range(self.rng.randint(2, 10)))
-        return self.K.text(self.rng)
-
-    def json_value(self):
-        return {"source": self.text()} if self.clean else self.K.json_value(self.rng)
-
-    def date(self):
-        return self.rng.choice([None, 1_683_504_000, "2023-05-08", "8 May 2023"]) if self.clean else self.K.date(self.rng)
-
-    def mutate(self, body: dict, fields: dict) -> dict:
-        return dict(body) if self.clean else self.K.mutate(self.rng, body, fields)
-
     def scope(self, users=None) -> dict:
         rng = self.rng
         d = {"user_id": rng.choice(users or self.pool) if rng.random() < 0.9 else None,

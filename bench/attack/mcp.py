@@ -113,7 +113,7 @@ class _Proc:
             return -9
 
 
-class _Run:
+class _Run(_serverkit.Values):
     def __init__(self, K, rng: random.Random, proc: _Proc, foreign: dict[int, str]):
         self.K, self.rng, self.proc = K, rng, proc
         self.tally, self.ledger = K.Tally(), K.Ledger()
@@ -126,23 +126,6 @@ class _Run:
         self.known_ns: dict[int, str] = {}
         self.responses: list[str] = []
         self.next_id = 0
-
-    # -------------------------------------------------------------- values: clean (valid) or hostile
-    clean = False
-
-    def text(self) -> str:
-        if self.clean:
-            return " ".join(self.rng.choice(self.K.WORDS) for _ in range(self.rng.randint(2, 10)))
-        return self.K.text(self.rng)
-
-    def json_value(self):
-        return {"source": self.text()} if self.clean else self.K.json_value(self.rng)
-
-    def date(self):
-        return self.rng.choice([None, 1_683_504_000, "2023-05-08", "8 May 2023"]) if self.clean else self.K.date(self.rng)
-
-    def mutate(self, body: dict, fields: dict) -> dict:
-        return dict(body) if self.clean else self.K.mutate(self.rng, body, fields)
 
     def scope(self, users=None) -> dict:
         rng = self.rng
