@@ -287,18 +287,7 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   if (flt.has_time && (std::isnan(flt.t_lo) || std::isnan(flt.t_hi) || flt.t_lo > flt.t_hi))
     throw ValueError("time_range: expected start <= end");
   std::vector<std::vector<std::string>> qterms;
-  if (spec.mode != 0) {
-    if (texts.size() != B)
-      throw ValueError("texts: expected " + std::to_string(B) + " texts (one per query), got " + std::to_string(texts.size()));
-    qterms.resize(B);
-    for (size_t b = 0; b < B; ++b) {
-      if (texts[b].size() > kMaxQueryTextBytes)
-        throw ValueError("texts[" + std::to_string(b) + "]: expected at most " + std::to_string(kMaxQueryTextBytes) +
-                         " bytes, got " + std::to_string(texts[b].size()));
-      std::string what = "texts[" + std::to_string(b) + "]";
-      qterms[b] = lexical::tokenize(texts[b], what.c_str());
-    }
-  }
+  if (spec.mode != 0) qterms = lexical::tokenize_queries(texts, B, kMaxQueryTextBytes);
   SearchResult res;
   res.ids.assign(B * k, -1);
   res.scores.assign(B * k, kPadScore);

@@ -222,6 +222,23 @@ inline std::vector<std::string> tokenize(const std::string& s, const char* what 
   return out;
 }
 
+// Tokens of the B query texts of a lexical / hybrid search, one list per query: ValueError naming
+// `texts` unless there are exactly B, and `texts[b]` for one over `max_bytes` bytes or not UTF-8.
+inline std::vector<std::vector<std::string>> tokenize_queries(const std::vector<std::string>& texts, size_t B,
+                                                              size_t max_bytes) {
+  if (texts.size() != B)
+    throw ValueError("texts: expected " + std::to_string(B) + " texts (one per query), got " + std::to_string(texts.size()));
+  std::vector<std::vector<std::string>> qterms(B);
+  for (size_t b = 0; b < B; ++b) {
+    if (texts[b].size() > max_bytes)
+      throw ValueError("texts[" + std::to_string(b) + "]: expected at most " + std::to_string(max_bytes) +
+                       " bytes, got " + std::to_string(texts[b].size()));
+    std::string what = "texts[" + std::to_string(b) + "]";
+    qterms[b] = tokenize(texts[b], what.c_str());
+  }
+  return qterms;
+}
+
 // BM25 inverted index of one (namespace, level): documents are record ids, their text the
 // record's summary. Writer-only mutation (the store's writer lock); search() is const and safe
 // for concurrent readers.
