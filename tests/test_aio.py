@@ -90,6 +90,10 @@ def test_bad_input_raises_before_scheduling(tmp_path):
             calls.append("search")
             return super().search(*a, **kw)
 
+        def run(self, call):
+            calls.append(type(call).__name__)
+            return super().run(call)
+
     inner = Spy(D)
 
     async def main():
@@ -122,7 +126,7 @@ def test_bad_input_raises_before_scheduling(tmp_path):
             with pytest.raises(MemkernKeyError, match="unknown id 7"):
                 await s.get(7)  # a valid call fails in the store with the store's error
             rid = await s.add("u", "ok", vecs(1, 0)[0])
-            assert calls == ["add"] and inner.get(rid).summary == "ok"
+            assert calls == ["AddCall"] and inner.get(rid).summary == "ok"  # prepared here, run there
 
     run(main())
 
@@ -163,13 +167,13 @@ def test_event_loop_is_not_blocked(tmp_path):
     inner = InMemoryStore(D)
     gate = threading.Event()
 
-    real_search = inner.search
+    real_run = inner.run
 
-    def slow_search(*a, **kw):
+    def slow_run(call):
         gate.wait(5)
-        return real_search(*a, **kw)
+        return real_run(call)
 
-    inner.search = slow_search
+    inner.run = slow_run  # every prepared call runs through it
     inner.add("u", "x", vecs(1, 0)[0])
 
     async def main():
@@ -217,13 +221,13 @@ def test_close_waits_for_running_calls(tmp_path):
 
     async def main():
         s = AsyncMemoryStore(tmp_path / "g", dim=D, max_workers=4)
-        real = s.store.add
+        real = s.store.run
 
-        def gated(*a, **kw):
+        def gated(call):
             gate.wait(5)
-            return real(*a, **kw)
+            return real(call)
 
-        s.store.add = gated
+        s.store.run = gated
         calls = [asyncio.ensure_future(s.add("u", f"m{i}", vecs(1, i)[0])) for i in range(3)]
         await asyncio.sleep(0.05)  # all three are running (blocked at the gate)
         closing = asyncio.ensure_future(s.aclose())

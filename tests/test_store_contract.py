@@ -11,7 +11,7 @@ import pytest
 
 from memkern import _store
 from memkern._store import Level, Op, Status, StoredRecord, StoredVersion
-from memkern.store.engine import _LEVELS
+from memkern.store.checks import LEVELS as _LEVELS
 from memkern.store import MemoryStore
 
 STUB = Path(__file__).resolve().parents[1] / "python" / "memkern" / "_store.pyi"

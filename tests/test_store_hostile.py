@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError
-from memkern.store.engine import MAX_JSON_DEPTH
+from memkern.base.validate import MAX_JSON_DEPTH
 from memkern.store import MAX_K, MemoryStore
 
 D = 8
