@@ -27,7 +27,7 @@ from ..base.validate import (MAX_QUERY_CHARS, check_float, check_int, check_name
 PAD_SCORE: float = float(np.finfo(np.float32).min)
 
 #: Default beam width of a search (``ef``); ``max(ef, k)`` is used. Measured: recall@10 >= 0.95
-#: against exact search on clustered 384-d data with M=16, ef_construction=200 (tests/test_store.py
+#: against exact search on clustered 384-d data with M=16, ef_construction=200 (tests/store/test_store.py
 #: and bench/bench_store.py check it).
 DEFAULT_EF_SEARCH = 128
 
