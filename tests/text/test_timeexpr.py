@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from memkern.errors import MemkernTypeError, MemkernValueError
-from memkern.text.time.parse import (DAY, TimeQuery, mentioned_time, parse_time, rescore, resolve_now,
-                              time_prior_scores)
+from memkern.text.time import (DAY, TimeQuery, mentioned_time, parse_time, rescore, resolve_now,
+                        time_prior_scores)
 
 UTC = dt.timezone.utc
 
