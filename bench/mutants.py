@@ -39,8 +39,8 @@ T_KERNELS = ("tests/kernels/test_rerank_kernels.py", "tests/score/test_rerank.py
 T_DURABLE = ("tests/store/test_store_faults.py", "tests/store/test_store_durability.py")
 T_STORE = ("tests/store/test_store.py", "tests/store/test_store_turns.py", "tests/store/test_store_tenants.py")
 T_PATHS = ("tests/cli/test_cli_errors.py", "tests/cli/test_cli.py", "tests/loops/test_rmm.py")
-T_LOCOMO = ("tests/fixtures/test_locomo.py", "tests/fixtures/test_sessions.py")
-T_LME = ("tests/fixtures/test_longmemeval.py", "tests/fixtures/test_sessions.py")
+T_LOCOMO = ("tests/data/test_locomo.py", "tests/data/test_sessions.py")
+T_LME = ("tests/data/test_longmemeval.py", "tests/data/test_sessions.py")
 T_PROTOCOLS = ("tests/base/test_protocols.py", "tests/loops/test_rmm.py")
 T_CPP = ("tests/store/test_cpp_unit.py",)
 T_INMEM = ("tests/store/test_inmemory.py", "tests/store/test_store.py", "tests/store/test_store_turns.py")
@@ -1371,7 +1371,7 @@ CATALOGUE: list[Mutant] = [
            "qtext = q.echoes[0] if q.echoes and u < echo else cands[pick]",
            "qtext = cands[pick]",
            "generated questions never reuse their evidence's words (lexically unlike real questions)",
-           ("tests/fixtures/test_dialogues.py",)),
+           ("tests/data/test_dialogues.py",)),
     Mutant("require-never-raises", "packaging", "python/memkern/errors.py",
            "        if not found:\n            raise missing_dependency(",
            "        if False:\n            raise missing_dependency(",
