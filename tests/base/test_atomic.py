@@ -124,6 +124,7 @@ _KILL = textwrap.dedent("""
 """).replace("{D}", str(D))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["written", "synced", "renamed"])
 def test_reranker_state_survives_a_kill_between_write_and_rename(tmp_path, point):
     """SIGKILL at each step of ``Reranker.save``: before the rename the old state loads whole,

@@ -265,6 +265,7 @@ def _write_random(s, rng: random.Random, n: int) -> dict:
     return written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", ["native", "inmemory"])
 def test_accepted_values_read_back_through_every_route_and_round_trip(tmp_path, seed, kind):

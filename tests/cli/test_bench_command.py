@@ -26,6 +26,7 @@ def test_bench_bad_arguments(capsys, tmp_path):
     assert len(out) == 1 and "not found" in out[0] and str(tmp_path) in out[0]
 
 
+@pytest.mark.slow
 def test_bench_tiny_run_writes_report_and_chart(tmp_path, monkeypatch, capsys):
     pytest.importorskip("hnswlib")
     pytest.importorskip("matplotlib")

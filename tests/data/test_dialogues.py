@@ -179,6 +179,7 @@ def test_bad_arguments(kw, arg):
         generate_dialogues(**kw)
 
 
+@pytest.mark.slow
 def test_eval_loads_dialogues_and_cli_option(tmp_path, capsys):
     import json
 

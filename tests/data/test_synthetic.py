@@ -94,6 +94,7 @@ def test_hard_negatives_exist(ds):
     assert n >= 5
 
 
+@pytest.mark.slow
 def test_scales_to_10000_sessions():
     t0 = time.perf_counter()
     big = generate_history(2, 5000, seed=0)

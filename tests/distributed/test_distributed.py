@@ -50,6 +50,7 @@ def test_shard_of_is_blake2b_mod_n():
     assert counts.min() > 900  # spread evenly
 
 
+@pytest.mark.slow
 def test_same_results_as_one_store(ray, tmp_path):
     from memkern.distributed import ShardedStore
     from memkern.protocols import Store, TurnStore
@@ -101,6 +102,7 @@ def test_same_results_as_one_store(ray, tmp_path):
             sh.search(123, q)
 
 
+@pytest.mark.slow
 def test_reopen_keeps_layout_and_refuses_other_counts(ray, tmp_path):
     from memkern.distributed import ShardedStore
 
@@ -125,6 +127,7 @@ def test_reopen_keeps_layout_and_refuses_other_counts(ray, tmp_path):
             assert one.namespaces() == sorted(ns for ns in "abc" if shard_of(ns, 2) == s)
 
 
+@pytest.mark.slow
 def test_killed_shard_loses_no_acknowledged_write(ray, tmp_path):
     """ray.kill on a shard actor while a writer runs: the actor restarts from its directory and every
     write that returned is there, once; writes in flight raise ShardUnavailableError."""
@@ -184,6 +187,7 @@ def _state(sh, names):
     return out
 
 
+@pytest.mark.slow
 def test_rebalance_resumes_after_a_crash(ray, tmp_path):
     """A rebalance crashed after its first move, resumed on reopen: every record keeps its id, its
     whole version history (texts, ops, vectors, timestamps), created_at / updated_at, event time,
@@ -244,6 +248,7 @@ def test_rebalance_resumes_after_a_crash(ray, tmp_path):
         assert {i: st[i] for i in state} == state and new in st
 
 
+@pytest.mark.slow
 def test_rebalance_back_and_forth_keeps_ids(ray, tmp_path):
     """2 -> 3 -> 2 shards: namespaces that move back onto a shard they left (its deleted ids not
     compacted away yet) land with their ids again; the routing table drops records back home."""
@@ -300,6 +305,7 @@ def test_import_records_refuses_colliding_ids(tmp_path):
         assert export_records(b, [0])[0] == recs[0]
 
 
+@pytest.mark.slow
 def test_readme_ray_example_runs(ray, capsys):
     import re
     from pathlib import Path
@@ -313,6 +319,7 @@ def test_readme_ray_example_runs(ray, capsys):
     assert "alice likes tea" in out and "shard 0 holds" in out
 
 
+@pytest.mark.slow
 def test_rebalance_crash_between_copy_and_journal(ray, tmp_path):
     """A crash after the destination holds the copy but before the journal says so: the resumed
     move replaces that copy (nothing twice) and the source keeps its records until then."""

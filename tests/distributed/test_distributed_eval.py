@@ -38,6 +38,7 @@ def _dump(r) -> str:
     return json.dumps(_strip(_clean(r)), sort_keys=True)
 
 
+@pytest.mark.slow
 def test_ray_tasks_equal_local_tasks(ray):
     """Four experiments x two seeds, every configuration and conversation its own Ray task, with an
     embedder whose vectors depend on the batch (cold cache): the merged results equal the local
@@ -72,6 +73,7 @@ def test_ray_tasks_equal_local_tasks(ray):
     assert all(np.array_equal(local_emb._mem[k], ray_emb._mem[k]) for k in local_emb._mem)
 
 
+@pytest.mark.slow
 def test_cli_ray_equals_local(ray, tmp_path, capsys, monkeypatch):
     """The CLI on the real MiniLM: the retrieval experiment, two seeds, every conversation its own
     task. The Ray run reads the cache the local run wrote (cold-cache equality with a

@@ -32,6 +32,7 @@ def _user(s):
     return s["session_id"].split(":")[0]
 
 
+@pytest.mark.slow
 def test_rerun_writes_nothing_twice(ray, tmp_path):
     from memkern.distributed import ShardedStore, ingest
 
@@ -69,6 +70,7 @@ def test_rerun_writes_nothing_twice(ray, tmp_path):
         assert e.shape[1] == 384 and float(np.abs(e[0] - e[-1]).max()) > 0
 
 
+@pytest.mark.slow
 def test_shard_refuses_a_session_it_holds(ray, tmp_path):
     """The write-time check: items for sessions a shard already holds are not written again, even
     when the caller did not filter them (two pipelines racing, a retried batch)."""
@@ -103,6 +105,7 @@ def test_shard_refuses_a_session_it_holds(ray, tmp_path):
         assert sum(len(v) for v in other.values()) == 1
 
 
+@pytest.mark.slow
 def test_bad_arguments(ray, tmp_path):
     from memkern.distributed import ShardedStore, ingest
     from memkern.errors import MemkernTypeError, MemkernValueError

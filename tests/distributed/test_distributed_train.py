@@ -28,6 +28,7 @@ CFG = dict(baseline="batch_mean", normalize_advantages=True, clip_grad_norm=0.5,
            optimizer="adam", lr=1e-2)
 
 
+@pytest.mark.slow
 def test_matches_single_process(ray):
     cfg = CFG
     from memkern import Reranker

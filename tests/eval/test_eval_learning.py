@@ -24,6 +24,7 @@ def emb():
     return CachedEmbedder(HashEmbedder(48), cache_dir=None)
 
 
+@pytest.mark.slow
 def test_every_arm_runs_and_what_is_shown_is_accounted_for(dialogues, emb, tmp_path):
     res = run_learning(dialogues, emb=emb, splits=2, seed=3)
     m = res.metrics
@@ -76,6 +77,7 @@ def test_bad_options_are_named():
         learning_experiment(test_frac=1.0)
 
 
+@pytest.mark.slow
 def test_cli_learning_experiment(tmp_path, capsys):
     from memkern.cli import main
 

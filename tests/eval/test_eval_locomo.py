@@ -33,6 +33,7 @@ def locomo_folder(tmp_path: Path, n: int = 2, sessions: int = 6) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_cli_locomo_retrieval_rows_and_section(tmp_path, capsys):
     from memkern.cli import main
 

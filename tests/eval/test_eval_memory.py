@@ -213,6 +213,7 @@ def minilm(tmp_path_factory):
     return units.CachedEmbedder(cache_dir=tmp_path_factory.mktemp("emb"))
 
 
+@pytest.mark.slow
 def test_generated_data_is_hard_for_plain_turn_retrieval(minilm):
     """Plain turn retrieval with the real MiniLM must be far from perfect on generated data."""
     ds = generate_history(2, 30, seed=0)
@@ -221,6 +222,7 @@ def test_generated_data_is_hard_for_plain_turn_retrieval(minilm):
     assert 0.2 < rec < 0.8, rec
 
 
+@pytest.mark.slow
 def test_cli_writes_json(tmp_path, capsys):
     from memkern.cli import main
 
@@ -314,6 +316,7 @@ def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
         retrieval.run_retrieval(ds, emb=bow, alphas=(0.0,), rmm=False)
 
 
+@pytest.mark.slow
 def test_cli_retrieval_experiment(tmp_path, capsys):
     from memkern.cli import main
 

@@ -47,6 +47,7 @@ def test_evaluate_reread_fake_backend(tmp_path):
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_cli_generated_and_file(tmp_path, capsys):
     from memkern.cli import main
 

@@ -81,6 +81,7 @@ def test_a_task_covers_its_configuration_and_conversations_only(ds):
         assert out.embeddings and not emb._mem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_local_run_equals_one_loop_over_conversations(ds, k):
     """Whatever the cut, the merged result is the one-loop result (batch-independent vectors):
@@ -102,6 +103,7 @@ class _Hash(BatchDependentEmbedder):
         return super(BatchDependentEmbedder, self).encode(texts, kind)
 
 
+@pytest.mark.slow
 def test_recall_is_the_mean_over_every_question_of_every_conversation(ds):
     """The merge averages the rows of all conversations once (not a mean of per-task means)."""
     from memkern.eval.data import questions_by_conversation
@@ -116,6 +118,7 @@ def test_recall_is_the_mean_over_every_question_of_every_conversation(ds):
     assert r.metrics["turn (content)"]["recall@5turns"] == float(np.mean([x["recall@5turns"] for x in rows]))
 
 
+@pytest.mark.slow
 def test_cache_gets_every_tasks_vectors_in_plan_order(ds):
     from memkern.eval.tasks import plan, run_local, run_task
 

@@ -179,6 +179,7 @@ def test_mem0_memory_runs_offline_on_memkern(tmp_path):
     assert isinstance(vs, mk.MemkernVectorStore) and vs.store.count("mem0.mem0") == 2
 
 
+@pytest.mark.slow
 def test_mem0_telemetry_is_turned_off_even_if_mem0_was_imported_first(tmp_path):
     import subprocess
     import sys

@@ -243,6 +243,7 @@ def test_chunking_with_real_tokenizer_and_context_check(tiny):
         MemReread(tiny, chunk_tokens=7000, memory_tokens=1024)
 
 
+@pytest.mark.slow
 def test_tiny_model_batched_equals_single(tiny):
     m = MemReread(tiny, chunk_tokens=64, memory_tokens=24, max_new_tokens=12, answer_tokens=8,
                   decompose_tokens=12, max_rereads=1)
@@ -264,6 +265,7 @@ def smol():
     return ChatModel()
 
 
+@pytest.mark.slow
 def test_real_smollm2_short_document(smol):
     filler = ("The committee met on a rainy afternoon to discuss the budget for the new library. "
               "Several members argued about the size of the reading room and the cost of chairs. ")

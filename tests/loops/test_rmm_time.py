@@ -95,6 +95,7 @@ def test_event_seconds_formats_and_errors():
 # ----------------------------------------------------------------------------- writes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["native", "inmemory", "sharded"])
 def test_session_date_reaches_event_time_of_topics_and_turns(tmp_path, kind):
     store = make_store(kind, tmp_path)

@@ -86,6 +86,7 @@ def test_embedder_query_cache_is_exact_and_bounded(embedder):
         M.Embedder(query_cache=-1)
 
 
+@pytest.mark.slow
 def test_embedder_onnx_backend_same_embeddings(embedder, tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
@@ -161,6 +162,7 @@ def test_first_json_array_kind():
         M.JsonScanner("dict")
 
 
+@pytest.mark.slow
 def test_json_stopping_criteria_per_sequence(tiny):
     tok = tiny.tokenizer
     texts = ['{"a": "}"} and then more text', 'prefix {"x": {"y": 2}} suffix', "never any object"]
@@ -185,6 +187,7 @@ def test_json_stopping_criteria_per_sequence(tiny):
 
 
 # ------------------------------------------------------------------ tiny model: batching
+@pytest.mark.slow
 def test_tiny_left_padding_batch_equals_one_at_a_time(tiny):
     assert tiny.tokenizer.padding_side == "left"
     prompts = ["hi", "a considerably longer prompt with many more words in it than the others",
@@ -197,6 +200,7 @@ def test_tiny_left_padding_batch_equals_one_at_a_time(tiny):
     assert [u[1] for u in tiny.last_usage] == [24]
 
 
+@pytest.mark.slow
 def test_tiny_sampling_seeded(tiny):
     a = tiny.generate(["hello"] * 2, max_new_tokens=16, temperature=1.0, seed=3)
     b = tiny.generate(["hello"] * 2, max_new_tokens=16, temperature=1.0, seed=3)
@@ -227,6 +231,7 @@ def test_generate_validation(tiny):
 
 
 # ------------------------------------------------------------------ real SmolLM2
+@pytest.mark.slow
 def test_smollm2_real_json_generation(smol):
     assert isinstance(smol, protocols.ChatModel)
     assert smol.context_length == 8192 and smol.dtype == torch.float32

@@ -31,6 +31,7 @@ def test_every_class_module_is_found():
     assert all(found[c].__name__ == f"attack.{c}" for c in ("http", "mcp"))  # never shadowing the stdlib's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CLASSES)
 def test_attack_class_short(tmp_path, name):
     res = R.run_class(R.discover()[name], SEED, N, tmp_path)

@@ -142,6 +142,7 @@ def test_no_machine_paths_or_process_history_in_the_docs():
     assert report.hygiene_problems("/root/.venv/lib/python3.11/site-packages/memkern")
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     """The site builds with every warning an error, and the API pages carry their members."""
     assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("mkdocstrings_handlers"), (

@@ -27,6 +27,7 @@ def _mutant(mod, tests, file="python/pkg/x.py", find="X = 1", replace="X = 2"):
     return mod.Mutant("m1", "area", file, find, replace, "what", tuple(tests))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fork", [False, True], ids=["subprocess", "fork"])
 def test_timeout_is_its_own_outcome_and_not_killed(mutation, tmp_path, fork, monkeypatch):
     monkeypatch.setattr(mutation, "ROOT", tmp_path)       # the forked run's log goes under it

@@ -84,5 +84,6 @@ def test_dotted_names_follow_except_span_names_and_code_strings_are_rewritten(R,
         "python/memkern/loops/rmm/feedback.py python/memkern/store/memory.py"
 
 
+@pytest.mark.slow
 def test_the_tree_as_committed_verifies(R, capsys):
     assert R.cmd_verify() == 0, capsys.readouterr().out

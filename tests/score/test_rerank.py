@@ -184,6 +184,7 @@ def test_sampling_frequencies_match_plackett_luce(backend, n, device):
         assert _pl_chi2(_draw_counts(biased), probs, n) > crit
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _TRITON, reason="triton needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
@@ -199,6 +200,7 @@ def test_triton_sampler_equals_torch_sampler(logp, device):
     assert len(_draw_counts(b.indices)) > 10  # genuinely random draws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_padding_never_selected_and_reproducible(backend, device):
     B, K, M = (64 if backend == "torch" else 12), 6, 3
@@ -304,6 +306,7 @@ def test_device_mismatch_names_the_argument(device):
 
 @pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
                     reason="the dry run is the CPU/interpreter form of bench/gpu_check.py")
+@pytest.mark.slow
 @pytest.mark.interpret
 def test_gpu_check_script_dry_run(capsys):
     import importlib.util
@@ -318,6 +321,7 @@ def test_gpu_check_script_dry_run(capsys):
     assert "all checks passed" in out and out.count("| True |") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_offset_read_from_a_device_tensor_gives_the_int_offsets_draw(backend, device):
     # the capturable draw: the Philox counter base is a 0-dim int64 tensor read on the device

@@ -243,6 +243,7 @@ def test_state_dict_round_trip_continues_identically(tmp_path, device):
 # ------------------------------------------------------------------------------------------------
 # learning
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [{}, {"logp": "plackett_luce", "baseline": "running_mean"}], ids=["default", "pl"])
 def test_learns_a_hidden_preferred_direction(kw, device):
     # reward +1 iff the selected memory lies along a hidden query-dependent direction P q
@@ -262,6 +263,7 @@ def test_learns_a_hidden_preferred_direction(kw, device):
     assert last > first + 0.08, (first, last)
 
 
+@pytest.mark.slow
 def test_default_learns_from_noisy_citations_in_one_pass(device):
     task = Task(device=device)
     r0, r1, _ = _train(task, Reranker(task.d, device=device), 600)
@@ -331,6 +333,7 @@ def test_guard_rolls_back_an_exploding_adapter(caplog, device):
     assert any("collapse guard rolled back" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_guard_rolls_back_when_the_reward_rate_falls(device):
     task = Task(p_miss=0.0, device=device)   # with 0.1 false citations the rate can only fall ~35%
     rr = Reranker(task.d, guard_window=25, device=device)
@@ -351,6 +354,7 @@ def test_guard_rolls_back_when_the_reward_rate_falls(device):
 COLLAPSE = [("adam", 1e-3, 1500), ("sgd", 1e-2, 1500), ("sgd", 1e-1, 1500)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opt,lr,steps", COLLAPSE, ids=[f"{o}-{lr}" for o, lr, _ in COLLAPSE])
 def test_no_collapse_under_default_guards(opt, lr, steps, device):
     task = Task(device=device)
@@ -362,6 +366,7 @@ def test_no_collapse_under_default_guards(opt, lr, steps, device):
     assert rr.rollbacks <= 2, rr.rollbacks   # the guard is a last resort, not the regulator
 
 
+@pytest.mark.slow
 def test_unguarded_paper_setting_collapses_on_the_same_task(device):
     task = Task(device=device)
     rr = Reranker.from_preset("paper", task.d, lr=1e-1, device=device)

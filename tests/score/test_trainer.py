@@ -192,6 +192,7 @@ def _steady_state(preset, B, d=16, K=20, steps=16, device="cpu"):
     return c, host_reads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["paper", "stable"])
 def test_dispatched_ops_per_step_are_few_and_do_not_depend_on_B(preset, device):
     c64, _ = _steady_state(preset, 64, device=device)

@@ -38,6 +38,7 @@ def _readme_config() -> dict:
     return json.loads(block)["mcpServers"]["memkern"]
 
 
+@pytest.mark.slow
 def test_mcp_server_over_stdio_from_the_readme_config(tmp_path):
     """The README's client configuration, with this environment's `memkern` script and a temporary
     store in place of the example path."""

@@ -380,6 +380,7 @@ def _readme_block(lang: str, heading: str = "# Servers") -> str:
     return re.search(rf"```{lang}\n(.*?)```", text[text.index(heading):], re.S).group(1)
 
 
+@pytest.mark.slow
 def test_readme_example_runs_against_the_memkern_serve_command(tmp_path, monkeypatch):
     """The README's server example (curl lines when curl exists, then the httpx code) against the
     real command: default MiniLM embedder, a store created by the command, SIGTERM, reopen."""

@@ -283,6 +283,7 @@ def test_feedback_is_accepted_once_even_after_a_restart(tmp_path):
 
 
 # ------------------------------------------------------------------ Host / Origin when keyless
+@pytest.mark.slow
 def test_keyless_server_answers_only_loopback_hosts_and_origins(store):
     svc = _svc(store)
     with running(svc, api_key=None) as url, httpx.Client(base_url=url, timeout=30) as c:
@@ -310,6 +311,7 @@ def test_keyless_server_answers_only_loopback_hosts_and_origins(store):
 
 
 # ------------------------------------------------------------------ slow and half-open requests
+@pytest.mark.slow
 def test_half_open_requests_time_out_and_the_server_keeps_serving(store):
     svc = _svc(store)
     with running(svc, header_timeout=1.0, body_timeout=1.0) as url, httpx.Client(base_url=url, headers=H,
@@ -353,6 +355,7 @@ def test_half_open_requests_time_out_and_the_server_keeps_serving(store):
     svc.close()
 
 
+@pytest.mark.slow
 def test_concurrency_and_connection_caps_are_json_503s(store):
     class Slow(HashEmbedder):
         def encode(self, texts, kind="passage", **kw):
@@ -482,6 +485,7 @@ class RawMCP:
         assert self.p.wait(60) == 0
 
 
+@pytest.mark.slow
 def test_mcp_answers_every_request_it_cannot_read(tmp_path):
     mcp = RawMCP(tmp_path / "store", tmp_path / "err.log")
     try:
@@ -514,6 +518,7 @@ def test_mcp_answers_every_request_it_cannot_read(tmp_path):
         assert st.namespaces() == ["u:a"] and [st.get(int(i)).summary for i in st.ids("u:a")] == ["fine"]
 
 
+@pytest.mark.slow
 def test_mcp_arguments_are_never_coerced(tmp_path):
     """The real stdio client: bool / str / unknown arguments refused by name; a message that looks
     like JSON stays text; a metadata value over the limit is refused."""

@@ -168,6 +168,7 @@ def test_key_file_format():
             KeyRing.parse(bad)
 
 
+@pytest.mark.slow
 def test_mcp_id_tools_are_scoped_over_stdio(tmp_path):
     """The real stdio MCP client against `memkern mcp`: get / update / delete / history of another
     user's id or of a non-scope namespace is the same tool error as an unknown id."""

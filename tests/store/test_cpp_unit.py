@@ -51,6 +51,7 @@ def _configure(cmake: str, ninja: str) -> None:
     assert proc.returncode == 0, f"cmake configure failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_cpp_unit_tests_pass_under_ctest():
     cmake, ninja, ctest = _tool("cmake"), _tool("ninja"), _tool("ctest")
     _configure(cmake, ninja)

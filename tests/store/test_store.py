@@ -508,6 +508,7 @@ def test_ids_listing(store):
         store.ids("u", level="x")
 
 
+@pytest.mark.slow
 def test_parallel_insert(tmp_path):
     """num_threads=2 inserts a batch's vectors concurrently: same records, same search quality."""
     rng = np.random.default_rng(4)

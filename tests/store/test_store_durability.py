@@ -137,6 +137,7 @@ def check_store(path: Path, exp: Expected, in_flight: list[str] | None) -> None:
                 exp.deleted.add(i)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "never"])
 def test_sigkill_at_random_points(tmp_path, fsync):
     path = tmp_path / "crash"
@@ -185,6 +186,7 @@ def _bench_crash():
     return mod
 
 
+@pytest.mark.slow
 def test_sigkill_campaign_with_injected_faults(tmp_path):
     """50 trials of bench/bench_crash.py (the 1,000-trial campaign's figures are in RESULTS.md):
     a forked writer doing random adds, batches, merges, updates, invalidations, deletes,
@@ -270,6 +272,7 @@ def corrupt_src(tmp_path_factory):
     return src
 
 
+@pytest.mark.slow
 def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
     rng = np.random.default_rng(5)
     cases = []
@@ -287,6 +290,7 @@ def test_snapshot_files_truncated_or_flipped(corrupt_src, tmp_path):
         assert c["file"].split("/")[-1] in r["msg"] or "snapshot" in r["msg"], (c, r)
 
 
+@pytest.mark.slow
 def test_log_torn_tail_and_corruption(corrupt_src, tmp_path):
     wal = corrupt_src / "wal.log"
     data = wal.read_bytes()
@@ -502,6 +506,7 @@ print(json.dumps(out))
 """ % D
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["records", "wal", "graph", "blob"])
 def test_fuzz_with_valid_checksums(tmp_path, target):
     """Random byte changes whose checksums are recomputed (so only the parser's own bounds and
@@ -532,6 +537,7 @@ os._exit(0)  # no close: a crash image of the log is made from the file as writt
 """ % D
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always", "batch"])
 def test_page_level_crash_images_of_the_log_tail(tmp_path, fsync):
     """What an OS crash or power loss can leave of the log: every byte synced before it, and each

@@ -140,6 +140,7 @@ def _one_run(base: Path, work: Path, op: str, spec: str, fsync: str) -> tuple[st
     return ("raised" if raised is not None else "ok"), fired
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fsync", ["always"])
 def test_every_write_under_every_fault(tmp_path, fsync):
     """For every write kind and every write/short write/fsync/rename it performs, failing that call
@@ -350,6 +351,7 @@ def _logged(path: Path, a: int, b: int) -> None:
     subprocess.run([sys.executable, "-c", LOGGED, str(path), str(a), str(b)], check=True)
 
 
+@pytest.mark.slow
 def test_torn_tail_then_append_then_reopen(tmp_path):
     """Issue 17 item 4: a torn tail is cut off when the store opens, so the next appends land at a
     clean boundary and a second reopen sees every acknowledged write."""
@@ -585,6 +587,7 @@ print(json.dumps({"acked": acked, "failed": failed, "snap_errors": sorted(snap_e
 """
 
 
+@pytest.mark.slow
 def test_file_size_limit_never_commits_a_cut_graph(tmp_path):
     """Issue 10 item 1's reproduction: ``ulimit -f`` 1 MiB, 384-d records, snapshot_every=100. The
     graph file cannot be written whole, so no snapshot may commit it; the log then fills up too.

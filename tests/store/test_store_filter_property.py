@@ -112,6 +112,7 @@ def _random_query(rng, window):
     return flt, tr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
     exact = MemoryStore(tmp_path / "exact", dim=D, metric="ip", fsync="never", snapshot_every=0, M=4,
@@ -194,6 +195,7 @@ def test_filters_and_time_ranges_agree_with_a_numpy_reference(tmp_path, seed):
             s.close()
 
 
+@pytest.mark.slow
 def test_issue_reproducer_many_matches_empty_intersection(tmp_path):
     """10,000 records, two clauses that each match half and never together; a time range over
     a period whose records were all invalidated: padding, every mode, both kinds of index."""

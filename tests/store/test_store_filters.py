@@ -116,6 +116,7 @@ def big(tmp_path_factory):
     s.close()
 
 
+@pytest.mark.slow
 def test_one_percent_filter_returns_k_exact_results(big):
     s = big
     k = 20

@@ -99,6 +99,7 @@ _CRASH_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(_CRASH_CASES))
 def test_huge_sizes_raise_before_allocating(case, store_kind):
     """On both modes of the engine (disk and in memory)."""
@@ -214,6 +215,7 @@ def test_non_int_ids_raise_memkern_type_error(store, bad):
         store.get(bad)
 
 
+@pytest.mark.slow
 def test_deep_meta_is_refused_by_name(store):
     v = np.ones(D, np.float32)
     deep: dict = {}

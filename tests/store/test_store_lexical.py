@@ -53,6 +53,7 @@ def test_cpp_tokenizer_matches_reference_on_fuzzed_unicode():
         assert tok(s, True) == lx.tokenize(s, keep_stop_words=True), repr(s)
 
 
+@pytest.mark.slow
 def test_cpp_tokenizer_matches_reference_on_every_code_point():
     """Each code point between two letters: lowercase map and class table agree everywhere."""
     tok = native()._tokenize

@@ -12,6 +12,7 @@ def recall_at(got: np.ndarray, exact: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(got[i, :k].tolist()) & set(exact[i, :k].tolist())) / k for i in range(len(got))]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metric", ["ip", "cos", "l2"])
 def test_recall_at_10_default_ef(tmp_path, metric):
     n, d = 8000, 384
@@ -33,6 +34,7 @@ def test_recall_at_10_default_ef(tmp_path, metric):
     assert np.all(np.diff(scores, axis=1) <= 1e-6)
 
 
+@pytest.mark.slow
 def test_recall_grows_with_ef(tmp_path):
     n, d = 4000, 64
     x = clustered(n, d, 40, seed=3, rank=32, noise=0.6)
@@ -45,6 +47,7 @@ def test_recall_grows_with_ef(tmp_path):
     assert r[0] <= r[1] + 1e-9 <= r[2] + 2e-9 and r[2] >= 0.99, r
 
 
+@pytest.mark.slow
 def test_search_for_every_record_is_exhaustive_after_heavy_updates(tmp_path):
     """k >= the namespace's size returns every live record in exact score order, even after
     thousands of in-place embedding updates (which can leave graph nodes unreachable)."""

@@ -55,6 +55,7 @@ def _cpu_has_avx512() -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", ["", "avx2", "scalar"])
 def test_kernels_match_exact_reference(cap):
     env = dict(os.environ, MEMKERN_SIMD=cap)

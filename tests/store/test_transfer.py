@@ -356,6 +356,7 @@ _KILL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", ["records", "before-rename"])
 @pytest.mark.parametrize("target", ["absent", "empty dir", "existing store"])
 def test_kill_mid_import_leaves_target_unchanged(tmp_path, at, target):
