@@ -147,6 +147,7 @@ def test_reranker_state_survives_a_kill_between_write_and_rename(tmp_path, point
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_feedback_save_is_atomic_and_private(tmp_path, monkeypatch):
     """RMM's reranker and reward-buffer saves go through the helper (file fsynced before rename)."""
     import numpy as np

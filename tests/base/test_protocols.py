@@ -83,6 +83,7 @@ def test_model_classes_satisfy_their_protocols():
     assert not class_satisfies(M.Embedder, P.ChatModel)
 
 
+@pytest.mark.slow
 def test_tiny_chat_model_instance_is_a_chat_model():
     assert isinstance(M.tiny_chat_model(seed=0), P.ChatModel)
 

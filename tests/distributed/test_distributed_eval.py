@@ -100,6 +100,7 @@ def test_cli_ray_equals_local(ray, tmp_path, capsys, monkeypatch):
     assert ra["per_seed"][0]["dataset"]["hash"] != ra["per_seed"][1]["dataset"]["hash"]
 
 
+@pytest.mark.slow
 def test_run_jobs_keeps_order_and_errors(ray):
     from memkern.distributed.evaluate import JobFailed, run_jobs
     from memkern.errors import MemkernValueError

@@ -60,6 +60,7 @@ def test_every_arm_runs_and_what_is_shown_is_accounted_for(dialogues, emb, tmp_p
     assert back["config"]["experiment"] == "learning" and "greedy" in report.format_table(back)
 
 
+@pytest.mark.slow
 def test_pooled_learning_shares_one_reranker(dialogues, emb):
     res = run_learning(dialogues, emb=emb, splits=1, arms=("greedy",), pool=True)
     updates = {r["updates"] for r in res.metrics["rows"] if r["phase"] == "test"}
@@ -96,6 +97,7 @@ def test_cli_learning_experiment(tmp_path, capsys):
     assert "--conversations" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_greedy_read_compared_with_a_call_is_the_one_before_it(dialogues, emb):
     # every call updates the reranker (batch 1, large steps): a greedy read taken after the call differs
     res = run_learning(dialogues, emb=emb, splits=1, arms=("greedy",), batch_size=1,

@@ -125,6 +125,7 @@ def test_units_partition_turns(small, bow):
         units.build_units(conv, "paragraph")
 
 
+@pytest.mark.slow
 def test_granularity_end_to_end_json(small, bow, tmp_path):
     r = granularity.run_granularity(small, ("turn", "session", "mix", "chunk4", "topic-embedding"), emb=bow)
     m = r["metrics"]
@@ -165,6 +166,7 @@ def test_simulated_citations_follow_labels():
     assert abs((r[:, 0] == 1).mean() - 0.9) < 0.03 and abs((r[:, 1] == 1).mean() - 0.1) < 0.03
 
 
+@pytest.mark.slow
 def test_reflection_with_real_reranker(small, bow, tmp_path):
     png = tmp_path / "curve.png"
     r = reflection.run_reflection(small, emb=bow, presets=("default", "paper"), seeds=(0, 1), batch_size=4, plot=png)
@@ -239,6 +241,7 @@ def test_cli_writes_json(tmp_path, capsys):
     assert 0 <= res["metrics_mean"]["turn"]["recall@5"] <= 1
 
 
+@pytest.mark.slow
 def test_rmm_slice_with_real_tiny_model():
     """The full RMM loop (real store, real reranker, a real random-weight transformer answering)."""
     from memkern.models import tiny_chat_model
@@ -281,6 +284,7 @@ def test_reranker_config_is_public():
 
 
 # --------------------------------------------------------------------------------- retrieval (issue 13)
+@pytest.mark.slow
 def test_retrieval_experiment_rows_and_rmm_matches_two_level(bow, tmp_path):
     """Every configuration at every budget with bootstrap intervals; RMM with the dense turn stage,
     no context terms, no time term and the topic term at every budget reproduces the measured turn + 1 *

@@ -23,6 +23,7 @@ def test_answer_metrics():
     assert contains_match("44170", ["4417"]) == 0.0
 
 
+@pytest.mark.slow
 def test_evaluate_reread_fake_backend(tmp_path):
     def dec(q, notes, asked, n):
         return {"enough": True} if "(none)" not in asked else {"enough": False, "sub_question": "Where does the Quix river flow?"}

@@ -61,6 +61,7 @@ def test_plan_cuts_configurations_and_conversations(ds):
         plan(retr, ds, -1)
 
 
+@pytest.mark.slow
 def test_a_task_covers_its_configuration_and_conversations_only(ds):
     from memkern.eval.data import questions_by_conversation
     from memkern.eval.tasks import plan, run_task
@@ -146,6 +147,7 @@ def test_fork_sees_a_snapshot_and_returns_what_it_embedded():
     assert len(emb._mem) == 2
 
 
+@pytest.mark.slow
 def test_result_rows_in_plan_order(ds):
     """Result keys follow the configurations; each row list is in conversation order."""
     from memkern.eval.tasks import TaskOutput, Task, concat_rows, run_local

@@ -149,6 +149,7 @@ def test_retriever_without_reranker_shows_top_k(tmp_path):
     v.close()
 
 
+@pytest.mark.slow
 def test_citation_feedback_teaches_the_reranker(tmp_path):
     v = _gold_store(tmp_path)
     path = tmp_path / "rr.pt"

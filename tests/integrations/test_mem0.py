@@ -157,6 +157,7 @@ def test_registered_provider_builds_from_mem0_config(tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_mem0_memory_runs_offline_on_memkern(tmp_path):
     m = mk.local_memory(tmp_path / "mem", embedder=EMB)
     r = m.add([{"role": "user", "content": "I love green tea in the morning"}], user_id="alice", infer=False)

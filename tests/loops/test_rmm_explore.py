@@ -120,6 +120,7 @@ def test_reopened_rmm_continues_the_stream(tmp_path):
     assert [ids for ids, _, _ in before + after] == [ids for ids, _, _ in once]
 
 
+@pytest.mark.slow
 def test_explore_share_is_a_logged_coin_from_the_stream(tmp_path):
     store, emb = _store(tmp_path)
     rmm = _rmm(store, emb, explore=0.25, seed=5, persist=False, batch_size=1000, reranker=_noisy_reranker(seed=5))

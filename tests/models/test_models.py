@@ -210,6 +210,7 @@ def test_tiny_sampling_seeded(tiny):
     assert other.generate(["hello"], max_new_tokens=8) != tiny.generate(["hello"], max_new_tokens=8)
 
 
+@pytest.mark.slow
 def test_generate_validation(tiny):
     with pytest.raises(MemkernTypeError, match="prompts"):
         tiny.generate("a bare string")

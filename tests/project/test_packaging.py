@@ -148,6 +148,7 @@ def test_cli_names_the_extra_in_one_line(tmp_path, argv, hidden, extra):
         assert re.match(rf"memkern: error: memkern {argv[0]} needs \w+, which is not installed", lines[0]), lines[0]
 
 
+@pytest.mark.slow
 def test_every_module_imports_or_names_its_extra():
     """Walk the whole package with every optional package missing: each module imports, or
     fails with an ImportError whose message names the extra (``memkern[...]``) to install."""

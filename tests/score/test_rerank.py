@@ -56,6 +56,7 @@ SHAPES = [(1, 1, 1, 1), (2, 5, 5, 3), (3, 7, 4, 37), (1, 17, 3, 16), (2, 16, 16,
           (2, 4, 2, 128)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("B,K,M,d", SHAPES)
 @pytest.mark.parametrize("logp", ["softmax", "plackett_luce"])
@@ -163,6 +164,7 @@ def _draw_counts(idx):
 @pytest.mark.parametrize("backend,n", [("torch", 20000), pytest.param("triton", 20000, marks=[
     pytest.mark.skipif(not torch.cuda.is_available(), reason="20000 draws: too slow for the interpreter; "
                        "test_triton_sampler_equals_torch_sampler covers the interpreted kernel")])])
+@pytest.mark.slow
 def test_sampling_frequencies_match_plackett_luce(backend, n, device):
     # one row per draw: counters offset + b*K + i make the rows independent draws
     scores = torch.tensor([0.9, 0.1, -0.4, 0.5, 0.0])

@@ -374,6 +374,7 @@ def test_unguarded_paper_setting_collapses_on_the_same_task(device):
     assert (not _finite(rr)) or r1 < r0 - 0.1, (r0, r1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _TRITON, reason="needs CUDA or TRITON_INTERPRET=1")
 @pytest.mark.interpret
 def test_triton_and_torch_rerankers_follow_the_same_trajectory(device):

@@ -278,6 +278,7 @@ class SlowHashEmbedder(HashEmbedder):
         return super().encode(texts, kind, **kw)
 
 
+@pytest.mark.slow
 def test_concurrent_clients_lose_nothing(tmp_path):
     with memkern.MemoryStore(tmp_path / "s", dim=64, metric="cos") as store:
         svc = MemoryService(store, embedder=SlowHashEmbedder(64))
@@ -305,6 +306,7 @@ def test_concurrent_clients_lose_nothing(tmp_path):
                 f"user{u} fact number {i} about topic{i}" for i in range(per))
 
 
+@pytest.mark.slow
 def test_concurrent_inferred_adds_of_one_fact_are_serialised(tmp_path):
     """Eight clients add the same fact for one user at once: prospective reflection is a
     read-modify-write (search candidates, decide, write), so without the namespace lock several

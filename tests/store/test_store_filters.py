@@ -132,6 +132,7 @@ def test_one_percent_filter_returns_k_exact_results(big):
     assert sum(i % 100 == 7 for i in _ids(plain)) < k
 
 
+@pytest.mark.slow
 def test_one_percent_time_window_returns_k_exact_results(big):
     """A 1% time window: its records are enumerated from the time index and scanned exactly."""
     s = big

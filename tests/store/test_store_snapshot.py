@@ -172,6 +172,7 @@ while True:
 """ % D
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["rotated", "copied", "written", "switched"])
 def test_a_kill_while_the_background_snapshot_is_held_at_any_step_loses_nothing(tmp_path, point):
     """MEMKERN_SNAPSHOT_GATE holds the background snapshot at a step for good; the writer goes on
@@ -242,6 +243,7 @@ def test_a_snapshot_writes_only_what_changed(tmp_path):
         assert s.count("ns3") == 4 and s.count("big") == 8 and s._native.replayed_entries == 0
 
 
+@pytest.mark.slow
 def test_packs_do_not_pile_up(tmp_path):
     """Snapshot after snapshot of a few changed namespaces: a pack less than half live is rewritten,
     so the packs hold at most twice the live blobs."""

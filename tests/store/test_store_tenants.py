@@ -50,6 +50,7 @@ RSS_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_rss_per_namespace_stays_bounded(tmp_path):
     # Before: every namespace preallocated a 1,024-slot HNSW graph (~2.7 MB of RAM each, also
     # after reopening). Now 1,000 namespaces of 4 records (32-d, 512 vector bytes each) cost a
@@ -65,6 +66,7 @@ def test_rss_per_namespace_stays_bounded(tmp_path):
     assert out["open"] < 16_000, out
 
 
+@pytest.mark.slow
 def test_hnsw_graphs_grow_on_demand(tmp_path):
     # flat_limit=0: every namespace is an HNSW graph, as before; graphs start small now.
     with MemoryStore(tmp_path / "s", dim=16, fsync="never", flat_limit=0) as s:
@@ -142,6 +144,7 @@ def _kinds(s: MemoryStore) -> dict:
     return {(ns, lv): s._native.index_kind(ns, getattr(Level, lv)) for ns, lv in KINDS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("metric", ["ip", "l2", "cos"])
 @pytest.mark.parametrize("how", ["crash", "close"])
 def test_flat_hnsw_promotion_is_exact_across_reopen(tmp_path, metric, how):
