@@ -90,7 +90,9 @@ require("reranker", "torch", feature="memkern.Reranker")  # names the extra when
 import torch
 from torch import nn
 
-from .ops import autograd as ops
+from .ops.backend import resolve_backend
+from .ops.checks import LOGP_MODES, seed_int
+from .ops.functional import gumbel_topm, rerank_scores
 from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..base.validate import check_choice, check_float, check_int
@@ -161,9 +163,9 @@ class Reranker(nn.Module):
         dim = check_int("dim", dim, 1, expected="a positive int")
         top_m = check_int("top_m", top_m, 1, expected="a positive int")
         check_float("tau", tau, 0, low_open=True, expected="a positive float")
-        check_choice("logp", logp, ops.LOGP_MODES, expected="'softmax' or 'plackett_luce'")
+        check_choice("logp", logp, LOGP_MODES, expected="'softmax' or 'plackett_luce'")
         check_choice("backend", backend, ("auto", "triton", "torch"))
-        ops._seed_int(seed)
+        seed_int(seed)
         self.dim = dim
         self.top_m = top_m
         self.tau = float(tau)
@@ -262,13 +264,13 @@ class Reranker(nn.Module):
         module trains with any loss and optimizer (e.g. a supervised warm start).
         """
         cands, ids = self._split(candidates)
-        return ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
+        return rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
 
     def scores(self, q, candidates, mask=None) -> torch.Tensor:
         """Reranker scores ``[B, K]`` (float32, ``-inf`` = padding) without drawing."""
         cands, ids = self._split(candidates)
         with torch.no_grad():
-            return ops.rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
+            return rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
                                      backend=self.backend)
 
     @torch.no_grad()
@@ -312,7 +314,7 @@ class Reranker(nn.Module):
         return self._select(q, cands, ids, mask, seed, greedy, m, offset)
 
     def _select(self, q, cands, ids, mask, seed, greedy, m, offset, prior=None) -> Selection:
-        inter = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
+        inter = rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
                                   return_intermediates=True)
         scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
@@ -331,10 +333,10 @@ class Reranker(nn.Module):
                     off_t = self._offset_tensor()
                 self._offset += B * K               # (the host value, kept equal)
         else:
-            seed_i = ops._seed_int(seed)
+            seed_i = seed_int(seed)
             off = 0 if offset is None else offset
-        be = ops.resolve_backend(self.backend, scores.device)
-        sel = ops.gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
+        be = resolve_backend(self.backend, scores.device)
+        sel = gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
                               logp=self.logp, greedy=greedy, backend=be)
         if off_t is not None:
             off_t.add_(B * K)

@@ -44,7 +44,9 @@ from ..errors import require
 require("reranker", "torch", feature="memkern.ReinforceTrainer")  # names the extra when a package is missing
 import torch
 
-from .ops import autograd as ops
+from .ops import torch_path
+from .ops.backend import forward_pass, resolve_backend, triton_kernels
+from .ops.checks import prepare_inputs
 from ..errors import MemkernTypeError, bad_arg
 from ..base.validate import check_float, check_int
 from .selection import Selection, _as_rewards, _forward_key
@@ -451,24 +453,24 @@ class ReinforceTrainer:
             adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)
         # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
         Wq, Wm = rr.Wq, rr.Wm
-        q2, _, dense, ids2, table, valid2 = ops._prepare(q_all, Wq, Wm, cands, ids, mask, False)
-        be = ops.resolve_backend(rr.backend, q2.device)
+        q2, _, dense, ids2, table, valid2 = prepare_inputs(q_all, Wq, Wm, cands, ids, mask, False)
+        be = resolve_backend(rr.backend, q2.device)
         tau = float(rr.tau)
         cached = selection.__dict__.get("_forward") if self.replay_capacity == 0 else None
         if reuse is not None:
             # new rows from select() (q', scores at these adapters) + a forward of the replayed rows
             qn, Cn, qp_n, s_n = reuse
-            qf_r, qp_r, _, Cf_r, s_r = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            qf_r, qp_r, _, Cf_r, s_r = forward_pass(be, q2, Wq, Wm, dense, ids2, table, valid2)
             if P is not None:                                   # the policy's scores: prior offset + adapters'
                 s_n, s_r = s_n + P[:B_new], s_r + P[B_new:]
             qf, qp, scores = torch.cat([qn, qf_r]), torch.cat([qp_n, qp_r]), torch.cat([s_n, s_r])
             Bn = qf.shape[0]
             if be == "torch":
-                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                g, loss = torch_path.score_grad(scores, idx, adv, tau, rr.logp, Bn)
                 U = torch.cat([torch.bmm(g[:B_new].unsqueeze(1), Cn).squeeze(1),
                                torch.bmm(g[B_new:].unsqueeze(1), Cf_r).squeeze(1)])
             else:
-                k = ops._kernels()
+                k = triton_kernels()
                 _, l_n, U_n = k.reinforce_u(s_n, idx[:B_new], adv[:B_new], Cn, None, None, tau, rr.logp, Bn)
                 _, l_r, U_r = k.reinforce_u(s_r, idx[B_new:], adv[B_new:], dense, None, None, tau, rr.logp, Bn)
                 loss, U = l_n + l_r, torch.cat([U_n, U_r])
@@ -477,17 +479,17 @@ class ReinforceTrainer:
                                                                 selection.ids, selection.mask):
                 # select() computed q' and the scores at these very adapters and inputs: reuse them
                 qf, qp, scores = q2.float(), cached[1], cached[2]
-                Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
+                Cf = torch_path.gather_candidates(dense, ids2, table) if be == "torch" else None
             else:
-                qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+                qf, qp, _, Cf, scores = forward_pass(be, q2, Wq, Wm, dense, ids2, table, valid2)
             if P is not None:
                 scores = scores + P                                   # the policy's scores (prior offset)
             Bn = q2.shape[0]
             if be == "torch":
-                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                g, loss = torch_path.score_grad(scores, idx, adv, tau, rr.logp, Bn)
                 U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
             else:
-                _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
+                _, loss, U = triton_kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
         # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T. Non-finite inputs are caught on the small
         # factors ([B, d]): a non-finite loss or factor zeroes them all, so the step moves nothing
         # (and no d x d pass is spent on masking). The products go into persistent buffers.
