@@ -81,7 +81,6 @@ import math
 import os
 import warnings
 from dataclasses import fields
-from typing import Any
 
 import numpy as np
 from ..errors import require
@@ -97,9 +96,10 @@ from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..base.validate import check_choice, check_float, check_int
 from ..base.telemetry import traced
+from .presets import PRESETS, TRAINER_KEYS
 from .selection import Selection, _as_prior, _as_rewards, _forward_key, _residual
 from .stats import UpdateStats  # noqa: F401  (re-exported: the type update() returns)
-from .trainer import TRAINER_KEYS, ReinforceTrainer
+from .trainer import ReinforceTrainer
 
 __all__ = ["Reranker", "Selection", "PRESETS", "read_state_bytes", "read_buffer_bytes"]
 
@@ -109,21 +109,6 @@ _FORMAT_VERSION = 2           # 2: replay ring + aggregated guard window; files 
 _READABLE_FORMATS = (1, 2)
 # trainer attributes readable on the reranker (rr.lr, rr.rollbacks, ...)
 _TRAINER_ATTRS = frozenset(TRAINER_KEYS) | {"optimizer_name", "steps", "rollbacks", "replay_len", "_good_state"}
-
-# The paper's setting, and the stable default (issue 7).
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": dict(tau=0.5, lr=1e-3, optimizer="sgd", baseline=0.5, logp="softmax",
-                  normalize_advantages=False, clip_grad_norm=None, weight_decay=0.0,
-                  replay_capacity=0, replay_size=0, guard=False, max_norm=None),
-    "stable": dict(tau=0.5, lr=5e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
-                   normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
-                   replay_capacity=256, replay_size=None, guard=True, max_norm=20.0),
-    # RMM's fresh reranker (memkern.loops.rmm.feedback.default_reranker): a few citations per namespace, each
-    # question asked about once; measured on LoCoMo (bench/RESULTS.md, learning section)
-    "rmm": dict(tau=0.5, lr=0.2, optimizer="sgd", baseline="batch_mean", logp="softmax",
-                normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
-                replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
-}
 
 
 class Reranker(nn.Module):
