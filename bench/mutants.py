@@ -1098,7 +1098,7 @@ CATALOGUE: list[Mutant] = [
            "            if False:",
            "export may write a file inside the store folder (wal.log, CURRENT, a new file beside them)",
            T_HOSTILE_IO),
-    Mutant("reranker-import-any-dim", "edge", "python/memkern/score/reranker.py",
+    Mutant("reranker-import-any-dim", "edge", "python/memkern/score/state_checks.py",
            "    if dim is not None and d != dim:",
            "    if False:",
            "a reranker state of another dim is installed by import and loaded at respond time",
