@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "helpers"))
 
 import numpy as np  # noqa: E402
 

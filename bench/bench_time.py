@@ -83,7 +83,7 @@ class Conv:
 def prepare(ds, emb) -> list[Conv]:
     from memkern.store.memory import InMemoryStore
     from memkern.text.template import TurnTemplate, event_seconds
-    from memkern.text.time.parse import parse_time
+    from memkern.text.time import parse_time
 
     tpl = TurnTemplate()
     out = []
@@ -154,7 +154,7 @@ def time_term(cv: Conv, qi: int, variant: dict) -> np.ndarray | None:
     ``kind``: ``"shipped"`` (exactly RMM's term: :func:`memkern.text.time.time_prior_scores` with its
     defaults, the anchor placed by the lexical search), or one component: ``"hard"``, ``"soft"``
     (session dates only), ``"soft+mention"``, ``"intent"``, ``"anchor"``, ``"order"``."""
-    from memkern.text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, time_prior_scores
+    from memkern.text.time import DEFAULT_LAG, DEFAULT_WIDTH, time_prior_scores
 
     p = cv.parsed[qi]
     kind = variant["kind"]
@@ -214,7 +214,7 @@ def evaluate(convs: list[Conv], stage: str, variant: dict | None) -> list[dict]:
     The term reorders the first stage's best :data:`CANDIDATES` turns (what RMM's first stage
     returns), scaled by their score spread (:func:`memkern.text.time.rescore`); the hard range
     searches only the turns inside the window (as the store's ``time_range`` does)."""
-    from memkern.text.time.parse import rescore
+    from memkern.text.time import rescore
 
     rows = []
     for cv in convs:
@@ -336,7 +336,7 @@ STAGE_NAMES = {"hybrid": "store hybrid search (coverage fusion) over templated t
 
 def parse_stats(convs) -> dict:
     """How many questions carry each kind of time cue, and the parse cost."""
-    from memkern.text.time.parse import parse_time
+    from memkern.text.time import parse_time
 
     qs = [(q, p) for cv in convs for q, p in zip(cv.questions, cv.parsed)]
     out = {"questions": len(qs)}

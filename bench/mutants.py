@@ -30,54 +30,54 @@ class Mutant:
         return self.file.startswith("csrc/")
 
 
-T_RMM = ("tests/test_rmm.py", "tests/test_rmm_turns.py")
-T_UPDATE = ("tests/test_update.py", "tests/test_rmm.py", "tests/test_rmm_turns.py")
-T_MEMREREAD = ("tests/test_memreread.py",)
-T_TRAINER = ("tests/test_trainer.py", "tests/test_reranker.py")
-T_OPS = ("tests/test_rerank.py", "tests/test_rerank_scores.py")
-T_KERNELS = ("tests/test_rerank_kernels.py", "tests/test_rerank.py", "tests/test_rerank_scores.py", "tests/test_reranker.py")
-T_DURABLE = ("tests/test_store_faults.py", "tests/test_store_durability.py")
-T_STORE = ("tests/test_store.py", "tests/test_store_turns.py", "tests/test_store_tenants.py")
-T_PATHS = ("tests/test_cli_errors.py", "tests/test_cli.py", "tests/test_rmm.py")
-T_LOCOMO = ("tests/test_locomo.py", "tests/test_sessions.py")
-T_LME = ("tests/test_longmemeval.py", "tests/test_sessions.py")
-T_PROTOCOLS = ("tests/test_protocols.py", "tests/test_rmm.py")
-T_CPP = ("tests/test_cpp_unit.py",)
-T_INMEM = ("tests/test_inmemory.py", "tests/test_store.py", "tests/test_store_turns.py")
-T_TRANSFER = ("tests/test_transfer.py",)
-T_AIO = ("tests/test_aio.py",)
-T_LANGGRAPH = ("tests/test_langgraph.py",)
-T_ADAPTER_FILTERS = ("tests/test_adapter_filters.py", "tests/test_langgraph.py")
-T_LLAMAINDEX = ("tests/test_llamaindex.py",)
-T_LANGCHAIN = ("tests/test_langchain.py",)
-T_MEM0 = ("tests/test_mem0.py",)
-T_TELEMETRY = ("tests/test_telemetry.py",)
-T_ATOMIC = ("tests/test_adapter_atomicity.py",)
-T_LEXICAL = ("tests/test_lexical.py", "tests/test_store_lexical.py")
-T_FILTERS = ("tests/test_store_filters.py",)
-T_SNAPSHOT = ("tests/test_store_snapshot.py",)
-T_PERMISSIONS = ("tests/test_store_permissions.py",)
-T_SHARDED = ("tests/test_distributed.py",)
-T_INGEST = ("tests/test_distributed_ingest.py",)
-T_DPTRAIN = ("tests/test_distributed_train.py",)
-T_PACKAGING = ("tests/test_packaging.py",)
-T_RAYEVAL = ("tests/test_distributed_eval.py",)
-T_TEMPLATE = ("tests/test_template.py", "tests/test_rmm_retrieve.py")
-T_TILING = ("tests/test_extract.py",)
-T_RETRIEVE = ("tests/test_rmm_retrieve.py", "tests/test_rmm_turns.py")
-T_SERVE = ("tests/test_serve.py",)
-T_SCOPES = ("tests/test_serve_scopes.py",)
-T_HARDEN = ("tests/test_serve_hardening.py",)
-T_ASYNC = ("tests/test_rmm_async.py",)
-T_EDGE = ("tests/test_edge_bounds.py",)
-T_HOSTILE_IO = ("tests/test_transfer_hostile.py",)
-T_ATOMIC_WRITE = ("tests/test_atomic.py",)
-T_TIME = ("tests/test_timeexpr.py",)
-T_RMM_TIME = ("tests/test_rmm_timeprior.py",)
-T_CONTRA = ("tests/test_contradict.py",)
-T_EXPLORE = ("tests/test_rmm_explore.py", "tests/test_rmm_learning.py")
-T_TURN_SEARCH = ("tests/test_store_turn_search.py",)
-T_RMM_DEFAULT = ("tests/test_rmm_default.py",)
+T_RMM = ("tests/loops/test_rmm.py", "tests/loops/test_rmm_turns.py")
+T_UPDATE = ("tests/ingest/test_update.py", "tests/loops/test_rmm.py", "tests/loops/test_rmm_turns.py")
+T_MEMREREAD = ("tests/loops/test_memreread.py",)
+T_TRAINER = ("tests/score/test_trainer.py", "tests/score/test_reranker.py")
+T_OPS = ("tests/score/test_rerank.py", "tests/score/test_rerank_scores.py")
+T_KERNELS = ("tests/kernels/test_rerank_kernels.py", "tests/score/test_rerank.py", "tests/score/test_rerank_scores.py", "tests/score/test_reranker.py")
+T_DURABLE = ("tests/store/test_store_faults.py", "tests/store/test_store_durability.py")
+T_STORE = ("tests/store/test_store.py", "tests/store/test_store_turns.py", "tests/store/test_store_tenants.py")
+T_PATHS = ("tests/cli/test_cli_errors.py", "tests/cli/test_cli.py", "tests/loops/test_rmm.py")
+T_LOCOMO = ("tests/data/test_locomo.py", "tests/data/test_sessions.py")
+T_LME = ("tests/data/test_longmemeval.py", "tests/data/test_sessions.py")
+T_PROTOCOLS = ("tests/base/test_protocols.py", "tests/loops/test_rmm.py")
+T_CPP = ("tests/store/test_cpp_unit.py",)
+T_INMEM = ("tests/store/test_inmemory.py", "tests/store/test_store.py", "tests/store/test_store_turns.py")
+T_TRANSFER = ("tests/store/test_transfer.py",)
+T_AIO = ("tests/store/test_aio.py",)
+T_LANGGRAPH = ("tests/integrations/test_langgraph.py",)
+T_ADAPTER_FILTERS = ("tests/integrations/test_adapter_filters.py", "tests/integrations/test_langgraph.py")
+T_LLAMAINDEX = ("tests/integrations/test_llamaindex.py",)
+T_LANGCHAIN = ("tests/integrations/test_langchain.py",)
+T_MEM0 = ("tests/integrations/test_mem0.py",)
+T_TELEMETRY = ("tests/base/test_telemetry.py",)
+T_ATOMIC = ("tests/integrations/test_adapter_atomicity.py",)
+T_LEXICAL = ("tests/store/test_lexical.py", "tests/store/test_store_lexical.py")
+T_FILTERS = ("tests/store/test_store_filters.py",)
+T_SNAPSHOT = ("tests/store/test_store_snapshot.py",)
+T_PERMISSIONS = ("tests/store/test_store_permissions.py",)
+T_SHARDED = ("tests/distributed/test_distributed.py",)
+T_INGEST = ("tests/distributed/test_distributed_ingest.py",)
+T_DPTRAIN = ("tests/distributed/test_distributed_train.py",)
+T_PACKAGING = ("tests/project/test_packaging.py",)
+T_RAYEVAL = ("tests/distributed/test_distributed_eval.py",)
+T_TEMPLATE = ("tests/text/test_template.py", "tests/loops/test_rmm_retrieve.py")
+T_TILING = ("tests/ingest/test_extract.py",)
+T_RETRIEVE = ("tests/loops/test_rmm_retrieve.py", "tests/loops/test_rmm_turns.py")
+T_SERVE = ("tests/server/test_serve.py",)
+T_SCOPES = ("tests/server/test_serve_scopes.py",)
+T_HARDEN = ("tests/server/test_serve_hardening.py",)
+T_ASYNC = ("tests/loops/test_rmm_async.py",)
+T_EDGE = ("tests/base/test_edge_bounds.py",)
+T_HOSTILE_IO = ("tests/store/test_transfer_hostile.py",)
+T_ATOMIC_WRITE = ("tests/base/test_atomic.py",)
+T_TIME = ("tests/text/test_timeexpr.py",)
+T_RMM_TIME = ("tests/loops/test_rmm_timeprior.py",)
+T_CONTRA = ("tests/text/test_contradict.py",)
+T_EXPLORE = ("tests/loops/test_rmm_explore.py", "tests/loops/test_rmm_learning.py")
+T_TURN_SEARCH = ("tests/store/test_store_turn_search.py",)
+T_RMM_DEFAULT = ("tests/loops/test_rmm_default.py",)
 
 CATALOGUE: list[Mutant] = [
     # ---------------------------------------------------------------- reward mapping (RMM)
@@ -362,7 +362,7 @@ CATALOGUE: list[Mutant] = [
            "parse_entry(data.data(), size, y, h.format, &later, &ignored) && later.synced >= off)",
            "damage at the first unsynced byte with a later unsynced entry intact (pages persisted out of order) "
            "makes the store unopenable",
-           T_CPP + ("tests/test_store_durability.py::test_page_level_crash_images_of_the_log_tail",)),
+           T_CPP + ("tests/store/test_store_durability.py::test_page_level_crash_images_of_the_log_tail",)),
     Mutant("wal-torn-tail-refused", "durability", "csrc/store/wal.cpp",
            "  scan->torn = true;\n  scan->why = why;\n  return h;\n",
            "  rd.fail(std::string(\"torn tail: \") + why);\n",
@@ -387,7 +387,7 @@ CATALOGUE: list[Mutant] = [
            "    ++snapshot_failures_;\n    snapshot_retry_at_ = ops_since_snapshot_ + std::max<uint64_t>(snapshot_every_, 1);\n  }\n}",
            "    ++snapshot_failures_;\n    snapshot_retry_at_ = UINT64_MAX;\n  }\n}",
            "a failed automatic snapshot is never retried (the log chain grows for good)",
-           ("tests/test_store_faults.py::test_automatic_snapshot_failure_is_reported_not_raised",)),
+           ("tests/store/test_store_faults.py::test_automatic_snapshot_failure_is_reported_not_raised",)),
     # ---------------------------------------------------------------- snapshots off the write path (C++)
     Mutant("snapshot-no-copy-on-write", "snapshots", "csrc/store/store.cpp",
            "  before_change(nsi);    // a snapshot copying namespaces gets this one as it was first\n",
@@ -430,7 +430,7 @@ CATALOGUE: list[Mutant] = [
     Mutant("rmm-query-unbounded", "bounds", "python/memkern/loops/rmm/retrieve.py",
            'check_text("query", query, max_chars=MAX_QUERY_CHARS, nonempty=True, type_error=False)',
            'check_text("query", query, max_chars=1 << 40, nonempty=True, type_error=False)',
-           "RMM.retrieve embeds a query of any length", ("tests/test_edge_bounds.py",)),
+           "RMM.retrieve embeds a query of any length", ("tests/base/test_edge_bounds.py",)),
     # ---------------------------------------------------------------- written interfaces (memkern.protocols)
     Mutant("rmm-store-protocol-unchecked", "protocols", "python/memkern/loops/rmm/core.py",
            "        if not isinstance(store, Store):\n",
@@ -516,13 +516,13 @@ CATALOGUE: list[Mutant] = [
     Mutant("store-version-op-unchecked", "contract", "csrc/store/store.cpp",
            "  if (op != VersionOp::Merge && op != VersionOp::Update)\n",
            "  if (false)\n",
-           "a new version may claim the op 'add'", ("tests/test_store_contract.py",)),
+           "a new version may claim the op 'add'", ("tests/store/test_store_contract.py",)),
     # ---------------------------------------------------------------- InMemoryStore (the engine with persistence off)
     Mutant("inmem-engine-persists", "inmem", "csrc/store/store.cpp",
            "    : path_(opt.in_memory ? std::string() : path), memory_(opt.in_memory) {\n",
            "    : path_(opt.in_memory ? std::string(\".\") : path), memory_(false) {\n",
            "an in-memory store is opened as a disk store in the working directory (LOCK, wal.log, fsyncs)",
-           ("tests/test_inmemory.py",)),
+           ("tests/store/test_inmemory.py",)),
     Mutant("inmem-engine-appends-to-log", "inmem", "csrc/store/store.cpp",
            "  if (memory_) {\n    // Persistence off: the same entry, applied without a log (no snapshot ever runs).\n",
            "  if (memory_ && wal_.is_open()) {\n    // Persistence off: the same entry, applied without a log (no snapshot ever runs).\n",
@@ -530,12 +530,12 @@ CATALOGUE: list[Mutant] = [
     Mutant("inmem-engine-compact-keeps-tombstones", "inmem", "csrc/store/store.cpp",
            "      tombstones_.clear();\n      for (auto& ns : ns_) ns->tombstones.clear();\n      orphan_tombstones_.clear();\n      return;\n",
            "      return;\n",
-           "compact of an in-memory store keeps deleted ids, so an import of one stays refused", ("tests/test_inmemory.py",)),
+           "compact of an in-memory store keeps deleted ids, so an import of one stays refused", ("tests/store/test_inmemory.py",)),
     Mutant("inmem-rrf-rank-from-zero", "inmem", "python/memkern/store/reference.py",
            "            rank += 1\n            fused[rid] = fused.get(rid, 0.0) + wi / (k0 + rank)\n",
            "            fused[rid] = fused.get(rid, 0.0) + wi / (k0 + rank)\n            rank += 1\n",
-           "hybrid rrf counts ranks from 0 (the spec: from 1, k0 = 60)", T_INMEM + ("tests/test_inmemory_lexical.py",
-                                                                                   "tests/test_store_lexical.py")),
+           "hybrid rrf counts ranks from 0 (the spec: from 1, k0 = 60)", T_INMEM + ("tests/store/test_inmemory_lexical.py",
+                                                                                   "tests/store/test_store_lexical.py")),
     # ---------------------------------------------------------------- export / import
     Mutant("transfer-cos-renormalised", "transfer", "python/memkern/store/transfer/install.py",
            "            x = _cos_preimage(v.embedding)\n",
@@ -564,9 +564,10 @@ CATALOGUE: list[Mutant] = [
            "import into an existing store mixes records into a namespace it already holds", T_TRANSFER),
     # ---------------------------------------------------------------- AsyncMemoryStore
     Mutant("aio-no-precheck", "aio", "python/memkern/store/aio.py",
-           "        ns = _check_namespace(namespace)\n        s = _check_summary(summary)\n",
-           "        ns, s = namespace, summary\n",
-           "add() schedules bad input on the pool instead of refusing it first", T_AIO),
+           "        call = prepare_add(self._store.dim, namespace, summary, embedding, turns, meta, **kwargs)\n"
+           "        return await self._run(self._store.run, call)\n",
+           "        return await self._run(self._store.add, namespace, summary, embedding, turns, meta, **kwargs)\n",
+           "add() schedules bad input on the pool instead of preparing (checking) it in the caller first", T_AIO),
     Mutant("aio-close-does-not-wait", "aio", "python/memkern/store/aio.py",
            "        while self._inflight:\n",
            "        while False:\n",
@@ -681,7 +682,7 @@ CATALOGUE: list[Mutant] = [
            "    if (!v && parent) v = lookup(*parent, c.key);\n",
            "",
            "turn records do not see their topic's meta in filters", T_FILTERS),
-    Mutant("filter-bool-equals-int", "filters", "python/memkern/store/engine.py",
+    Mutant("filter-bool-equals-int", "filters", "python/memkern/store/checks.py",
            'return b"b1" if v else b"b0"',
            'return b"n" + struct.pack("<d", float(v))',
            "filter value True matches 1 (JSON equality broken)", T_FILTERS),
@@ -709,20 +710,20 @@ CATALOGUE: list[Mutant] = [
     Mutant("rmm-config-override-ignored", "protocols", "python/memkern/loops/rmm/config.py",
            "return dataclasses.replace(self, **overrides) if overrides else self",
            "return self",
-           "RMM keyword settings (top_k=..., ...) are silently ignored", ("tests/test_rmm.py",)),
+           "RMM keyword settings (top_k=..., ...) are silently ignored", ("tests/loops/test_rmm.py",)),
     Mutant("bank-reset-keeps-reranker", "isolation", "python/memkern/store/bank.py",
            "            f.unlink()\n",
            "            pass\n",
            "forgetting a namespace leaves its reranker state (learned from the user) on disk",
-           ("tests/test_bank.py", "tests/test_cli.py", "tests/test_cli_errors.py")),
+           ("tests/store/test_bank.py", "tests/cli/test_cli.py", "tests/cli/test_cli_errors.py")),
     Mutant("validate-bool-is-int", "validation", "python/memkern/base/validate.py",
            "return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))",
            "return isinstance(value, (int, np.integer))",
-           "True / False pass as the ints 1 / 0", ("tests/test_validate.py",)),
+           "True / False pass as the ints 1 / 0", ("tests/base/test_validate.py",)),
     Mutant("validate-nan-accepted", "validation", "python/memkern/base/validate.py",
            "ok = not math.isnan(v) and (not finite or math.isfinite(v))",
            "ok = not finite or math.isfinite(v)",
-           "NaN passes a float check without bounds", ("tests/test_validate.py",)),
+           "NaN passes a float check without bounds", ("tests/base/test_validate.py",)),
     # ---------------------------------------------------------------- retrieval (issue 13: template, TextTiling, RMM.retrieve)
     Mutant("template-missing-field-kept", "retrieval", "python/memkern/text/template.py",
            "            elif values[name]:\n",
@@ -736,19 +737,19 @@ CATALOGUE: list[Mutant] = [
            "        texts = [self.turn_template.render_turn(t) for s in sessions for t in s]",
            '        texts = [str(t["content"]) for s in sessions for t in s]',
            "turn records are embedded without the speaker and date", T_TEMPLATE),
-    Mutant("tiling-window-ignored", "retrieval", "python/memkern/ingest/extract/__init__.py",
+    Mutant("tiling-window-ignored", "retrieval", "python/memkern/ingest/extract/tiling_math.py",
            "    left = c[g] - c[np.maximum(g - window, 0)]",
            "    left = c[g] - c[np.maximum(g - 1, 0)]",
            "the block comparison uses one turn on the left whatever the window", T_TILING),
-    Mutant("tiling-depth-one-side", "retrieval", "python/memkern/ingest/extract/__init__.py",
+    Mutant("tiling-depth-one-side", "retrieval", "python/memkern/ingest/extract/tiling_math.py",
            "        depth[g] = (lp - sim[g]) + (rp - sim[g])",
            "        depth[g] = lp - sim[g]",
            "the depth score ignores the peak on the right of a gap", T_TILING),
-    Mutant("tiling-min-size-ignored", "retrieval", "python/memkern/ingest/extract/__init__.py",
+    Mutant("tiling-min-size-ignored", "retrieval", "python/memkern/ingest/extract/tiling_math.py",
            "        if b - edges[k - 1] >= min_turns and edges[k] - b >= min_turns:",
            "        if True:",
            "topic boundaries may leave segments shorter than min_turns", T_TILING),
-    Mutant("tiling-max-size-ignored", "retrieval", "python/memkern/ingest/extract/__init__.py",
+    Mutant("tiling-max-size-ignored", "retrieval", "python/memkern/ingest/extract/tiling_math.py",
            "            if z - a <= max_turns:",
            "            if True:",
            "segments longer than max_turns are not cut", T_TILING),
@@ -894,148 +895,148 @@ CATALOGUE: list[Mutant] = [
     Mutant("rmm-aend-session-date-as-timestamp", "serve", "python/memkern/loops/rmm/aio.py",
            "functools.partial(self.end_session, turns, session_id, date, timestamp=timestamp)",
            "functools.partial(self.end_session, turns, session_id, timestamp)",
-           "aend_session passes its timestamp where end_session takes the date", ("tests/test_rmm_async.py",)),
+           "aend_session passes its timestamp where end_session takes the date", ("tests/loops/test_rmm_async.py",)),
     # ---------------------------------------------------------------- eval tasks (issue 15 item 3)
     Mutant("eval-task-last-batch-dropped", "distributed", "python/memkern/eval/tasks.py",
            "        for i in range(0, n, per):\n",
            "        for i in range(0, n - 1, per):\n",
-           "the plan drops the last conversation of every configuration", ("tests/test_eval_tasks.py",)),
+           "the plan drops the last conversation of every configuration", ("tests/eval/test_eval_tasks.py",)),
     Mutant("eval-merge-reversed", "distributed", "python/memkern/eval/tasks.py",
            "    rows: dict[str, list[Any]] = {}\n    for o in outputs:\n",
            "    rows: dict[str, list[Any]] = {}\n    for o in reversed(outputs):\n",
            "task outputs merged in reverse plan order (rows and result keys out of order)",
-           ("tests/test_eval_tasks.py",)),
+           ("tests/eval/test_eval_tasks.py",)),
     Mutant("eval-fork-shares-cache", "distributed", "python/memkern/eval/units.py",
            "        f._mem = dict(self._mem)\n",
            "        f._mem = self._mem\n",
            "a task's cache fork writes into the run's cache (tasks see each other's vectors)",
-           ("tests/test_eval_tasks.py", "tests/test_distributed_eval.py")),
+           ("tests/eval/test_eval_tasks.py", "tests/distributed/test_distributed_eval.py")),
     Mutant("eval-absorb-reversed", "distributed", "python/memkern/eval/tasks.py",
            "        for o in mine:\n            emb.absorb(o.embeddings)\n",
            "        for o in reversed(mine):\n            emb.absorb(o.embeddings)\n",
-           "the tasks' new vectors join the cache in reverse plan order", ("tests/test_eval_tasks.py",)),
+           "the tasks' new vectors join the cache in reverse plan order", ("tests/eval/test_eval_tasks.py",)),
     # ---- time: RMM's session date in event_time; filters / time / recency through retrieve, adapters, servers
     Mutant("rmm-event-time-not-written", "time", "python/memkern/loops/rmm/reflect.py",
            "                event_time=et, render_turn=",
            "                event_time=None, render_turn=",
            "RMM keeps the session date only in turns and meta (time filters see created_at)",
-           ("tests/test_rmm_time.py",)),
+           ("tests/loops/test_rmm_time.py",)),
     Mutant("update-event-time-not-latest", "time", "python/memkern/ingest/apply.py",
            'et_kw = {"event_time": et if old is None else max(float(old), et)}',
            'et_kw = {"event_time": et}',
-           "folding an older session into a record moves its event date back", ("tests/test_rmm_time.py",)),
+           "folding an older session into a record moves its event date back", ("tests/loops/test_rmm_time.py",)),
     Mutant("event-seconds-unreadable-accepted", "time", "python/memkern/text/template.py",
            "    if dt is None:\n        raise bad_arg(name, \"a date string in a known format",
            "    if False:\n        raise bad_arg(name, \"a date string in a known format",
-           "an unreadable session date is not refused with an error naming it", ("tests/test_rmm_time.py",)),
+           "an unreadable session date is not refused with an error naming it", ("tests/loops/test_rmm_time.py",)),
     Mutant("event-seconds-drops-offset", "time", "python/memkern/text/template.py",
            "            if iso.tzinfo is not None:\n                dt = iso",
            "            if iso.tzinfo is not None:\n                dt = iso.replace(tzinfo=None)",
-           "an ISO offset is ignored (a '+02:00' time read as UTC)", ("tests/test_rmm_time.py",)),
+           "an ISO offset is ignored (a '+02:00' time read as UTC)", ("tests/loops/test_rmm_time.py",)),
     Mutant("protocols-kwargs-not-forwarding", "time", "python/memkern/protocols.py",
            "        if p.kind is inspect.Parameter.VAR_KEYWORD:\n            return True",
            "        if p.kind is inspect.Parameter.VAR_KEYWORD:\n            return False",
            "a store that forwards **kwargs (ShardedStore) is treated as having no event_time / filters",
-           ("tests/test_rmm_time.py",)),
+           ("tests/loops/test_rmm_time.py",)),
     Mutant("rmm-retrieve-two-level-drops-filters", "time", "python/memkern/loops/rmm/retrieve.py",
            "ids, groups = self._retrieve_turn_topic(q, search_kw, time_q)",
            "ids, groups = self._retrieve_turn_topic(q, None, time_q)",
-           "two-level retrieval ignores filter / time_range / recency", ("tests/test_rmm_time.py",)),
+           "two-level retrieval ignores filter / time_range / recency", ("tests/loops/test_rmm_time.py",)),
     Mutant("rmm-retrieve-topic-drops-filters", "time", "python/memkern/loops/rmm/retrieve.py",
            "**{k: v for k, v in search_kw.items() if k in SEARCH_FILTER_KEYWORDS})",
            "**{})",
-           "topic-mode retrieval ignores filter / time_range / recency", ("tests/test_rmm_time.py",)),
+           "topic-mode retrieval ignores filter / time_range / recency", ("tests/loops/test_rmm_time.py",)),
     Mutant("rmm-respond-drops-filters", "time", "python/memkern/loops/rmm/core.py",
            "self._retrieve_and_rerank(q, timings, search_kw=search_kw, time_q=time_q)",
            "self._retrieve_and_rerank(q, timings, time_q=time_q)",
-           "respond / arespond ignore their filters", ("tests/test_rmm_time.py",)),
+           "respond / arespond ignore their filters", ("tests/loops/test_rmm_time.py",)),
     Mutant("serve-search-drops-time", "time", "python/memkern/server/service.py",
            "ids, scores = self.store.search(ns, q, k=limit, **kw)",
            "ids, scores = self.store.search(ns, q, k=limit)",
-           "the server's search ignores filters / time_range / recency", ("tests/test_serve_time.py",)),
+           "the server's search ignores filters / time_range / recency", ("tests/server/test_serve_time.py",)),
     Mutant("serve-add-drops-date", "time", "python/memkern/server/service.py",
            "results = rmm.end_session(turns, session_id=run_id, date=date)",
            "results = rmm.end_session(turns, session_id=run_id)",
-           "an inferred add over HTTP / MCP loses the conversation's date", ("tests/test_serve_time.py",)),
+           "an inferred add over HTTP / MCP loses the conversation's date", ("tests/server/test_serve_time.py",)),
     Mutant("serve-from-args-default-limits", "time", "python/memkern/cli/serve.py",
            "max_messages=args.max_messages,\n                    max_text_chars=args.max_text_chars, max_limit=args.max_limit,",
            "max_messages=Limits().max_messages,\n                    max_text_chars=args.max_text_chars, max_limit=Limits().max_limit,",
-           "serve / mcp ignore --max-messages and --max-limit", ("tests/test_serve_time.py",)),
+           "serve / mcp ignore --max-messages and --max-limit", ("tests/server/test_serve_time.py",)),
     Mutant("langchain-drops-time", "time", "python/memkern/integrations/langchain.py",
            "return F.search(self.store, self.namespace, q, k, tree, **(tkw or {}))",
            "return F.search(self.store, self.namespace, q, k, tree)",
-           "LangChain searches and retrievers ignore time_range / recency", ("tests/test_adapter_time.py",)),
+           "LangChain searches and retrievers ignore time_range / recency", ("tests/integrations/test_adapter_time.py",)),
     Mutant("langgraph-drops-time", "time", "python/memkern/integrations/langgraph.py",
            "ids, scores, recs = F.search(self.store, ns, q, want, full, **tkw)",
            "ids, scores, recs = F.search(self.store, ns, q, want, full)",
-           "LangGraph similarity searches ignore time_range / recency", ("tests/test_adapter_time.py",)),
+           "LangGraph similarity searches ignore time_range / recency", ("tests/integrations/test_adapter_time.py",)),
     Mutant("langgraph-listing-ignores-time", "time", "python/memkern/integrations/langgraph.py",
            "F.matches(tree, r.meta) and in_time_range(r, tkw)",
            "F.matches(tree, r.meta)",
-           "LangGraph listings (no query) ignore time_range", ("tests/test_adapter_time.py",)),
+           "LangGraph listings (no query) ignore time_range", ("tests/integrations/test_adapter_time.py",)),
     Mutant("llamaindex-drops-time", "time", "python/memkern/integrations/llamaindex.py",
            "_, scores, recs = F.search(self._store, self.namespace, q, k, tree, **tkw)",
            "_, scores, recs = F.search(self._store, self.namespace, q, k, tree)",
-           "LlamaIndex queries ignore time_range / recency", ("tests/test_adapter_time.py",)),
+           "LlamaIndex queries ignore time_range / recency", ("tests/integrations/test_adapter_time.py",)),
     Mutant("mem0-drops-time", "time", "python/memkern/integrations/mem0.py",
            "_, scores, recs = F.search(self.store, self.namespace, q, top_k, tree, **tkw)",
            "_, scores, recs = F.search(self.store, self.namespace, q, top_k, tree)",
-           "mem0 searches ignore time_range / recency", ("tests/test_adapter_time.py",)),
+           "mem0 searches ignore time_range / recency", ("tests/integrations/test_adapter_time.py",)),
     Mutant("ingest-drops-event-time", "time", "python/memkern/cli/ingest.py",
            '"event_time": getattr(rec, "event_time", None)}',
            '"event_time": None}',
-           "memkern ingest loses the session dates' event times when it copies its stage", ("tests/test_rmm_time.py",)),
+           "memkern ingest loses the session dates' event times when it copies its stage", ("tests/loops/test_rmm_time.py",)),
     # ---------------------------------------------------------------- rebalance keeps ids + history; ledger index
     Mutant("store-import-moves-next-id", "distributed", "csrc/store/store.cpp",
            "      if (!imported) next_id_ = std::max(next_id_, r.id + 1);",
            "      next_id_ = std::max(next_id_, r.id + 1);",
            "an id-preserving import moves the store's next id past the imported ids (into another shard's range)",
-           ("tests/test_distributed.py::test_import_records_refuses_colliding_ids",)),
+           ("tests/distributed/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("store-import-over-tombstone", "distributed", "csrc/store/store.cpp",
            "    if (tombstones_.count(r.id))\n      throw KeyError(at + \".id: id \"",
            "    if (false)\n      throw KeyError(at + \".id: id \"",
            "an import of an id deleted and not compacted is not refused up front (the log entry then fails to "
-           "apply)", ("tests/test_distributed.py::test_import_records_refuses_colliding_ids",)),
+           "apply)", ("tests/distributed/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("store-import-loses-created-at", "distributed", "csrc/bindings/register_store.cpp",
            "               r.created_at = created_at.data()[i];",
            "               r.created_at = 0;",
-           "a moved record loses its created_at", ("tests/test_distributed.py::test_import_records_refuses_colliding_ids",)),
+           "a moved record loses its created_at", ("tests/distributed/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("filter-bitmap-over-sparse-ids", "distributed", "csrc/store/query.cpp",
            "        if (words <= 8 * scan.size() + 1024) {",
            "        if (true) {",
            "a filtered search allocates a bitmap over the whole id span (ids from several shard ranges: "
-           "terabytes)", ("tests/test_distributed.py::test_filtered_search_over_shard_ranges_and_imported_ids",)),
+           "terabytes)", ("tests/distributed/test_distributed.py::test_filtered_search_over_shard_ranges_and_imported_ids",)),
     Mutant("sharded-route-ignores-moves", "distributed", "python/memkern/distributed/sharded.py",
            "            shards = np.where(hit, self._moved_to[pos], shards)\n",
            "",
            "a moved record's id routes to its home shard, which no longer holds it",
-           ("tests/test_distributed.py::test_rebalance_back_and_forth_keeps_ids",)),
+           ("tests/distributed/test_distributed.py::test_rebalance_back_and_forth_keeps_ids",)),
     Mutant("ingest-ledger-scans-records", "distributed", "python/memkern/distributed/sharded.py",
            "for v in n.meta_values(ns, key, 0)",
            "for v in [r.meta.get(key) for r in self.store.get_batch(self.store.ids(ns, include_invalidated=True))]",
            "a restarted shard rebuilds its ingest ledger by reading every record (58 min at 10M users)",
-           ("tests/test_distributed_ingest.py::test_ledger_after_a_crash_loses_and_duplicates_nothing_and_reads_no_record",)),
+           ("tests/distributed/test_distributed_ingest.py::test_ledger_after_a_crash_loses_and_duplicates_nothing_and_reads_no_record",)),
     # ---------------------------------------------------------------- dense search at raw-hnswlib cost (issue 13 item 7)
     Mutant("simd-avx512-tail-dropped", "overhead", "csrc/store/space.cpp",
            "    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);\n",
            "    (void)m;\n",
            "the AVX-512 inner product drops its 16-float masked steps (the last d % 32 floats: dims not multiples of 32)",
-           ("tests/test_store_search.py",)),
+           ("tests/store/test_store_search.py",)),
     Mutant("simd-avx512-l2-second-accumulator-lost", "overhead", "csrc/store/space.cpp",
            "    s1 = _mm512_fmadd_ps(e1, e1, s1);\n",
            "    (void)e1;\n",
            "the AVX-512 squared L2 distance drops every second 16-float block (d >= 32)",
-           ("tests/test_store_search.py",)),
+           ("tests/store/test_store_search.py",)),
     Mutant("simd-cap-ignored", "overhead", "csrc/store/space.cpp",
            "    if (cap.empty() && __builtin_cpu_supports(\"avx512f\")) {",
            "    if (__builtin_cpu_supports(\"avx512f\")) {",
            "MEMKERN_SIMD=avx2 / scalar does not cap the kernel (the A/B and the fallback kernels go untested)",
-           ("tests/test_store_search.py",)),
+           ("tests/store/test_store_search.py",)),
     Mutant("query-row-cos-not-normalised", "overhead", "csrc/store/query.cpp",
            "  if (metric_ != Metric::Cos) return row;\n",
            "  return row;\n",
            "cosine queries are searched unnormalised (scores scaled by the query norm)",
-           ("tests/test_store_search.py", "tests/test_store.py")),
+           ("tests/store/test_store_search.py", "tests/store/test_store.py")),
     # ---------------------------------------------------------------- hybrid coverage fusion (issue 13 item 5, wave 4)
     Mutant("hybrid-coverage-tf-weighted", "lexical", "csrc/include/memkern/lexical.h",
            "        for (const auto& p : *pl) acc[p.id] += term_idf;",
@@ -1067,21 +1068,21 @@ CATALOGUE: list[Mutant] = [
     Mutant("mutation-timeout-counted-killed", "mutation", "bench/mutation.py",
            '        return "timeout", f"timeout: the tests ran past',
            '        return "killed", f"timeout: the tests ran past',
-           "a mutant whose tests time out is counted as killed (plain and --fork runs)", ("tests/test_mutation.py",),
+           "a mutant whose tests time out is counted as killed (plain and --fork runs)", ("tests/project/test_mutation.py",),
            count=2),
     Mutant("mutation-cache-ignores-tests", "mutation", "bench/mutation.py",
            "    h.update(_tests_key(m).encode())\n",
            "",
-           "a cached outcome is reused after the mutant's test files changed", ("tests/test_mutation.py",)),
+           "a cached outcome is reused after the mutant's test files changed", ("tests/project/test_mutation.py",)),
     Mutant("eval-hybrid-parent-row-uses-dense", "eval", "python/memkern/eval/retrieval.py",
            "_rank_rows(h_all + float(a) * ps,",
            "_rank_rows(s_tpl + float(a) * ps,",
            "the hybrid (content)+a*parent rows add the parent to the dense templated-turn cosine, "
-           "not to the store's fused hybrid score", ("tests/test_eval_retrieval_hybrid.py",)),
+           "not to the store's fused hybrid score", ("tests/eval/test_eval_retrieval_hybrid.py",)),
     Mutant("eval-hybrid-scores-misaligned", "eval", "python/memkern/eval/retrieval.py",
            "pos[ids] = np.arange(T)",
            "pos[ids] = np.arange(T)[::-1]",
-           "the all-turns hybrid scores land on the wrong turns", ("tests/test_eval_retrieval_hybrid.py",)),
+           "the all-turns hybrid scores land on the wrong turns", ("tests/eval/test_eval_retrieval_hybrid.py",)),
     Mutant("update-old-turns-embed-content", "update", "python/memkern/ingest/apply.py",
            "        render = render_turn or (lambda t: str(t.get(\"content\", \"\")))",
            "        render = (lambda t: str(t.get(\"content\", \"\")))",
@@ -1112,7 +1113,7 @@ CATALOGUE: list[Mutant] = [
            "    if depth > MAX_FILTER_DEPTH:",
            "    if depth > 10 ** 9:",
            "adapter filters nest without bound (RecursionError at a few thousand levels)",
-           ("tests/test_adapter_filters.py",)),
+           ("tests/integrations/test_adapter_filters.py",)),
     Mutant("json-document-depth-unbounded", "edge", "python/memkern/base/validate.py",
            "        if d > MAX_DOCUMENT_DEPTH:",
            "        if d > 10 ** 9:",
@@ -1137,7 +1138,7 @@ CATALOGUE: list[Mutant] = [
            "            event_seconds(s.get(\"date\"), f\"{at}.date\")",
            "            pass",
            "session files keep unreadable dates (stored as text with no event time)",
-           ("tests/test_cli_errors.py",)),
+           ("tests/cli/test_cli_errors.py",)),
     Mutant("atomic-write-no-file-fsync", "edge", "python/memkern/base/atomic.py",
            "            os.fsync(f.fileno())",
            "            pass",
@@ -1149,15 +1150,15 @@ CATALOGUE: list[Mutant] = [
            "the atomic write does not fsync the folder after the rename (the rename may be lost)",
            T_ATOMIC_WRITE),
     # ---------------------------------------------------------------- time expressions and the time term
-    Mutant("timeexpr-yesterday-is-today", "time", "python/memkern/text/time/parse.py",
+    Mutant("timeexpr-yesterday-is-today", "time", "python/memkern/text/time/relative.py",
            "put(m, *cal.shift_days(-1), \"relative\")",
            "put(m, *cal.shift_days(0), \"relative\")",
            "\"yesterday\" / \"last night\" read as today", T_TIME),
-    Mutant("timeexpr-prior-ignores-lag", "time", "python/memkern/text/time/parse.py",
+    Mutant("timeexpr-prior-ignores-lag", "time", "python/memkern/text/time/query.py",
            "hi = np.inf if self.end is None else self.end + float(lag)",
            "hi = np.inf if self.end is None else self.end",
            "the soft prior's window is not widened by the lag after the range", T_TIME),
-    Mutant("timeexpr-month-always-this-year", "time", "python/memkern/text/time/parse.py",
+    Mutant("timeexpr-month-always-this-year", "time", "python/memkern/text/time/calendar.py",
            "        return y if m <= self.dt.month else y - 1",
            "        return y",
            "a month without a year is this year's even when it has not begun yet", T_TIME),
@@ -1166,14 +1167,14 @@ CATALOGUE: list[Mutant] = [
            "direction = 1 if m.group(\"dir\").lower() in",
            "\"two days before X\" read as after X", T_TIME),
     Mutant("timeexpr-tz-ignored", "time", "python/memkern/text/time/parse.py",
-           "cal = _Cal(t_now, _tzinfo(tz))",
-           "cal = _Cal(t_now, _dt.timezone.utc)",
+           "cal = Calendar(t_now, tzinfo_of(tz))",
+           "cal = Calendar(t_now, _dt.timezone.utc)",
            "calendar days always counted in UTC, whatever tz says", T_TIME),
-    Mutant("timeexpr-mention-ignored", "time", "python/memkern/text/time/parse.py",
+    Mutant("timeexpr-mention-ignored", "time", "python/memkern/text/time/prior.py",
            "            p = np.maximum(p, pm)",
            "            p = p",
            "the time a turn mentions plays no part in the range prior (only its session date)", T_TIME + T_RMM_TIME),
-    Mutant("timeexpr-rescore-unscaled", "time", "python/memkern/text/time/parse.py",
+    Mutant("timeexpr-rescore-unscaled", "time", "python/memkern/text/time/prior.py",
            "np.asarray(term, np.float32).reshape(-1) * np.float32(spread)",
            "np.asarray(term, np.float32).reshape(-1)",
            "the time term is added unscaled, not in units of the candidates' score spread", T_TIME),
@@ -1242,7 +1243,7 @@ CATALOGUE: list[Mutant] = [
            "scores = prior_t + _residual(q, inter.r, cands, ids, scores)",
            "scores = prior_t + scores",
            "a prior is added to the adapters' absolute score (q'.m') instead of their residual over q.m, "
-           "so a fresh reranker no longer keeps the first stage's order", ("tests/test_reranker.py",)),
+           "so a fresh reranker no longer keeps the first stage's order", ("tests/score/test_reranker.py",)),
     # ---------------------------------------------------------------- greedy reads, exploration only to learn
     Mutant("rmm-exploration-shown", "explore", "python/memkern/loops/rmm/retrieve.py",
            "        return rr.select(q, cand, mask=mask, greedy=True, m=m, **select_kw)",
@@ -1273,24 +1274,24 @@ CATALOGUE: list[Mutant] = [
            "                scores = scores + P                                   # the policy's scores (prior offset)",
            "                scores = scores",
            "a selection drawn with a prior is trained as if drawn from the adapters' scores alone",
-           ("tests/test_trainer.py",)),
+           ("tests/score/test_trainer.py",)),
     Mutant("trainer-reused-forward-prior-dropped", "trainer", "python/memkern/score/trainer.py",
            "                s_n, s_r = s_n + P[:B_new], s_r + P[B_new:]\n",
            "                pass\n",
            "a replay step that reuses select()'s forward trains on the adapters' scores alone",
-           ("tests/test_trainer.py",)),
+           ("tests/score/test_trainer.py",)),
     Mutant("trainer-replay-prior-dropped", "trainer", "python/memkern/score/trainer.py",
            "P = None if P_p is None else torch.cat([P_p, ring[\"P\"].index_select(0, pick)])",
            "P = None if P_p is None else torch.cat([P_p, torch.zeros_like(ring[\"P\"].index_select(0, pick))])",
-           "replayed rows lose the prior offset they were drawn with", ("tests/test_trainer.py",)),
+           "replayed rows lose the prior offset they were drawn with", ("tests/score/test_trainer.py",)),
     Mutant("rmm-budget-read-ignores-residual", "explore", "python/memkern/loops/rmm/retrieve.py",
            "cand = sorted(((sc + res.get(int(i), 0.0), k, int(i))", "cand = sorted(((sc, k, int(i))",
            "a turn budget read ranks turns by the first stage alone: what the reranker learned never moves them",
-           ("tests/test_rmm_residual.py",)),
+           ("tests/loops/test_rmm_residual.py",)),
     Mutant("rmm-residual-is-the-score", "explore", "python/memkern/loops/rmm/retrieve.py",
            "res = (sc.float() - prior.reshape(-1)[: len(ids)].float())", "res = (sc.float() - 0.0 * prior.reshape(-1)[: len(ids)].float())",
            "the learned residual includes the prior (the first-stage score is counted twice)",
-           ("tests/test_rmm_residual.py",)),
+           ("tests/loops/test_rmm_residual.py",)),
     Mutant("learning-hidden-unshown-rewarded", "eval", "python/memkern/eval/learning.py",
            "idx = torch.where(seen, hidden, torch.full_like(hidden, -1))", "idx = hidden",
            "the hidden-sample learner rewards drawn candidates the model never saw", T_EXPLORE),
@@ -1302,7 +1303,7 @@ CATALOGUE: list[Mutant] = [
            "            greedy = r.retrieve(q.question)\n            resp = r.respond(q.question)\n",
            "            resp = r.respond(q.question)\n            greedy = r.retrieve(q.question)\n",
            "the greedy read a call is compared with is taken after the call learned from it",
-           ("tests/test_eval_learning.py",)),
+           ("tests/eval/test_eval_learning.py",)),
     # ---------------------------------------------------------------- hybrid two-level turn search
     Mutant("turn-search-prev-neighbour-ignored", "retrieval", "csrc/store/turn_search.cpp",
            "          pc.nb = std::max(pc.nb, bt);\n",
@@ -1330,9 +1331,9 @@ CATALOGUE: list[Mutant] = [
            "      if (spec.alpha != 0.0) s += spec.alpha * topic_of(c.parent);\n",
            "",
            "the alpha * sim(q, topic) term is never added in the one-call turn search", T_TURN_SEARCH),
-    Mutant("store-turn-texts-ignored", "retrieval", "python/memkern/store/engine.py",
-           "s, t, m = self._turn_item(turn, j, tt[i][j] if tt and tt[i] is not None else None)",
-           "s, t, m = self._turn_item(turn, j, None)",
+    Mutant("store-turn-texts-ignored", "retrieval", "python/memkern/store/prepare.py",
+           "s, t, m = _turn_item(turn, j, tt[i][j] if tt and tt[i] is not None else None)",
+           "s, t, m = _turn_item(turn, j, None)",
            "add / add_batch store each turn's content, not the turn_texts given (BM25 never sees speakers)",
            T_TURN_SEARCH),
     Mutant("rmm-turn-texts-not-written", "retrieval", "python/memkern/loops/rmm/reflect.py",
@@ -1365,12 +1366,12 @@ CATALOGUE: list[Mutant] = [
            "m[f\"ci95_delta_{n}\"] = list(bootstrap_ci([r[n] - b[n] for r, b in zip(rs, base_rows)],",
            "m[f\"ci95_delta_{n}\"] = list(bootstrap_ci([r[n] - b[n] for r, b in zip(rs, base_rows[::-1])],",
            "the difference intervals pair each question with another question's baseline",
-           ("tests/test_eval_memory.py",)),
+           ("tests/eval/test_eval_memory.py",)),
     Mutant("dialogues-never-echo", "data", "python/memkern/data/dialogues.py",
            "qtext = q.echoes[0] if q.echoes and u < echo else cands[pick]",
            "qtext = cands[pick]",
            "generated questions never reuse their evidence's words (lexically unlike real questions)",
-           ("tests/test_dialogues.py",)),
+           ("tests/data/test_dialogues.py",)),
     Mutant("require-never-raises", "packaging", "python/memkern/errors.py",
            "        if not found:\n            raise missing_dependency(",
            "        if False:\n            raise missing_dependency(",
@@ -1389,7 +1390,7 @@ CATALOGUE: list[Mutant] = [
     Mutant("cli-usage-error-doubled-prefix", "packaging", "python/memkern/cli/main.py",
            """raise UsageError(f"{message} (see '{self.prog} --help')")""",
            """raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")""",
-           "usage errors print the prefix twice ('memkern: error: memkern: ...')", ("tests/test_cli_errors.py",)),
+           "usage errors print the prefix twice ('memkern: error: memkern: ...')", ("tests/cli/test_cli_errors.py",)),
     Mutant("check-wheel-allows-native-flags", "packaging", "scripts/check_wheel.py",
            r'FORBIDDEN = re.compile(r"-march=(?!x86-64$)\S+|',
            'FORBIDDEN = re.compile(r"-march=x86-64-v9|',
@@ -1403,15 +1404,15 @@ CATALOGUE: list[Mutant] = [
            "                if num.replace(\",\", \"\") not in flat:",
            "                if num.replace(\",\", \"\") in flat and False:",
            "a headline figure typed into a section's front matter (not in its text) reaches RESULTS.md",
-           ("tests/test_bench_command.py",)),
+           ("tests/cli/test_bench_command.py",)),
     Mutant("results-hygiene-off", "docs", "bench/report.py",
            "            out.append(f\"{kind} {m.group(0)!r} (line {text.count(chr(10), 0, m.start()) + 1})\")",
            "            pass",
            "machine paths and process history in sections, RESULTS.md and the docs go unnoticed",
-           ("tests/test_bench_command.py", "tests/test_docs.py")),
-    Mutant("docs-marked-fences-skipped", "docs", "tests/test_docs.py",
+           ("tests/cli/test_bench_command.py", "tests/project/test_docs.py")),
+    Mutant("docs-marked-fences-skipped", "docs", "tests/project/test_docs.py",
            '            ("slow" if mk == "slow" else "" if not mk else "by") in kinds]',
            '            ("slow" if mk == "slow" else "by") in kinds]',
            "the docs' unmarked examples are never run (the page tests find nothing to run)",
-           ("tests/test_docs.py",)),
+           ("tests/project/test_docs.py",)),
 ]

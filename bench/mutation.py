@@ -83,13 +83,13 @@ def _source_key(require_clean: bool = True) -> str:
 
 def _tests_key(m: Mutant) -> str:
     """Hash of the files the mutant's tests run: its test files (``path::node`` ids count by their
-    file) and the shared helpers of ``tests/`` (every file there not named ``test_*``, with
-    ``tests/data`` and ``tests/cpp``)."""
+    file) and everything else under ``tests/`` that is not a Python test file (the helpers,
+    ``conftest.py``, the fixtures and the C++ tests)."""
     own = {t.split("::")[0] for t in m.tests}
     files = sorted(p for p in (ROOT / "tests").rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts
-                   and (not p.name.startswith("test_") or p.relative_to(ROOT).as_posix() in own
-                        or p.parent != ROOT / "tests"))
+                   and (not (p.name.startswith("test_") and p.suffix == ".py")
+                        or p.relative_to(ROOT).as_posix() in own))
     missing = sorted(own - {p.relative_to(ROOT).as_posix() for p in files})
     h = hashlib.sha256()
     for p in files:
@@ -144,7 +144,7 @@ def _installed_module() -> Path:
 
 def _build_native(target: Path) -> None:
     """Rebuild the extension in the scikit-build build folder and copy it over ``target``."""
-    # The module's build folders (build/<wheel tag>); build/cpp-tests (tests/test_cpp_unit.py)
+    # The module's build folders (build/<wheel tag>); build/cpp-tests (tests/store/test_cpp_unit.py)
     # configures the C++ unit tests only and has no _store target.
     dirs = [d for d in glob.glob(str(ROOT / "build" / "*"))
             if os.path.exists(os.path.join(d, "CMakeCache.txt")) and glob.glob(os.path.join(d, "_store*.so"))]

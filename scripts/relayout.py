@@ -142,7 +142,7 @@ TEXT_OVERRIDE = {"memkern.timeexpr": "memkern.text.time", "memkern.transfer": "m
                  "memkern.graphs": None, "memkern.store": None}
 
 SCAN_DIRS = ("python", "kernels", "tests", "bench", "scripts", "docs", ".ci")
-SKIP = {"scripts/relayout.py", "tests/test_public_api.py", "tests/test_layout.py", "tests/test_relayout.py", "CHANGELOG.md"}
+SKIP = {"scripts/relayout.py", "tests/project/test_public_api.py", "tests/project/test_layout.py", "tests/project/test_relayout.py", "CHANGELOG.md"}
 TEXT_ROOT_FILES = ("README.md", "pyproject.toml", "DEVELOPERS.md", "conftest.py")
 
 
@@ -579,7 +579,7 @@ def scan_files() -> list[Path]:
         for f in sorted(root.rglob("*")):
             rel = f.relative_to(REPO).as_posix()
             if f.is_file() and f.suffix in (".py", ".pyi", ".md", ".toml", ".txt", ".sh") and \
-                    not rel.startswith("tests/data/") and "__pycache__" not in f.parts:
+                    not rel.startswith("tests/fixtures/") and "__pycache__" not in f.parts:
                 out.append(f)
     out += [REPO / f for f in TEXT_ROOT_FILES if (REPO / f).exists()]
     return [f for f in out if f.relative_to(REPO).as_posix() not in SKIP]

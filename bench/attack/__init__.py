@@ -1,6 +1,6 @@
 """Attack campaigns against memkern's edges, one module per class (``CLASS``, ``campaign``).
 
-``bench/attack/run.py`` runs them all (``tests/test_attack_short.py`` runs a short version).
+``bench/attack/run.py`` runs them all (``tests/project/test_attack_short.py`` runs a short version).
 Every class module defines::
 
     CLASS = "<name>"

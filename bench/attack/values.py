@@ -2,7 +2,7 @@
 of :mod:`memkern.base.validate`, the extremes included) and *hostile* ones (just past a bound, or of a
 kind no bound admits).
 
-Used by the attack classes and by the bounds property tests (``tests/test_edge_bounds.py``); the
+Used by the attack classes and by the bounds property tests (``tests/base/test_edge_bounds.py``); the
 HTTP / MCP tests can draw from the same functions: :func:`accepted_memory` gives one memory's worth
 of accepted fields (text, turns, meta, date, query, ids), :func:`hostile_value` a hostile value for
 a named field, and :func:`assert_renders` checks that a record read back renders (JSON, ISO 8601

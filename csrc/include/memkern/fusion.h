@@ -1,6 +1,6 @@
 // Fusion of a hybrid search's two first-stage lists (the dense list and the lexical list of one
 // query), the exact twin of memkern.lexical.rrf / weighted_fusion / coverage_fusion (the Python
-// reference; tests/test_lexical.py checks the store against it). Kept apart from the dense search
+// reference; tests/store/test_lexical.py checks the store against it). Kept apart from the dense search
 // path (query.cpp) on purpose.
 //
 // Lists hold (score, id) pairs, best first. With w the lexical weight:

@@ -36,7 +36,7 @@ struct CharRange {
 };
 
 // Sorted, disjoint, inclusive; everything outside is a separator. Same table as
-// memkern.lexical.CHAR_CLASSES (tests/test_lexical.py compares the two tokenisers).
+// memkern.lexical.CHAR_CLASSES (tests/store/test_lexical.py compares the two tokenisers).
 inline constexpr CharRange kCharClasses[] = {
     {0x0030, 0x0039, kWord}, {0x0041, 0x005A, kWord}, {0x0061, 0x007A, kWord}, {0x00C0, 0x00D6, kWord},
     {0x00D8, 0x00F6, kWord}, {0x00F8, 0x0373, kWord}, {0x0376, 0x037D, kWord}, {0x037F, 0x037F, kWord},

@@ -13,7 +13,7 @@ vectors. A call that raises records the exception and sets the span status to ER
 
 Cost: with the API installed and no SDK provider set, a decorated call reads the global provider
 once (~0.1-0.3 us) and creates no span; ``MEMKERN_OTEL=0`` in the environment (read at import) turns
-even that off. ``tests/test_telemetry.py`` measures both.
+even that off. ``tests/base/test_telemetry.py`` measures both.
 
 Usage in memkern's modules (one line per call site)::
 

@@ -151,7 +151,7 @@ _FILLER = [
     ("Do you still play chess online?", "Every evening, my rating is climbing slowly."),
 ]
 # Small talk that wraps each line (chat=True): an opener, a preface before a question, follow-ups.
-# None of their words is a content word of a question paraphrase (tests/test_dialogues.py).
+# None of their words is a content word of a question paraphrase (tests/data/test_dialogues.py).
 _OPENERS = ["Oh wow,", "Honestly,", "You know what,", "So,", "Haha,", "Well,", "Okay so,", "Oh,"]
 _PREFACES = ["That is so exciting to hear!", "Hold on a second.", "I love that for you.",
              "Oh, that reminds me of something.", "Sounds like a lot going on.", "Ha, I was wondering about that."]

@@ -50,8 +50,8 @@ import numpy as np
 
 from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
-from ..store.engine import _check_ids, _check_namespace, _is_torch
-from ..store.engine import turns_with_topics as _turns_with_topics
+from ..store.checks import check_ids, check_namespace, is_torch
+from ..store.record import turns_with_topics as _turns_with_topics
 
 log = logging.getLogger("memkern")
 
@@ -371,9 +371,9 @@ class ShardedStore:
         return shards
 
     def _shard_of_id(self, id: Any, name: str = "id") -> tuple[int, int]:
-        from ..store.engine import _check_id
+        from ..store.checks import check_id
 
-        gid = _check_id(id, name)
+        gid = check_id(id, name)
         s = int(self._route(np.array([gid], np.int64))[0])
         if s >= len(self._actors) or s >= self._n and not (self._path / "rebalance.json").exists():
             raise MemkernKeyError(f"{name}: unknown id {gid} (shard {s} of a {self._n}-shard store)")
@@ -384,7 +384,7 @@ class ShardedStore:
 
     def shard_of(self, namespace: str) -> int:
         """The shard index that holds ``namespace`` now."""
-        return shard_of(_check_namespace(namespace), self._n)
+        return shard_of(check_namespace(namespace), self._n)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -472,7 +472,7 @@ class ShardedStore:
 
     def get_batch(self, ids: Iterable[int]) -> list[Any]:
         """Records of global ``ids`` (int64 ``[n]``), in order: one call per shard involved, in parallel."""
-        arr = _check_ids(list(ids) if not hasattr(ids, "__array__") and not _is_torch(ids) else ids)
+        arr = check_ids(list(ids) if not hasattr(ids, "__array__") and not is_torch(ids) else ids)
         groups = self._group(arr, "ids")
         res = self._fan("read", {s: ("get_batch", (arr[pos],), {}) for s, pos in groups.items()})
         out: list[Any] = [None] * len(arr)
@@ -483,7 +483,7 @@ class ShardedStore:
 
     def embeddings(self, ids: Any) -> np.ndarray:
         """Stored vectors of global ``ids`` as float32 ``[n, d]`` (one call per shard, in parallel)."""
-        arr = _check_ids(ids)
+        arr = check_ids(ids)
         groups = self._group(arr, "ids")
         res = self._fan("read", {s: ("embeddings", (arr[pos],), {}) for s, pos in groups.items()})
         out = np.empty((len(arr), self._dim), dtype=np.float32)
@@ -755,6 +755,6 @@ def _check_store_options(options: dict) -> None:
 
 def _np(x: Any) -> Any:
     """Torch tensors travel to the actors as numpy arrays (the store accepts both)."""
-    if _is_torch(x):
+    if is_torch(x):
         return x.detach().cpu().numpy()
     return x

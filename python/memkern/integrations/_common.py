@@ -35,7 +35,7 @@ def time_kw(store: Any, time_range: Any = None, time_field: Any = "event", recen
     :class:`memkern.MemkernValueError` naming it.
     """
     from ..protocols import missing_search_keywords
-    from ..store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
+    from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
     from ..text.template import time_range_seconds
 
     kw = check_search_filters(None, time_range_seconds(time_range), time_field, recency,

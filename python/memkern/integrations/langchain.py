@@ -67,10 +67,6 @@ class MemkernEmbeddings(Embeddings):
         return self._fn([check_text(text, "text", MAX_QUERY_CHARS)], kind="query")[0].tolist()
 
 
-def _check_namespace(namespace: Any) -> str:
-    return check_namespace_str(namespace)
-
-
 def _check_k(k: Any, name: str = "k") -> int:
     return check_int(name, k, 1, type_error=True)
 
@@ -86,7 +82,7 @@ class MemkernVectorStore(VectorStore):
     """
 
     def __init__(self, store_or_path: Any, embedding: Any = None, *, namespace: str = "langchain") -> None:
-        self.namespace = _check_namespace(namespace)
+        self.namespace = check_namespace_str(namespace)
         self._embedding = embedding if isinstance(embedding, Embeddings) else None
         self._embed: EmbedFn = as_embed_fn(embedding)
         self.store, self._owned = open_store(store_or_path, self._embed.dim)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.engine import check_json
+from ..base.validate import check_json
 
 __all__ = ["check_json_value"]
 

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..ingest.extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
-from ..store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
+from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..text.template import event_seconds, time_range_seconds
 from ..base.atomic import atomic_write, fsync_dir
 from ..base.validate import check_json, check_text, iso_time

@@ -24,12 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import MemkernValueError
-from .engine import DEFAULT_EF_SEARCH, MemoryStore, _check_engine_options, _native
+from .checks import DEFAULT_EF_SEARCH, METRICS, check_engine_options
+from .engine import MemoryStore
+from .native import native_module
 from ..base.validate import check_choice, check_int
 
 __all__ = ["InMemoryStore"]
 
-_METRICS = ("ip", "l2", "cos")
 
 
 class InMemoryStore(MemoryStore):
@@ -69,11 +70,11 @@ class InMemoryStore(MemoryStore):
         self._native = None
         self._path = None
         check_int("dim", dim, 1, 65536)
-        check_choice("metric", metric, _METRICS, expected='"ip", "l2" or "cos"')
-        nat = _native().Store
+        check_choice("metric", metric, METRICS, expected='"ip", "l2" or "cos"')
+        nat = native_module().Store
         if flat_limit is None:
             flat_limit = int(nat.max_flat_limit)
-        id_base, id_end = _check_engine_options(M, ef_construction, ef_search, num_threads, flat_limit, id_range)
+        id_base, id_end = check_engine_options(M, ef_construction, ef_search, num_threads, flat_limit, id_range)
         self._native = nat.in_memory(int(dim), metric, int(M), int(ef_construction), int(num_threads),
                                      int(flat_limit), int(id_base), int(id_end))
         self._options = {"ef_search": ef_search, "M": int(M), "ef_construction": int(ef_construction),

@@ -1,7 +1,7 @@
 """Lexical retrieval reference: tokeniser, stop list, BM25 and rank fusion (float64, pure Python).
 
 The C++ store (``csrc/include/memkern/lexical.h``) carries a twin of :func:`tokenize` that must give
-exactly the same tokens; ``tests/test_lexical.py`` checks both on fuzzed Unicode strings. This module
+exactly the same tokens; ``tests/store/test_lexical.py`` checks both on fuzzed Unicode strings. This module
 is the specification. Nothing here depends on the Unicode database of the running Python: every
 mapping is an explicit table below, so the result cannot change with the Python version.
 

@@ -18,7 +18,7 @@ from ...store.bank import Bank
 from ...errors import MemkernTypeError, bad_arg
 from ...ingest.extract import EXTRACTORS, LLMExtractor, make_extractor, validate_turns
 from ...base.paths import check_namespace
-from ...store.engine import DEFAULT_RECENCY_WEIGHT
+from ...store import DEFAULT_RECENCY_WEIGHT
 from ...ingest import prompts
 from ...protocols import ChatModel as ChatModelProtocol
 from ...protocols import Decider, Embedder as EmbedderProtocol, Extractor, Store, TurnStore

@@ -22,7 +22,7 @@ from ...ingest.extract import TextTilingExtractor, Topic, validate_turns
 from ...protocols import TurnStore, supports_event_time
 from ...text.template import event_seconds, parse_date
 from ...base.validate import check_id
-from ...text.time.parse import mentioned_time
+from ...text.time import mentioned_time
 from ...ingest.apply import Candidate, UpdateResult, apply_decision, full_turn_matrix, has_all_turn_records
 from .aio import locked
 from .retrieve import _normalize

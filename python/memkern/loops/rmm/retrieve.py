@@ -46,7 +46,7 @@ import numpy as np
 from ...errors import MemkernTypeError, MemkernValueError, bad_arg
 from ...base.validate import MAX_QUERY_CHARS, check_text
 from ...protocols import SEARCH_FILTER_KEYWORDS, missing_search_keywords, supports_hybrid_turns
-from ...store.engine import DEFAULT_RECENCY_WEIGHT, check_search_filters
+from ...store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 
 __all__ = ["RetrieveStage", "Retrieval", "TopicHits", "turn_key", "EXPLORE_COIN_KEY"]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ...protocols import accepts_keyword
 from ...text.template import event_seconds, parse_date, turn_date
-from ...text.time.parse import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
+from ...text.time import DEFAULT_LAG, DEFAULT_WIDTH, TimeQuery, parse_time, rescore, time_prior_scores
 
 __all__ = ["TimeStage", "TIME_PRIORS"]
 

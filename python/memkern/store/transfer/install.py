@@ -85,8 +85,9 @@ import numpy as np
 from ...base.atomic import atomic_write, fsync_dir
 from ...errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ...base.paths import check_namespace, check_outside_stores, reranker_file
-from ..engine import MAX_NORM, MemoryStore, _check_meta, _check_namespace, _check_summary, _check_turns, _json_text
-from ...base.validate import _short, check_text, check_time, parse_json
+from ..checks import MAX_NORM, check_meta, check_summary, check_turns
+from ..engine import MemoryStore
+from ...base.validate import check_namespace_str, check_text, check_time, json_text, parse_json, short
 
 log = logging.getLogger("memkern")
 
@@ -300,7 +301,7 @@ def import_records(store: MemoryStore, namespace: str, records: Sequence[dict]) 
         np.array([r.status == "invalidated" for r in order], np.uint8), [r.reason or "" for r in order],
         np.array([r.created_at for r in order], np.float64), np.array([r.updated_at for r in order], np.float64),
         np.array([math.nan if r.event_time is None else r.event_time for r in order], np.float64),
-        [[(_OPS[v.op], v.summary, _json_text(v.turns, "turns"), _json_text(v.meta, "meta"), v.updated_at)
+        [[(_OPS[v.op], v.summary, json_text(v.turns, "turns"), json_text(v.meta, "meta"), v.updated_at)
           for v in r.versions] for r in order], vecs)
     return len(order)
 
@@ -363,7 +364,7 @@ class _Line:
         if v is None and none_ok:
             return None
         if isinstance(v, bool) and bool not in types or not isinstance(v, types):
-            shown = _short(v) if isinstance(v, (int, float)) else (v[:80] if isinstance(v, str) else
+            shown = short(v) if isinstance(v, (int, float)) else (v[:80] if isinstance(v, str) else
                                                                    None if v is None else type(v).__name__)
             raise self.fail(key, what, shown)
         return v
@@ -438,7 +439,7 @@ def _parse(source: Any) -> _Parsed:
         if not isinstance(ns, str) or not ns:
             raise L.fail(f"namespaces[{j}]", "a non-empty str", ns if not isinstance(ns, (list, dict)) else type(ns).__name__)
         try:
-            _check_namespace(ns)
+            check_namespace_str(ns)
         except MemkernError as e:
             raise L.wrap(type(e)(f"namespaces[{j}]{str(e)[len('namespace'):]}")) from None
     if len(set(nss)) != len(nss):
@@ -550,9 +551,9 @@ def _check_record(L: _Line, d: dict, out: _Parsed) -> _Record:
         if op not in _OPS or (j == 0) != (op == "add"):
             raise L.fail(f"{name}.op", '"add" for version 1, "merge" or "update" after', op)
         try:
-            summary = _check_summary(L.get(v, "summary", (str,), "a str"), f"{name}.summary")
-            turns = _check_turns(L.get(v, "turns", (list,), "a list of turn dicts"), f"{name}.turns")
-            meta = _check_meta(L.get(v, "meta", (dict,), "an object"), f"{name}.meta")
+            summary = check_summary(L.get(v, "summary", (str,), "a str"), f"{name}.summary")
+            turns = check_turns(L.get(v, "turns", (list,), "a list of turn dicts"), f"{name}.turns")
+            meta = check_meta(L.get(v, "meta", (dict,), "an object"), f"{name}.meta")
         except MemkernError as e:
             raise L.wrap(e) from None
         if level == "turn" and len(turns) != 1:
@@ -744,8 +745,8 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
                                                               else id_map[b.topic_id]) for b in batch], np.int64)
         first = [b.versions[0] for b in batch]
         times = np.array([math.nan if b.event_time is None else b.event_time for b in batch], np.float64)
-        got = n.add(r.namespace, [v.summary for v in first], [_json_text(v.turns, "turns") for v in first],
-                    [_json_text(v.meta, "meta") for v in first], np.stack([v.embedding for v in first]),
+        got = n.add(r.namespace, [v.summary for v in first], [json_text(v.turns, "turns") for v in first],
+                    [json_text(v.meta, "meta") for v in first], np.stack([v.embedding for v in first]),
                     np.array([int(getattr(_native_enums().Level, b.level)) for b in batch], np.uint8), parents,
                     times if not np.isnan(times).all() else _NO_TIMES)
         for b, new in zip(batch, got):
@@ -756,8 +757,8 @@ def _write_records(store: MemoryStore, parsed: _Parsed, renumber: bool = False) 
         empty = np.zeros((0, dim), np.float32)
         for b in batch:
             for v in b.versions[1:]:
-                n.new_version(id_map[b.id], getattr(_native_enums().Op, v.op), v.summary, v.embedding[None, :], _json_text(v.turns, "turns"),
-                              _json_text(v.meta, "meta"), [], [], [], empty, False, None, _NO_TIMES)
+                n.new_version(id_map[b.id], getattr(_native_enums().Op, v.op), v.summary, v.embedding[None, :], json_text(v.turns, "turns"),
+                              json_text(v.meta, "meta"), [], [], [], empty, False, None, _NO_TIMES)
         i = j
     for x in filled:
         n.delete(x)
