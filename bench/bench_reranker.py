@@ -48,7 +48,7 @@ import pytest
 import torch
 
 from memkern.score import reference as ref
-from memkern.score.ops import autograd as ops
+from memkern.score import ops
 
 torch.set_num_threads(1)
 

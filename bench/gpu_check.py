@@ -76,7 +76,7 @@ def make(B, K, d, N, dtype, dev, gather, seed=0):
 
 def check_case(B, K, M, d, dtype, gather, dev, cuda, bw, logp="plackett_luce"):
     from memkern.score import reference as ref
-    from memkern.score.ops import autograd as ops
+    from memkern.score import ops
 
     N = 4 * B * K
     q, Wq, Wm, cands, ids = make(B, K, d, N, dtype, dev, gather)
@@ -120,7 +120,7 @@ def check_case(B, K, M, d, dtype, gather, dev, cuda, bw, logp="plackett_luce"):
 def check_select_update(B, K, M, d, dev, cuda):
     """Second table: the autograd op's Triton backward vs the float64 reference, and select+update timings."""
     from memkern.score import reference as ref
-    from memkern.score.ops import autograd as ops
+    from memkern.score import ops
     from memkern.score.reranker import Reranker
 
     g = torch.Generator().manual_seed(3)

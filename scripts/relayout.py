@@ -95,9 +95,9 @@ FOLDERS = {
 FACES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "memkern.text.time": ("memkern.text.time.parse", "Time expressions: reading dates and spans in text, and "
                           "the time prior that rescores memories by when they happened.", ()),
-    "memkern.ops": ("memkern.score.ops.autograd", "The reranker's functional ops (``memkern.ops``): see "
+    "memkern.ops": ("memkern.score.ops.functional", "The reranker's functional ops (``memkern.ops``): see "
                     ":mod:`memkern.score.ops`.", ()),
-    "memkern.score.ops": ("memkern.score.ops.autograd", "The reranker's functional ops: scores, Gumbel top-m "
+    "memkern.score.ops": ("memkern.score.ops.functional", "The reranker's functional ops: scores, Gumbel top-m "
                           "selection, the REINFORCE gradient and the fused step, each on the best backend.", ()),
     "memkern.graphs": ("memkern.score.graphs", "CUDA graphs of the reranker step (``memkern.graphs``): see "
                        ":mod:`memkern.score.graphs`.", ("WARMUP",)),
@@ -120,7 +120,11 @@ FACE_STEP = {"memkern.text.time": "b", "memkern.ops": "c", "memkern.score.ops": 
              "memkern.store": "d", "memkern.store.transfer": "d", "memkern.loops.memreread": "f",
              "memkern.cli": "g"}
 # extra names a face takes from another module: face -> {name: module}
-FACE_EXTRA = {"memkern.store": {"InMemoryStore": "memkern.store.memory"}}
+_OPS_EXTRA = {"RerankScores": "memkern.score.ops.autograd", "resolve_backend": "memkern.score.ops.backend",
+              "philox_uniform": "memkern.score.ops.philox",
+              **{n: "memkern.score.ops.results" for n in ("GumbelTopM", "ReinforceGrad", "RerankForward", "RerankStep")}}
+FACE_EXTRA = {"memkern.store": {"InMemoryStore": "memkern.store.memory"}, "memkern.ops": _OPS_EXTRA,
+              "memkern.score.ops": _OPS_EXTRA}
 
 # (old module, name) -> new module, for names that move on their own (inside the package only)
 NAME_MAP = {("memkern", "__version__"): "memkern.base.version",

@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import data, ops, protocols
     from .loops.memreread.loop import MemReread
     from .models import ChatModel, Embedder, OpenAIChatModel
-    from .score.ops.autograd import rerank_scores
+    from .score.ops.functional import rerank_scores
     from .score.reranker import Reranker, Selection
     from .score.trainer import ReinforceTrainer
     from .loops.rmm import RMM, RMMConfig

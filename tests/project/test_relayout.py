@@ -65,7 +65,7 @@ def test_inside_the_package_faces_are_bypassed_and_moved_names_follow_name_map(R
     src = "from ..ops import rerank_scores\nfrom ..models.lookup import list_models, model_cache_dir\n"
     got = R.rewrite_imports(R.PKG / "eval" / "new.py", src, tree)
     assert got.splitlines() == [
-        "from ..score.ops.autograd import rerank_scores",
+        "from ..score.ops.functional import rerank_scores",
         "from ..models.setup import list_models",
         "from ..models.paths import model_cache_dir",
     ]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from memkern.score import reference as ref
-from memkern.score.ops import autograd as ops
+from memkern.score import ops
+from memkern.score.ops import backend as ops_backend, philox as ops_philox
 from memkern.errors import BackendUnavailableError, MemkernTypeError, MemkernValueError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # interpreter: numpy on -inf
@@ -134,9 +135,9 @@ def test_numpy_and_torch_philox_agree(monkeypatch, device):
     offs = torch.cat([torch.arange(500), torch.arange(2**32 - 300, 2**32 + 300), torch.tensor([2**40 + 3])])
     for seed in (0, 77, 2**31 + 5, 2**45 + 9):
         a = ops.philox_uniform(seed, offs)                  # numpy on the CPU
-        monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", True)
+        monkeypatch.setattr(ops_philox, "_FORCE_TORCH_PHILOX", True)
         b = ops.philox_uniform(seed, offs.to(device))       # torch ops on `device`
-        monkeypatch.setattr(ops, "_FORCE_TORCH_PHILOX", False)
+        monkeypatch.setattr(ops_philox, "_FORCE_TORCH_PHILOX", False)
         assert b.device == offs.to(device).device
         assert torch.equal(a, b.cpu()) and a.dtype == torch.float32
 
@@ -282,7 +283,7 @@ def test_backend_choice_is_explicit_and_logged(monkeypatch, caplog, device):
     if not torch.cuda.is_available():
         with pytest.raises(BackendUnavailableError, match="need CUDA"):
             ops.rerank_scores(x["q"].cpu(), x["Wq"].cpu(), x["Wm"].cpu(), x["C"].cpu(), backend="triton")
-    ops._LOGGED.clear()
+    ops_backend._LOGGED.clear()
     with caplog.at_level(logging.INFO, logger="memkern"):
         ops.rerank_scores(x["q"].cpu(), x["Wq"].cpu(), x["Wm"].cpu(), x["C"].cpu(), backend="auto")
         ops.rerank_scores(x["q"].cpu(), x["Wq"].cpu(), x["Wm"].cpu(), x["C"].cpu(), backend="auto")

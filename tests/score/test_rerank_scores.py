@@ -15,7 +15,7 @@ import torch
 
 import memkern
 from memkern.score import reference as ref
-from memkern.score.ops import autograd as ops
+from memkern.score import ops
 from memkern.score.reranker import Reranker
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -228,7 +228,7 @@ def test_replay_draws_are_uniform_distinct_and_equal_in_numpy_and_torch(device):
     # the replay draw: the rows of the `size` largest splitmix64 keys. The host (numpy) keys and the
     # device-counter (torch) keys of the capturable mode must be the same bits; the picks distinct and
     # uniform over the filled rows (never past them).
-    from memkern.score.trainer import _replay_keys
+    from memkern.score.replay import _replay_keys
 
     for draws in (0, 1, 77, 2**40 + 3):
         a = _replay_keys(5, draws, 256, "cpu")

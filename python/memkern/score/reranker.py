@@ -75,29 +75,28 @@ own file.
 """
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
-import warnings
-from dataclasses import fields
-from typing import Any
 
-import numpy as np
 from ..errors import require
 
 require("reranker", "torch", feature="memkern.Reranker")  # names the extra when a package is missing
 import torch
 from torch import nn
 
-from .ops import autograd as ops
 from ..base.atomic import atomic_write
-from ..errors import MemkernError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
+from ..errors import MemkernError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..base.validate import check_choice, check_float, check_int
 from ..base.telemetry import traced
+from .ops.backend import resolve_backend
+from .ops.checks import LOGP_MODES, seed_int
+from .ops.functional import gumbel_topm, rerank_scores
+from .presets import PRESETS, TRAINER_KEYS
 from .selection import Selection, _as_prior, _as_rewards, _forward_key, _residual
+from .state_checks import check_buffer_item, check_state_dict, load_bytes
 from .stats import UpdateStats  # noqa: F401  (re-exported: the type update() returns)
-from .trainer import TRAINER_KEYS, ReinforceTrainer
+from .trainer import ReinforceTrainer
 
 __all__ = ["Reranker", "Selection", "PRESETS", "read_state_bytes", "read_buffer_bytes"]
 
@@ -107,21 +106,6 @@ _FORMAT_VERSION = 2           # 2: replay ring + aggregated guard window; files 
 _READABLE_FORMATS = (1, 2)
 # trainer attributes readable on the reranker (rr.lr, rr.rollbacks, ...)
 _TRAINER_ATTRS = frozenset(TRAINER_KEYS) | {"optimizer_name", "steps", "rollbacks", "replay_len", "_good_state"}
-
-# The paper's setting, and the stable default (issue 7).
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": dict(tau=0.5, lr=1e-3, optimizer="sgd", baseline=0.5, logp="softmax",
-                  normalize_advantages=False, clip_grad_norm=None, weight_decay=0.0,
-                  replay_capacity=0, replay_size=0, guard=False, max_norm=None),
-    "stable": dict(tau=0.5, lr=5e-2, optimizer="sgd", baseline="batch_mean", logp="softmax",
-                   normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
-                   replay_capacity=256, replay_size=None, guard=True, max_norm=20.0),
-    # RMM's fresh reranker (memkern.loops.rmm.feedback.default_reranker): a few citations per namespace, each
-    # question asked about once; measured on LoCoMo (bench/RESULTS.md, learning section)
-    "rmm": dict(tau=0.5, lr=0.2, optimizer="sgd", baseline="batch_mean", logp="softmax",
-                normalize_advantages=True, clip_grad_norm=1.0, weight_decay=1e-2,
-                replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
-}
 
 
 class Reranker(nn.Module):
@@ -161,9 +145,9 @@ class Reranker(nn.Module):
         dim = check_int("dim", dim, 1, expected="a positive int")
         top_m = check_int("top_m", top_m, 1, expected="a positive int")
         check_float("tau", tau, 0, low_open=True, expected="a positive float")
-        check_choice("logp", logp, ops.LOGP_MODES, expected="'softmax' or 'plackett_luce'")
+        check_choice("logp", logp, LOGP_MODES, expected="'softmax' or 'plackett_luce'")
         check_choice("backend", backend, ("auto", "triton", "torch"))
-        ops._seed_int(seed)
+        seed_int(seed)
         self.dim = dim
         self.top_m = top_m
         self.tau = float(tau)
@@ -262,13 +246,13 @@ class Reranker(nn.Module):
         module trains with any loss and optimizer (e.g. a supervised warm start).
         """
         cands, ids = self._split(candidates)
-        return ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
+        return rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
 
     def scores(self, q, candidates, mask=None) -> torch.Tensor:
         """Reranker scores ``[B, K]`` (float32, ``-inf`` = padding) without drawing."""
         cands, ids = self._split(candidates)
         with torch.no_grad():
-            return ops.rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
+            return rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
                                      backend=self.backend)
 
     @torch.no_grad()
@@ -312,7 +296,7 @@ class Reranker(nn.Module):
         return self._select(q, cands, ids, mask, seed, greedy, m, offset)
 
     def _select(self, q, cands, ids, mask, seed, greedy, m, offset, prior=None) -> Selection:
-        inter = ops.rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
+        inter = rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
                                   return_intermediates=True)
         scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
@@ -331,10 +315,10 @@ class Reranker(nn.Module):
                     off_t = self._offset_tensor()
                 self._offset += B * K               # (the host value, kept equal)
         else:
-            seed_i = ops._seed_int(seed)
+            seed_i = seed_int(seed)
             off = 0 if offset is None else offset
-        be = ops.resolve_backend(self.backend, scores.device)
-        sel = ops.gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
+        be = resolve_backend(self.backend, scores.device)
+        sel = gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
                               logp=self.logp, greedy=greedy, backend=be)
         if off_t is not None:
             off_t.add_(B * K)
@@ -461,47 +445,6 @@ class Reranker(nn.Module):
 
 
 # ----------------------------------------------------------------------------------- checked reading
-#: Largest replay ring a loaded state may make the trainer allocate (bytes).
-_MAX_RING_BYTES = 1 << 30
-_STATE_KEYS = frozenset({"Wq", "Wm", "_extra_state"})
-
-
-def _tensors(obj: Any, limit: int = 1 << 16):
-    """Every tensor inside nested dicts / lists / tuples of ``obj`` (iterative; at most ``limit``
-    containers and values, else a MemkernValueError)."""
-    stack, seen = [obj], 0
-    while stack:
-        o = stack.pop()
-        seen += 1
-        if seen > limit:
-            raise MemkernValueError(f"more than {limit} values")
-        if isinstance(o, torch.Tensor):
-            yield o
-        elif isinstance(o, dict):
-            stack.extend(o.values())
-        elif isinstance(o, (list, tuple)):
-            stack.extend(o)
-
-
-def _finite(t: torch.Tensor, allow_neg_inf: bool = False) -> bool:
-    if not t.is_floating_point():
-        return True
-    if allow_neg_inf:
-        return bool(torch.all(torch.isfinite(t) | (t == -math.inf)))
-    return bool(torch.isfinite(t).all())
-
-
-def _torch_load(data: bytes, name: str, what: str) -> Any:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise bad_arg(name, f"the bytes of {what}", type(data).__name__)
-    try:  # weights_only: tensors and plain Python values only, no code runs
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's notes on odd pickles: the file is refused or read
-            return torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - whatever the unpickler refuses
-        raise bad_arg(name, what, f"an unreadable file ({type(e).__name__}: {' '.join(str(e).split())[:120]})") from None
-
-
 def read_state_bytes(data: bytes, dim: int | None, name: str = "reranker") -> "Reranker":
     """The :class:`Reranker` saved in ``data`` (the bytes of :meth:`Reranker.save`), checked fully
     before it is used: loaded with ``weights_only=True`` (no code runs), exactly the keys ``Wq``,
@@ -523,40 +466,8 @@ def read_state_bytes(data: bytes, dim: int | None, name: str = "reranker") -> "R
         Naming ``name`` and what is wrong.
     """
     what = "a memkern Reranker state (Reranker.save)"
-    sd = _torch_load(data, name, what)
-    if not isinstance(sd, dict) or set(sd) != _STATE_KEYS:
-        got = sorted(map(str, sd))[:6] if isinstance(sd, dict) else type(sd).__name__
-        raise bad_arg(name, f"{what} with the keys {sorted(_STATE_KEYS)}", got)
-    extra = sd["_extra_state"]
-    cfg = extra.get("config") if isinstance(extra, dict) else None
-    d = cfg.get("dim") if isinstance(cfg, dict) else None
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise bad_arg(f"{name}['_extra_state']['config']['dim']", "a positive int", type(d).__name__ if not isinstance(d, int) else d)
-    if dim is not None and d != dim:
-        raise bad_arg(name, f"a reranker of dim {dim} (the store's)", f"dim {d}")
-    for key in ("Wq", "Wm"):
-        w = sd[key]
-        if not isinstance(w, torch.Tensor) or not w.is_floating_point() or tuple(w.shape) != (d, d):
-            got = f"{w.dtype} {tuple(w.shape)}" if isinstance(w, torch.Tensor) else type(w).__name__
-            raise bad_arg(f"{name}[{key!r}]", f"a floating tensor [{d}, {d}]", got)
-    try:
-        tensors = list(_tensors(sd))
-    except MemkernValueError as e:
-        raise bad_arg(name, what, str(e)) from None
-    for t in tensors:
-        if not _finite(t, allow_neg_inf=True):
-            raise bad_arg(name, "finite values", "NaN or inf in a tensor")
-    if not (_finite(sd["Wq"]) and _finite(sd["Wm"])):
-        raise bad_arg(name, "finite weights", "NaN or inf")
-    rp = extra.get("replay")
-    cap = cfg.get("replay_capacity", 0)
-    if isinstance(rp, dict) and isinstance(cap, int) and not isinstance(cap, bool):
-        C, idx = rp.get("C"), rp.get("idx")
-        if isinstance(C, torch.Tensor) and isinstance(idx, torch.Tensor) and C.dim() >= 2 and idx.dim() >= 2:
-            ring = cap * (d + C.shape[1] * (d + 1) + 2 * idx.shape[1]) * 4
-            if ring > _MAX_RING_BYTES:
-                raise bad_arg(f"{name}['_extra_state']['config']['replay_capacity']",
-                              f"a replay ring of at most {_MAX_RING_BYTES} bytes", f"{ring} bytes")
+    sd = load_bytes(data, name, what)
+    d = check_state_dict(sd, dim, name, what)
     try:
         r = Reranker.from_state_dict(sd)
         q = torch.ones(1, d) / math.sqrt(d)
@@ -569,9 +480,6 @@ def read_state_bytes(data: bytes, dim: int | None, name: str = "reranker") -> "R
     if not ok:
         raise bad_arg(name, "weights with finite scores", "NaN or inf scores")
     return r
-
-
-_SELECTION_FIELDS = {f.name for f in fields(Selection)}
 
 
 def read_buffer_bytes(data: bytes, dim: int, name: str = "reranker buffer") -> list:
@@ -589,36 +497,13 @@ def read_buffer_bytes(data: bytes, dim: int, name: str = "reranker buffer") -> l
     import numpy as np
 
     what = "a memkern reward buffer (a list of (selection, rewards))"
-    items = _torch_load(data, name, what)
+    items = load_bytes(data, name, what)
     if not isinstance(items, list):
         raise bad_arg(name, what, type(items).__name__)
     out, shapes = [], None
     for i, item in enumerate(items):
         where = f"{name}[{i}]"
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], dict)
-                and isinstance(item[1], torch.Tensor)):
-            raise bad_arg(where, "a (selection dict, rewards tensor) pair", type(item).__name__)
-        d, r = item
-        if not set(d) <= _SELECTION_FIELDS:
-            raise bad_arg(where, f"selection fields {sorted(_SELECTION_FIELDS)}", sorted(map(str, d))[:6])
-        try:
-            sel = Selection(**d)
-        except TypeError as e:
-            raise bad_arg(where, "a complete selection", str(e)) from None
-        tens = [getattr(sel, f) for f in ("indices", "scores", "logp", "q", "candidates", "ids", "mask")]
-        if any(t is not None and not isinstance(t, torch.Tensor) for t in tens) or not all(
-                isinstance(getattr(sel, f), torch.Tensor) for f in ("indices", "scores", "logp", "q", "candidates")):
-            raise bad_arg(where, "a selection of tensors", "other values")
-        if sel.q.shape[-1:] != (dim,) or sel.candidates.shape[-1:] != (dim,):
-            raise bad_arg(where, f"queries and candidates of dim {dim}", (tuple(sel.q.shape), tuple(sel.candidates.shape)))
-        if not all(_finite(t, allow_neg_inf=True) for t in tens if t is not None) or not (
-                _finite(sel.q) and _finite(sel.candidates)):
-            raise bad_arg(where, "finite values", "NaN or inf")
-        if not r.is_floating_point() or r.dim() != 1 or tuple(r.shape) != tuple(sel.indices.shape[-1:]) \
-                or not bool(((r >= -1) & (r <= 1)).all()):
-            raise bad_arg(f"{where} rewards", "float rewards in [-1, 1], one per selected slot", tuple(r.shape))
-        sig = tuple((f, None if getattr(sel, f) is None else tuple(getattr(sel, f).shape[1:]))
-                    for f in ("indices", "scores", "logp", "q", "candidates", "ids", "mask"))
+        sel, r, sig = check_buffer_item(item, dim, where)
         if shapes is None:
             shapes = sig
         elif sig != shapes:

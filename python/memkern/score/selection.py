@@ -12,7 +12,7 @@ from ..errors import MemkernTypeError, bad_arg, require
 require("reranker", "torch", feature="memkern.score.selection")  # names the extra when a package is missing
 import torch  # noqa: E402
 
-__all__ = ["Selection"]
+__all__ = ["Selection", "prior_offset", "dense_rows"]
 
 
 @dataclass
@@ -124,3 +124,48 @@ def _as_rewards(rewards, indices):
                                                                torch.uint8)):
         raise bad_arg("rewards", "float, int or bool values", rewards.dtype, MemkernTypeError)
     return rewards.to(indices.device, torch.float32, non_blocking=True)
+
+
+def prior_offset(sel, q, C, valid):
+    """The part of the policy's scores that is not the adapters': ``prior - q . m`` (float32 ``[B, K]``,
+    0 on padding), so that ``prior + (q' . m' - q . m)`` (what :meth:`memkern.Reranker.select` drew
+    from) is ``that + q' . m'``; None when ``sel`` was drawn without a prior. ``q [B, d]``, ``C [B, K, d]``,
+    ``valid [B, K]``: the selection's dense rows (:func:`dense_rows`)."""
+    p = sel.prior
+    if p is None:
+        return None
+    p = p if p.dim() == 2 else p.unsqueeze(0)
+    qm = torch.bmm(C.float(), q.float().unsqueeze(2)).squeeze(2)
+    return torch.where(valid, p.to(qm.device, torch.float32) - qm, torch.zeros((), device=qm.device))
+
+
+def dense_rows(sel):
+    """Dense rows (q [B,d], C [B,K,d], valid [B,K]) of a selection."""
+    q = sel.q if sel.q.dim() == 2 else sel.q.unsqueeze(0)
+    if sel.ids is not None:
+        ids = sel.ids if sel.ids.dim() == 2 else sel.ids.unsqueeze(0)
+        C = sel.candidates[ids.clamp_min(0)]
+        valid = ids >= 0
+    else:
+        C = sel.candidates if sel.candidates.dim() == 3 else sel.candidates.unsqueeze(0)
+        valid = None
+    if sel.mask is not None:
+        mk = sel.mask if sel.mask.dim() == 2 else sel.mask.unsqueeze(0)
+        valid = mk if valid is None else valid & mk
+    if valid is None:
+        valid = _ones(C.shape[:2], C.device)
+    return q, C, valid
+
+
+_ONES: dict = {}
+
+
+def _ones(shape, device):
+    """A cached all-True bool tensor (read only) of ``shape``."""
+    key = (tuple(shape), device)
+    t = _ONES.get(key)
+    if t is None:
+        if len(_ONES) > 16:
+            _ONES.clear()
+        t = _ONES[key] = torch.ones(key[0], dtype=torch.bool, device=device)
+    return t

@@ -3,7 +3,10 @@
 :class:`ReinforceTrainer` owns everything that is learning state: the optimizer, the baseline,
 advantage normalisation, gradient-norm clipping, decoupled weight decay, the max-norm projection,
 the replay buffer and the collapse guard, and their persistence. The reranker keeps the
-parameters (``Wq``, ``Wm``) and scoring/selection. ``Reranker.update`` calls :meth:`step`.
+parameters (``Wq``, ``Wm``) and scoring/selection. ``Reranker.update`` calls :meth:`step`. The replay
+ring, the collapse guard and the saving of the learning state are the mixins
+:class:`~memkern.score.replay.ReplayRingMixin`, :class:`~memkern.score.guard.CollapseGuardMixin` and
+:class:`~memkern.score.trainer_state.TrainerStateMixin`.
 
 The step is sync-free in steady state: every quantity above is a tensor op on the adapters'
 device, no ``.item()``/``.tolist()``/Python branch reads a tensor value, and the number of
@@ -34,41 +37,25 @@ decay 1e-2, max-norm 20, a 256-row replay ring, the collapse guard.
 """
 from __future__ import annotations
 
-import copy
-import logging
-import math
-from typing import Any
-
 from ..errors import require
 
 require("reranker", "torch", feature="memkern.ReinforceTrainer")  # names the extra when a package is missing
 import torch
 
-from .ops import autograd as ops
 from ..errors import MemkernTypeError, bad_arg
 from ..base.validate import check_float, check_int
-from .selection import Selection, _as_rewards, _forward_key
+from .guard import CollapseGuardMixin
+from .ops import torch_path
+from .ops.backend import forward_pass, resolve_backend, triton_kernels
+from .ops.checks import prepare_inputs
+from .presets import TRAINER_PRESETS
+from .replay import ReplayRingMixin
+from .selection import Selection, _as_rewards, _forward_key, dense_rows, prior_offset
 from .stats import UpdateStats, _LazyNorm
+from .trainer_state import TrainerStateMixin
 
 
 __all__ = ["ReinforceTrainer", "UpdateStats", "TRAINER_PRESETS"]
-
-log = logging.getLogger("memkern")
-
-# the trainer half of memkern.score.reranker.PRESETS (tau and logp belong to the module)
-TRAINER_PRESETS: dict[str, dict[str, Any]] = {
-    "paper": dict(lr=1e-3, optimizer="sgd", baseline=0.5, normalize_advantages=False, clip_grad_norm=None,
-                  weight_decay=0.0, replay_capacity=0, replay_size=0, guard=False, max_norm=None),
-    "stable": dict(lr=5e-2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True,
-                   clip_grad_norm=1.0, weight_decay=1e-2, replay_capacity=256, replay_size=None, guard=True,
-                   max_norm=20.0),
-    "rmm": dict(lr=0.2, optimizer="sgd", baseline="batch_mean", normalize_advantages=True, clip_grad_norm=1.0,
-                weight_decay=1e-2, replay_capacity=0, replay_size=0, guard=True, max_norm=1.0),
-}
-
-TRAINER_KEYS = ("lr", "optimizer", "baseline", "normalize_advantages", "clip_grad_norm", "weight_decay",
-                "replay_capacity", "replay_size", "baseline_momentum", "guard", "guard_window", "guard_tol",
-                "guard_drop", "guard_max_norm", "guard_patience", "guard_every", "max_norm")
 
 
 def _resolve_optimizer(spec, params, lr):
@@ -89,8 +76,7 @@ def _resolve_optimizer(spec, params, lr):
     raise bad_arg("optimizer", "None, 'sgd', 'adam', 'adamw', an Optimizer class or a callable(params)", spec,
                   MemkernTypeError)
 
-
-class ReinforceTrainer:
+class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
     """Online REINFORCE loop for a :class:`memkern.Reranker` (see the module docstring for the math).
 
     Parameters
@@ -228,118 +214,6 @@ class ReinforceTrainer:
         g = opt.param_groups[0]
         return (g.get("momentum", 0) == 0 and g.get("weight_decay", 0) == 0 and not g.get("maximize", False)
                 and not g.get("nesterov", False) and isinstance(g.get("lr"), float) and len(g["params"]) == 2)
-
-    @property
-    def rollbacks(self) -> int:
-        """Number of collapse-guard rollbacks so far."""
-        return self._rollbacks
-
-    @property
-    def replay_len(self) -> int:
-        """Rows currently in the replay ring (``<= replay_capacity``)."""
-        return self._rlen if self.replay_capacity > 0 else 0
-
-    def replay_rows(self) -> dict[str, torch.Tensor]:
-        """The replay ring in FIFO order (oldest first): ``q [n, d]``, ``C [n, K, d]``, ``valid [n, K]``,
-        ``idx [n, M]``, ``R [n, M]`` (rows shorter than the ring's ``K``/``M`` are padded invalid / -1)."""
-        if self._ring is None or self._rlen == 0:
-            return {}
-        cap = self._ring["q"].shape[0]
-        order = (torch.arange(self._rlen, device=self._ring["q"].device) + (self._rpos - self._rlen)) % cap
-        return {k: v.index_select(0, order) for k, v in self._ring.items()}
-
-    # ------------------------------------------------------------------ replay ring
-    def _alloc_ring(self, d, K, M, device):
-        cap = self.replay_capacity
-        return {"q": torch.zeros(cap, d, device=device), "C": torch.zeros(cap, K, d, device=device),
-                "valid": torch.zeros(cap, K, dtype=torch.bool, device=device),
-                "idx": torch.full((cap, M), -1, dtype=torch.int64, device=device),
-                "R": torch.zeros(cap, M, device=device), "P": torch.zeros(cap, K, device=device)}
-
-    def _fit_ring(self, d, K, M, device):
-        """Allocate the ring, or grow its K/M (copying the rows) when a batch has more candidates/slots."""
-        if self._ring is None:
-            self._ring = self._alloc_ring(d, K, M, device)
-            return
-        r = self._ring
-        K0, M0 = r["C"].shape[1], r["idx"].shape[1]
-        if r["q"].device != device:
-            r = {k: v.to(device) for k, v in r.items()}
-        if K > K0 or M > M0:
-            new = self._alloc_ring(d, max(K, K0), max(M, M0), device)
-            new["q"].copy_(r["q"])
-            new["C"][:, :K0].copy_(r["C"])
-            new["valid"][:, :K0].copy_(r["valid"])
-            new["P"][:, :K0].copy_(r["P"])
-            new["idx"][:, :M0].copy_(r["idx"])
-            new["R"][:, :M0].copy_(r["R"])
-            r = new
-        self._ring = r
-
-    @staticmethod
-    def _pad(t, n, dim, value):
-        if t.shape[dim] == n:
-            return t
-        pad = [0, 0] * (t.dim() - 1 - dim) + [0, n - t.shape[dim]]
-        return torch.nn.functional.pad(t, pad, value=value)
-
-    def _sync_counters(self) -> None:
-        """(Re)build the device counters of the capturable mode from the host values (or drop them)."""
-        if not self._capturable:
-            self._rpos_t = self._draws_t = None
-            return
-        dev = self.reranker.Wq.device
-        self._rpos_t = torch.tensor(self._rpos, dtype=torch.int64, device=dev)
-        self._draws_t = torch.tensor(self._replay_draws, dtype=torch.int64, device=dev)
-
-    def _counter(self, name: str, device):
-        """The host int (eager) or the device tensor (capturable) of ``_rpos``/``_replay_draws``."""
-        if not self._capturable:
-            return getattr(self, name)
-        t = self._rpos_t if name == "_rpos" else self._draws_t
-        if t is None or t.device != device:
-            self._sync_counters()
-            t = self._rpos_t if name == "_rpos" else self._draws_t
-        return t
-
-    def _write_ring(self, q, C, valid, idx, R, P=None):
-        cap = self.replay_capacity
-        n = q.shape[0]
-        rpos = self._counter("_rpos", q.device)
-        if n > cap:                                   # only the newest cap rows survive (FIFO)
-            q, C, valid, idx, R = q[-cap:], C[-cap:], valid[-cap:], idx[-cap:], R[-cap:]
-            P = None if P is None else P[-cap:]
-            if isinstance(rpos, torch.Tensor):
-                rpos.add_(n - cap).remainder_(cap)
-            else:
-                rpos = (rpos + n - cap) % cap
-            self._rpos = (self._rpos + n - cap) % cap
-            n = cap
-        pos = torch.arange(n, device=q.device).add_(rpos).remainder_(cap)
-        for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R), ("P", P)):
-            if t is not None:                         # P None: no row had a prior yet, the ring's stay 0
-                self._ring[key].index_copy_(0, pos, t)
-        if isinstance(rpos, torch.Tensor):
-            rpos.add_(n).remainder_(cap)
-        self._rpos = (self._rpos + n) % cap
-        self._rlen = min(cap, self._rlen + n)
-
-    def _draw(self, size, device):
-        """``size`` distinct ring rows, uniformly: the rows of the ``size`` largest keys
-        ``splitmix64(seed' + (draws * capacity + row) * golden)`` over the filled rows
-        (:func:`_replay_keys`). The draw counter is a host int, or a device tensor in the capturable
-        mode (the same values, so the same rows); the fill count is a shape, known on the host (it
-        depends only on the batch sizes)."""
-        cap = self.replay_capacity
-        draws = self._counter("_replay_draws", device)
-        keys = _replay_keys(self.reranker.seed, draws, cap, device)
-        if self._rlen < cap:
-            keys = keys[:self._rlen]
-        if isinstance(draws, torch.Tensor):
-            draws.add_(1)
-        self._replay_draws += 1
-        return torch.topk(keys, size).indices
-
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
     def step(self, selection, rewards, _defer_host: bool = False) -> UpdateStats:
@@ -361,12 +235,12 @@ class ReinforceTrainer:
         n_replay = 0
         reuse = None
         if self.replay_capacity > 0:
-            q, C, valid = _dense_rows(selection)
+            q, C, valid = dense_rows(selection)
             K, M = C.shape[1], idx_new.shape[1]
             self._fit_ring(q.shape[1], K, M, q.device)
             Kr, Mr = self._ring["C"].shape[1], self._ring["idx"].shape[1]
             q = q.float()
-            P_new = _prior_offset(selection, q, C, valid)
+            P_new = prior_offset(selection, q, C, valid)
             C = self._pad(C.float(), Kr, 1, 0.0)
             valid = self._pad(valid, Kr, 1, False)
             idx_p = self._pad(idx_new, Mr, 1, -1)
@@ -409,7 +283,7 @@ class ReinforceTrainer:
                 if mask is not None and mask.dim() == 1:
                     mask = mask.unsqueeze(0)
             idx, R = idx_new, R_new
-            P = None if selection.prior is None else _prior_offset(selection, *_dense_rows(selection))
+            P = None if selection.prior is None else prior_offset(selection, *dense_rows(selection))
 
         # ---- advantages (tensor ops; no branch on values). Rewards of -1 slots are ignored, even NaN.
         red = self.reducer
@@ -451,24 +325,24 @@ class ReinforceTrainer:
             adv = adv * torch.where(n_slot > 1, (var.sqrt() + 1e-6).reciprocal(), one)
         # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
         Wq, Wm = rr.Wq, rr.Wm
-        q2, _, dense, ids2, table, valid2 = ops._prepare(q_all, Wq, Wm, cands, ids, mask, False)
-        be = ops.resolve_backend(rr.backend, q2.device)
+        q2, _, dense, ids2, table, valid2 = prepare_inputs(q_all, Wq, Wm, cands, ids, mask, False)
+        be = resolve_backend(rr.backend, q2.device)
         tau = float(rr.tau)
         cached = selection.__dict__.get("_forward") if self.replay_capacity == 0 else None
         if reuse is not None:
             # new rows from select() (q', scores at these adapters) + a forward of the replayed rows
             qn, Cn, qp_n, s_n = reuse
-            qf_r, qp_r, _, Cf_r, s_r = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+            qf_r, qp_r, _, Cf_r, s_r = forward_pass(be, q2, Wq, Wm, dense, ids2, table, valid2)
             if P is not None:                                   # the policy's scores: prior offset + adapters'
                 s_n, s_r = s_n + P[:B_new], s_r + P[B_new:]
             qf, qp, scores = torch.cat([qn, qf_r]), torch.cat([qp_n, qp_r]), torch.cat([s_n, s_r])
             Bn = qf.shape[0]
             if be == "torch":
-                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                g, loss = torch_path.score_grad(scores, idx, adv, tau, rr.logp, Bn)
                 U = torch.cat([torch.bmm(g[:B_new].unsqueeze(1), Cn).squeeze(1),
                                torch.bmm(g[B_new:].unsqueeze(1), Cf_r).squeeze(1)])
             else:
-                k = ops._kernels()
+                k = triton_kernels()
                 _, l_n, U_n = k.reinforce_u(s_n, idx[:B_new], adv[:B_new], Cn, None, None, tau, rr.logp, Bn)
                 _, l_r, U_r = k.reinforce_u(s_r, idx[B_new:], adv[B_new:], dense, None, None, tau, rr.logp, Bn)
                 loss, U = l_n + l_r, torch.cat([U_n, U_r])
@@ -477,17 +351,17 @@ class ReinforceTrainer:
                                                                 selection.ids, selection.mask):
                 # select() computed q' and the scores at these very adapters and inputs: reuse them
                 qf, qp, scores = q2.float(), cached[1], cached[2]
-                Cf = ops._t_cands(dense, ids2, table) if be == "torch" else None
+                Cf = torch_path.gather_candidates(dense, ids2, table) if be == "torch" else None
             else:
-                qf, qp, _, Cf, scores = ops._forward(be, q2, Wq, Wm, dense, ids2, table, valid2)
+                qf, qp, _, Cf, scores = forward_pass(be, q2, Wq, Wm, dense, ids2, table, valid2)
             if P is not None:
                 scores = scores + P                                   # the policy's scores (prior offset)
             Bn = q2.shape[0]
             if be == "torch":
-                g, loss = ops._t_g(scores, idx, adv, tau, rr.logp, Bn)
+                g, loss = torch_path.score_grad(scores, idx, adv, tau, rr.logp, Bn)
                 U = torch.bmm(g.unsqueeze(1), Cf).squeeze(1)              # u_b = sum_i g_bi m_bi
             else:
-                _, loss, U = ops._kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
+                _, loss, U = triton_kernels().reinforce_u(scores, idx, adv, dense, ids2, table, tau, rr.logp, Bn)
         # dWm = Q'^T U, dWq = V^T Q with V = U + U Wm^T. Non-finite inputs are caught on the small
         # factors ([B, d]): a non-finite loss or factor zeroes them all, so the step moves nothing
         # (and no d x d pass is spent on masking). The products go into persistent buffers.
@@ -559,17 +433,6 @@ class ReinforceTrainer:
                             adapter_norm=adapter_norm, n_rows=int(idx.shape[0]), n_replay=n_replay,
                             baseline=base_stat, rolled_back=0.0, step=None)
         return stats if _defer_host else self._finish(stats)
-
-    def _advance_host(self, n_new: int, n_replay: int) -> None:
-        """The host values a step advances (ring position and fill, replay-draw counter), for a step
-        whose tensor part ran as a CUDA-graph replay (they depend only on the batch sizes)."""
-        cap = self.replay_capacity
-        if cap > 0:
-            if n_replay > 0:
-                self._replay_draws += 1
-            self._rpos = (self._rpos + n_new) % cap
-            self._rlen = min(cap, self._rlen + n_new)
-
     def _finish(self, stats: UpdateStats) -> UpdateStats:
         """The host part that ends a step (counters and the collapse guard's periodic check); kept
         apart so that a CUDA-graph replay of the tensor part runs it after each replay."""
@@ -584,236 +447,3 @@ class ReinforceTrainer:
                     stats.tensors["rolled_back"] = 1.0
                     stats.tensors["adapter_norm"] = _LazyNorm(self)
         return stats
-
-    # ------------------------------------------------------------------ collapse guard
-    def _snapshot(self) -> dict:
-        return {"Wq": self.reranker.Wq.detach().clone(), "Wm": self.reranker.Wm.detach().clone(),
-                "optimizer": copy.deepcopy(self.optimizer.state_dict())}
-
-    def _rollback(self, why: str) -> None:
-        rr = self.reranker
-        if self._good_state is None:
-            self._good_state = {"Wq": torch.zeros_like(rr.Wq.detach()), "Wm": torch.zeros_like(rr.Wm.detach()),
-                                "optimizer": None}
-        snap = self._good_state
-        with torch.no_grad():
-            rr.Wq.copy_(snap["Wq"])
-            rr.Wm.copy_(snap["Wm"])
-        if snap["optimizer"] is not None:
-            self.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
-        else:
-            self.optimizer.state.clear()
-        self._rollbacks += 1
-        self._consecutive_rollbacks += 1
-        self._reset_window()
-        log.warning("memkern.Reranker: collapse guard rolled back to the last good state after step %d (%s); "
-                    "%d rollbacks so far", self.steps, why, self._rollbacks)
-
-    def _reset_window(self) -> None:
-        if self._win is not None:
-            torch._foreach_zero_(self._win)
-        self._win_steps = 0
-
-    def _check(self) -> bool:
-        """The guard's periodic check: one device-to-host read of (norm, window sums). True = rolled back."""
-        # the one host read of the step: norm, window sums (ONE transfer, every guard_every updates)
-        norm, pos, slots, bad = torch.stack([self._norm().float(), *self._win]).tolist()
-        if bad > 0:
-            self._win[2].zero_()
-            log.warning("memkern.Reranker.update: %d of the last %d steps had a non-finite loss/gradient and "
-                        "moved nothing", int(bad), self.guard_every)
-        if not math.isfinite(norm) or norm > self.guard_max_norm:
-            self._rollback(f"adapter norm {norm:.4g} > guard_max_norm {self.guard_max_norm}")
-            return True
-        if self._win_steps < self.guard_window:
-            return False
-        self._reset_window()
-        if slots == 0:
-            return False
-        mean_rate = pos / slots
-        # reference = the best value so far of an exponential mean (weight 0.3) of the good windows'
-        # rates: smoothing keeps the max from chasing single lucky windows (false rollbacks)
-        best = self._best_rate
-        if best is None or mean_rate >= best * (1.0 - self.guard_tol):
-            ema = mean_rate if self._rate_ema is None else 0.7 * self._rate_ema + 0.3 * mean_rate
-            self._rate_ema = ema
-            self._best_rate = ema if best is None else max(best, ema)
-            self._good_state = self._snapshot()
-            self._consecutive_rollbacks = 0
-            return False
-        # a relative fall of more than guard_drop that is also > 4 standard errors of a window mean
-        se = math.sqrt(max(best * (1.0 - best), 1e-12) / slots)
-        if mean_rate < best * (1.0 - self.guard_drop) and best - mean_rate > 4.0 * se:
-            if self._consecutive_rollbacks >= self.guard_patience:
-                log.warning("memkern.Reranker: reward rate stays at %.3f after %d rollbacks; accepting it as the "
-                            "new reference", mean_rate, self._consecutive_rollbacks)
-                self._best_rate = self._rate_ema = mean_rate
-                self._good_state = self._snapshot()
-                self._consecutive_rollbacks = 0
-                return False
-            self._rollback(f"window reward rate {mean_rate:.3f} fell below best {best:.3f} * (1 - {self.guard_drop})")
-            return True
-        return False
-
-    # ------------------------------------------------------------------ persistence
-    def state(self) -> dict:
-        """Learning state for ``Reranker.get_extra_state`` (CPU tensors and Python values)."""
-        # the ring as stored (physical order, rows 0..len-1 filled) + its write position, so that a
-        # loaded trainer draws the same replay rows as the saved one would have
-        rows = ({k: v[:self._rlen] for k, v in self._ring.items()}
-                if self.replay_capacity > 0 and self._ring is not None and self._rlen else {})
-        replay = None
-        if rows:
-            n = rows["q"].shape[0]
-            replay = {k: v.cpu() for k, v in rows.items()}
-            replay["K"] = torch.full((n,), rows["C"].shape[1], dtype=torch.int64)
-            replay["M"] = torch.full((n,), rows["idx"].shape[1], dtype=torch.int64)
-        win = torch.stack(self._win).tolist() if self._win is not None else [0.0, 0.0, 0.0]
-        return {"steps": self.steps, "prior_seen": self._prior_seen, "running_baseline": None if self._rb is None else float(self._rb),
-                "replay": replay, "replay_pos": self._rpos, "replay_draws": self._replay_draws,
-                "window": [(win[0], win[1])], "window_steps": self._win_steps, "since_check": self._since_check,
-                "best_rate": self._best_rate, "rate_ema": self._rate_ema, "good_state": self._good_state,
-                "rollbacks": self._rollbacks, "consecutive_rollbacks": self._consecutive_rollbacks,
-                "optimizer": self.optimizer.state_dict()}
-
-    def load_state(self, state: dict) -> None:
-        """Inverse of :meth:`state`; also reads format-1 files (replay rows of varying K/M, a window list
-        of per-step ``(n_pos, n_slots)``)."""
-        dev = self.reranker.Wq.device
-        self.steps = int(state["steps"])
-        self._prior_seen = bool(state.get("prior_seen", False))
-        rb = state["running_baseline"]
-        self._rb = None if rb is None else torch.tensor(float(rb), device=dev)
-        self._ring, self._rlen, self._rpos = None, 0, 0
-        self._rpos_t = self._draws_t = None           # rebuilt from the loaded values below
-        rp = state["replay"]
-        if rp is not None and self.replay_capacity > 0 and rp["q"].shape[0] > 0:
-            q, C, valid, idx, R = (rp[k] for k in ("q", "C", "valid", "idx", "R"))
-            P = rp["P"] if "P" in rp else torch.zeros(C.shape[:2])     # rows saved before priors: none
-            n = q.shape[0]
-            Ks, Ms = rp["K"], rp["M"]
-            # rows were stored padded to the longest; positions past a row's own K/M are padding
-            kmask = torch.arange(C.shape[1])[None, :] < Ks[:, None]
-            mmask = torch.arange(idx.shape[1])[None, :] < Ms[:, None]
-            valid = valid & kmask
-            P = torch.where(valid, P.float(), torch.zeros((), dtype=torch.float32))
-            idx = torch.where(mmask, idx, torch.full_like(idx, -1))
-            R = torch.where(mmask, R, torch.zeros_like(R))
-            self._fit_ring(q.shape[1], C.shape[1], idx.shape[1], dev)
-            if "replay_pos" in state and n <= self.replay_capacity:   # format 2: the ring as it was
-                for key, t in (("q", q), ("C", C), ("valid", valid), ("idx", idx), ("R", R), ("P", P)):
-                    self._ring[key][:n].copy_(t.to(dev))
-                self._rlen, self._rpos = n, int(state["replay_pos"]) % self.replay_capacity
-            else:                                                     # format 1: rows oldest first
-                self._write_ring(q.to(dev).float(), C.to(dev).float(), valid.to(dev), idx.to(dev),
-                                 R.to(dev).float(), P.to(dev))
-        self._replay_draws = int(state["replay_draws"])
-        self._sync_counters()
-        window = list(state["window"])
-        self._win = [torch.tensor(float(v), device=dev)
-                     for v in (sum(w[0] for w in window), sum(w[1] for w in window), 0.0)]
-        self._win_steps = int(state.get("window_steps", len(window)))
-        self._since_check = int(state.get("since_check", 0))
-        self._best_rate = state["best_rate"]
-        self._rate_ema = state["rate_ema"]
-        gs = state["good_state"]
-        if gs is not None:
-            gs = dict(gs, Wq=gs["Wq"].to(dev), Wm=gs["Wm"].to(dev))
-        self._good_state = gs
-        self._rollbacks = int(state["rollbacks"])
-        self._consecutive_rollbacks = int(state["consecutive_rollbacks"])
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-        except (ValueError, KeyError) as exc:
-            log.warning("memkern.Reranker: optimizer state not restored (%s); starting it fresh", exc)
-
-
-_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_KEYS_NP: dict = {}
-_KEYS_T: dict = {}
-
-
-def _i64(c: int) -> int:
-    """An unsigned 64-bit constant as the signed int64 with the same bits."""
-    return c - (1 << 64) if c >= (1 << 63) else c
-
-
-def _replay_keys(seed: int, draws, cap: int, device) -> torch.Tensor:
-    """Random int64 keys ``[cap]`` in ``[0, 2**63)`` of one replay draw (its counter ``draws``).
-
-    ``z = seed' + (draws * cap + i) * golden`` (mod 2**64), then the splitmix64 finaliser
-    ``z ^= z >> 30; z *= C1; z ^= z >> 27; z *= C2; z ^= z >> 31`` (logical shifts), and the top 63
-    bits. With a host int counter on the CPU it runs in numpy (no aten ops, a few microseconds);
-    otherwise as int64 torch ops (wrapping multiplies, masked arithmetic shifts), which read a device
-    counter without a host read and give the same bits.
-    """
-    seed_u = (seed * 1_000_003 + 7) % (1 << 64)
-    if not isinstance(draws, torch.Tensor) and torch.device(device).type == "cpu":
-        import numpy as np
-
-        i = _KEYS_NP.get(cap)
-        if i is None:
-            i = _KEYS_NP[cap] = np.arange(cap, dtype=np.uint64)
-        z = (i + np.uint64(draws * cap)) * np.uint64(_GOLDEN) + np.uint64(seed_u)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
-        z = z ^ (z >> np.uint64(31))
-        return torch.from_numpy((z >> np.uint64(1)).astype(np.int64))
-    key = (cap, torch.device(device))
-    ar = _KEYS_T.get(key)
-    if ar is None:
-        if len(_KEYS_T) > 16:
-            _KEYS_T.clear()
-        ar = _KEYS_T[key] = torch.arange(cap, dtype=torch.int64, device=device)
-    z = (ar + draws * cap) * _i64(_GOLDEN) + _i64(seed_u)
-    z = z ^ (torch.bitwise_right_shift(z, 30) & ((1 << 34) - 1))
-    z = z * _i64(_MIX1)
-    z = z ^ (torch.bitwise_right_shift(z, 27) & ((1 << 37) - 1))
-    z = z * _i64(_MIX2)
-    z = z ^ (torch.bitwise_right_shift(z, 31) & ((1 << 33) - 1))
-    return torch.bitwise_right_shift(z, 1) & ((1 << 63) - 1)
-
-
-def _prior_offset(sel, q, C, valid):
-    """The part of the policy's scores that is not the adapters': ``prior - q . m`` (float32 ``[B, K]``,
-    0 on padding), so that ``prior + (q' . m' - q . m)`` (what :meth:`memkern.Reranker.select` drew
-    from) is ``that + q' . m'``; None when ``sel`` was drawn without a prior. ``q [B, d]``, ``C [B, K, d]``,
-    ``valid [B, K]``: the selection's dense rows (:func:`_dense_rows`)."""
-    p = sel.prior
-    if p is None:
-        return None
-    p = p if p.dim() == 2 else p.unsqueeze(0)
-    qm = torch.bmm(C.float(), q.float().unsqueeze(2)).squeeze(2)
-    return torch.where(valid, p.to(qm.device, torch.float32) - qm, torch.zeros((), device=qm.device))
-
-
-def _dense_rows(sel):
-    """Dense rows (q [B,d], C [B,K,d], valid [B,K]) of a selection."""
-    q = sel.q if sel.q.dim() == 2 else sel.q.unsqueeze(0)
-    if sel.ids is not None:
-        ids = sel.ids if sel.ids.dim() == 2 else sel.ids.unsqueeze(0)
-        C = sel.candidates[ids.clamp_min(0)]
-        valid = ids >= 0
-    else:
-        C = sel.candidates if sel.candidates.dim() == 3 else sel.candidates.unsqueeze(0)
-        valid = None
-    if sel.mask is not None:
-        mk = sel.mask if sel.mask.dim() == 2 else sel.mask.unsqueeze(0)
-        valid = mk if valid is None else valid & mk
-    if valid is None:
-        valid = _ones(C.shape[:2], C.device)
-    return q, C, valid
-
-
-_ONES: dict = {}
-
-
-def _ones(shape, device):
-    """A cached all-True bool tensor (read only) of ``shape``."""
-    key = (tuple(shape), device)
-    t = _ONES.get(key)
-    if t is None:
-        if len(_ONES) > 16:
-            _ONES.clear()
-        t = _ONES[key] = torch.ones(key[0], dtype=torch.bool, device=device)
-    return t

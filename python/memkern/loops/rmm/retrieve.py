@@ -371,7 +371,7 @@ class RetrieveStage:
                 return draw
             import torch
 
-            from ...score.ops.autograd import philox_uniform
+            from ...score.ops.philox import philox_uniform
 
             u = philox_uniform(int(draw.seed) ^ EXPLORE_COIN_KEY, torch.tensor([int(draw.offset)], dtype=torch.int64))
             if float(u[0]) < explore:
