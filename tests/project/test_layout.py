@@ -209,3 +209,16 @@ def test_imports_point_down_and_never_in_a_circle():
     fixed = sorted(ALLOWED - got)
     assert not new, "layout violations (import only from rows below, no circles):\n" + "\n".join(new)
     assert not fixed, "fixed violations still listed in ALLOWED (remove them):\n" + "\n".join(fixed)
+
+
+def test_tests_mirror_the_package():
+    """Every test file sits in the folder of the stage it tests (``tests/<stage>/``, a folder of
+    ``python/memkern``, or ``tests/kernels/``), or in one of the few folders that are not a stage."""
+    tests = REPO / "tests"
+    stages = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {"kernels"}
+    other = {"project", "helpers", "fixtures", "cpp", "install"}
+    assert not sorted(p.name for p in tests.glob("test_*.py")), "test files at the top of tests/"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders - stages - other == set(), "test folders that are not a stage of the package"
+    for p in tests.rglob("test_*.py"):
+        assert p.parent.name in stages | {"project", "install"}, p
