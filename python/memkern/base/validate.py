@@ -54,7 +54,7 @@ from ..errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
 
 __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "is_real",
            "check_time", "check_text", "check_utf8", "check_namespace_str", "check_id", "check_json", "json_text", "check_turn", "parse_json",
-           "iso_time", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
+           "iso_time", "short", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
            "MAX_NAME_CHARS", "MAX_ID_CHARS", "MAX_NAMESPACE_CHARS", "MAX_JSON_DEPTH", "MAX_OBJECT_KEYS",
            "MAX_KEY_CHARS", "MAX_JSON_BYTES", "MAX_JSON_INT", "MAX_DOCUMENT_DEPTH", "MAX_INT_DIGITS",
            "MAX_FILTER_DEPTH"]
@@ -162,7 +162,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
         if type_error:
             raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
         raise bad_arg(name, expected, value, error)
-    raise bad_arg(name, expected, _short(int(value)) if type_error else _short(value), error)
+    raise bad_arg(name, expected, short(int(value)) if type_error else short(value), error)
 
 
 def check_float(name: str, value: Any, low: float | None = None, high: float | None = None, *,
@@ -216,7 +216,7 @@ def check_float(name: str, value: Any, low: float | None = None, high: float | N
             expected += " or None"
     if not real and type_error:
         raise bad_arg(name, expected, type(value).__name__, MemkernTypeError)
-    raise bad_arg(name, expected, _short(value))
+    raise bad_arg(name, expected, short(value))
 
 
 def check_choice(name: str, value: Any, choices: Collection[Any], *, expected: str | None = None) -> Any:
@@ -301,7 +301,7 @@ def check_id(name: str, value: Any) -> str:
         v = int(value)
         if abs(v) < 10 ** MAX_INT_DIGITS:
             return str(v)
-        raise bad_arg(name, f"a str id or an int of at most {MAX_INT_DIGITS} digits", _short(v))
+        raise bad_arg(name, f"a str id or an int of at most {MAX_INT_DIGITS} digits", short(v))
     if not isinstance(value, str):
         raise bad_arg(name, "a str or int id", type(value).__name__, MemkernTypeError)
     return check_text(name, value, max_chars=MAX_ID_CHARS, nonempty=True)
@@ -327,7 +327,7 @@ def check_time(name: str, value: Any, *, none_ok: bool = False, type_error: bool
         iv = int(value)
         if MIN_TIME <= iv <= MAX_TIME:  # int vs float compares exactly, any size
             return float(iv)
-        raise bad_arg(name, TIME_RANGE_TEXT + (" or None" if none_ok else ""), _short(iv), error)
+        raise bad_arg(name, TIME_RANGE_TEXT + (" or None" if none_ok else ""), short(iv), error)
     else:
         exp = TIME_RANGE_TEXT + (" or None" if none_ok else "")
         raise bad_arg(name, exp, type(value).__name__ if type_error else value,
@@ -350,12 +350,15 @@ def iso_time(t: Any) -> str | None:
     return _dt.datetime.fromtimestamp(v, tz=_dt.timezone.utc).isoformat()
 
 
-def _short(v: Any) -> Any:
+def short(v: Any) -> Any:
     """A value as an error message shows it: an int past 30 digits by its size (``repr`` of an
     int past 4,300 digits raises in Python)."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 100:
         return f"an int of about {int(v.bit_length() * 0.30103) + 1} digits"
     return v
+
+
+_short = short  # the name store/engine.py imports
 
 
 def check_json(value: Any, name: str) -> None:
@@ -376,7 +379,7 @@ def check_json(value: Any, name: str) -> None:
             pass
         elif isinstance(v, int):
             if not -MAX_JSON_INT <= v <= MAX_JSON_INT:
-                raise bad_arg(path, "an int within int64 (|v| <= 2**63-1)", _short(v))
+                raise bad_arg(path, "an int within int64 (|v| <= 2**63-1)", short(v))
         elif isinstance(v, float):
             if not math.isfinite(v):
                 raise bad_arg(path, "a finite number (JSON has no NaN/inf)", v, MemkernTypeError)
