@@ -37,7 +37,7 @@ class ShardedStore(RebalanceMixin):
     Parameters
     ----------
     path : str or os.PathLike
-        Folder of the sharded store (created if missing); see the module docstring for its layout.
+        Folder of the sharded store (created if missing); see :mod:`memkern.distributed.sharded` for its layout.
     dim : int, optional
         Embedding width; required to create a store (an existing one uses its manifest's).
     metric : {"ip", "l2", "cos"}, optional

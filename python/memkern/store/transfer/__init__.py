@@ -26,48 +26,10 @@ File format (UTF-8, one JSON object per line, ``format_version`` 1):
    they are).
 4. Trailer: ``{"kind": "end", "records": n, "rerankers": m}`` (a truncated file is refused).
 
-Import (:func:`import_store`) reads and checks **every** line first (JSON within the document
-bounds of :mod:`memkern.base.validate`, types, UTF-8, the field bounds, ids unique and ascending,
-versions 1..n, embedding size = ``dim``, finite vectors within the norm bound, topic <-> turn
-links both ways with each topic before its turns, reranker files that load as a reranker of
-``dim`` (:func:`memkern.score.reranker.read_state_bytes`) and their checksums, the trailer's counts)
-and writes nothing if any check fails; errors name the line and the field.
-
-Export writes its file through :func:`memkern.base.atomic.atomic_write` (mode 0600) and refuses a path
-inside a store folder (:func:`memkern.base.paths.check_outside_stores`: symbolic links, hard links and
-case folding included), so it can never overwrite a store's own files. A reranker file of the
-store that is not a valid reranker is left out (logged).
-
-Atomicity: a failure or a kill at any point leaves the target as it was, at worst with a
-``.<name>.import-*`` directory beside it (removable; never read).
-
-* A new store (the path is absent or an empty directory): the whole store (records, a snapshot,
-  the reranker files) is built in a hidden directory beside the target, fsynced and renamed into
-  place.
-* An existing store: the file's namespaces are *added* (a namespace the store already holds, or
-  has reranker files for, is refused: an import never merges into a namespace). With the store
-  held open (its lock keeps every other writer out), its files are copied beside it, the import
-  goes into the copy, and the two directories are swapped in one step
-  (``renameat2(RENAME_EXCHANGE)``, Linux); the old one is then removed. This costs a copy of the
-  store. The store must not be open elsewhere (its lock is taken).
-* An :class:`~memkern.InMemoryStore` that has never been written: the records are built into a
-  fresh one that replaces its content in one step.
-
-Ids: a new store takes the file's ids exactly (its ids are assigned in order, so the import fills
-the id gaps left by deleted records with placeholder records that it deletes and compacts away);
-should the gaps outnumber the records by far (more than ``4 * records + 4096``), ids are
-renumbered in the file's order instead and every link (``topic_id``, ``turn_ids``) follows the
-map, which :func:`import_store` returns. An existing store numbers the imported records after
-its own (renumbered, links following).
-
-What a round trip keeps exactly: namespaces, ids (see above), levels and topic <-> turn links,
-``event_time``,
-every version (number, op, summary, turns, meta, embedding bits), status and invalidation reason,
-and the reranker files. (Metric ``"cos"``: a store normalises what it is given, so the import
-gives it, for each unit vector, an input that normalises back to the same bits; the rare vector
-with no such input, counted in ``ImportResult.inexact_vectors``, lands one ulp away.) What it does not: ``created_at`` / ``updated_at`` are the store's own
-clock (a store sets them when a record is written), so imported records carry the import time;
-the exported values stay in the file.
+Import (:func:`import_store`) reads and checks every line first and writes nothing if any check
+fails (the checks: :mod:`~memkern.store.transfer.parse`); export writes through one atomic write
+and never into a store folder (:mod:`~memkern.store.transfer.export`); atomicity, ids and what a
+round trip keeps: :mod:`~memkern.store.transfer.install`.
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ def _b64(vec: np.ndarray) -> str:
 def export_store(store: MemoryStore | str | os.PathLike, out: str | os.PathLike | io.TextIOBase, *,
                  namespaces: Sequence[str] | None = None, embeddings: bool = True) -> dict:
     """Write ``store`` (a :class:`~memkern.MemoryStore`, an :class:`~memkern.InMemoryStore`, or a
-    store directory, opened and closed here) to ``out`` as JSON Lines (format in the module
-    docstring). A path is written through a temporary file renamed into place.
+    store directory, opened and closed here) to ``out`` as JSON Lines (format:
+    :mod:`memkern.store.transfer`). A path is written through a temporary file renamed into place.
 
     Parameters
     ----------
@@ -142,7 +142,7 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
 
 
 def export_records(store: MemoryStore, ids: Sequence[int], embeddings: bool = True) -> list[dict]:
-    """The records ``ids`` of ``store`` as record lines of the export format (module docstring):
+    """The records ``ids`` of ``store`` as record lines of the export format (:mod:`memkern.store.transfer`):
     ``{"kind": "record", "id", "namespace", "level", "topic_id", "turn_ids", "status", "reason",
     "created_at", "updated_at", "event_time"?, "versions": [...]}`` with the whole version history,
     each version's vector as base64 of its float32 bits. :func:`import_records` writes them back
