@@ -69,7 +69,7 @@ def load_twin(rev: str):
 
 def main(argv=None) -> dict:
     from memkern import AsyncMemoryStore, InMemoryStore, MemoryStore
-    from memkern.store.transfer.install import export_store, import_store
+    from memkern.store.transfer import export_store, import_store
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5000)

@@ -69,7 +69,7 @@ def campaign(rng: random.Random, n: int, workdir: Path) -> dict:
     from memkern.integrations import mem0 as M0
     from memkern.integrations.langchain import MemkernVectorStore as LC
     from memkern.text.template import event_seconds, time_range_seconds
-    from memkern.store.transfer.install import export_store, import_store
+    from memkern.store.transfer import export_store, import_store
 
     tally = Tally()
     emb = HashEmbedder(D)

@@ -40,7 +40,7 @@ def _build_source(root: Path) -> tuple[Path, list[str]]:
     from memkern import MemoryStore, Reranker
     from memkern.base.paths import reranker_file
     from memkern.loops.rmm.feedback import _selection_to_dict
-    from memkern.store.transfer.install import export_store
+    from memkern.store.transfer import export_store
 
     rng = np.random.default_rng(0)
     v = lambda n: rng.standard_normal((n, D)).astype(np.float32)  # noqa: E731
@@ -274,7 +274,7 @@ def _write(path: Path, body: list[str] | bytes) -> None:
 def _read_back(target: Path, tally: Tally, label: str) -> None:
     """Every read route of an imported store; a failure counts as a lost write."""
     from memkern import MemoryStore
-    from memkern.store.transfer.install import export_store
+    from memkern.store.transfer import export_store
 
     try:
         with MemoryStore(target) as s:
@@ -295,7 +295,7 @@ def _read_back(target: Path, tally: Tally, label: str) -> None:
 
 def _export_attack(rng: random.Random, src: Path, root: Path, tally: Tally, i: int) -> None:
     """``export --out`` into a store folder, by every spelling: refused, the store unchanged."""
-    from memkern.store.transfer.install import export_store
+    from memkern.store.transfer import export_store
 
     names = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
     how = rng.randrange(7)
@@ -336,7 +336,7 @@ def _export_attack(rng: random.Random, src: Path, root: Path, tally: Tally, i: i
 
 def campaign(rng: random.Random, n: int, workdir: Path) -> dict:
     from memkern import MemoryStore
-    from memkern.store.transfer.install import import_store
+    from memkern.store.transfer import import_store
 
     tally = Tally()
     src, lines = _build_source(workdir)

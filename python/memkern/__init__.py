@@ -84,4 +84,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .store.engine import MemoryStore, Record
     from .store.memory import InMemoryStore
     from .store.aio import AsyncMemoryStore
-    from .store.transfer.install import export_store, import_store
+    from .store.transfer import export_store, import_store

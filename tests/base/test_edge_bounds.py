@@ -23,7 +23,7 @@ from attack.common import HashEmbedder, cli, fake_cli_models  # noqa: E402
 from memkern import InMemoryStore, MemkernTypeError, MemkernValueError, MemoryStore  # noqa: E402
 from memkern.base import validate as V  # noqa: E402
 from memkern.text.template import event_seconds  # noqa: E402
-from memkern.store.transfer.install import export_store, import_store  # noqa: E402
+from memkern.store.transfer import export_store, import_store  # noqa: E402
 
 D = 16
 SEEDS = list(range(6))

@@ -269,7 +269,7 @@ def test_rebalance_back_and_forth_keeps_ids(ray, tmp_path):
 def test_import_records_refuses_colliding_ids(tmp_path):
     """The id-preserving import is refused (nothing written) for an id the store holds, one it
     deleted and has not compacted, and one in its own unused range; a valid one is durable."""
-    from memkern.store.transfer.install import export_records, import_records
+    from memkern.store.transfer import export_records, import_records
 
     with MemoryStore(tmp_path / "a", dim=D, metric="cos") as a:
         ids = a.add_batch("u", ["x", "y"], _vecs(2, 1))
@@ -348,7 +348,7 @@ def test_filtered_search_over_shard_ranges_and_imported_ids(tmp_path):
     exact-scan path out) on a store whose ids start at 2**48, then also holding imported ids from
     far away (a span too sparse for a bitmap): every answer matches, recall is high, and no
     allocation proportional to the id values happens."""
-    from memkern.store.transfer.install import export_records, import_records
+    from memkern.store.transfer import export_records, import_records
 
     n, far = 1800, 700
     with MemoryStore(tmp_path / "src", dim=D, metric="ip", id_range=(5 << 48, 6 << 48)) as src:

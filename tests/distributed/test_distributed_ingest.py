@@ -149,9 +149,9 @@ def test_sources_jsonl_and_locomo(tmp_path):
 _WRITER = r"""
 import sys
 import numpy as np
-from memkern.distributed.sharded import _Shard
+from memkern.distributed.sharded.actor import Shard
 
-sh = _Shard(sys.argv[1], 0, 4, "ip", {"fsync": "always", "snapshot_every": 7})
+sh = Shard(sys.argv[1], 0, 4, "ip", {"fsync": "always", "snapshot_every": 7})
 for i in range(int(sys.argv[2])):
     item = dict(session_id=f"s{i}", namespace=f"u{i % 3}", summaries=[f"s{i} a", f"s{i} b", f"s{i} c"],
                 embeddings=np.eye(4, dtype=np.float32)[:3] + i, turns=[[], [], []], metas=[{}, {}, {}])
@@ -176,7 +176,7 @@ def test_ledger_after_a_crash_loses_and_duplicates_nothing_and_reads_no_record(t
     import subprocess
     import sys
 
-    from memkern.distributed.sharded import _Shard
+    from memkern.distributed.sharded.actor import Shard
 
     d = str(tmp_path / "shard")
     p = subprocess.Popen([sys.executable, "-c", _WRITER, d, "400"], stdout=subprocess.PIPE, text=True,
@@ -185,7 +185,7 @@ def test_ledger_after_a_crash_loses_and_duplicates_nothing_and_reads_no_record(t
         p.stdout.readline()
     p.send_signal(signal.SIGKILL)
     p.wait()
-    sh = _Shard(d, 0, 4, "ip", {})
+    sh = Shard(d, 0, 4, "ip", {})
     try:
         def no_reads(*a, **k):
             raise AssertionError("the ledger read a record")

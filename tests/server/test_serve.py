@@ -430,7 +430,7 @@ def test_readme_example_runs_against_the_memkern_serve_command(tmp_path, monkeyp
 
 # ---------------------------------------------------------------------------------- the shared embedder
 def test_batching_embedder_serves_concurrent_callers_in_shared_batches():
-    from memkern.server.service import _BatchingEmbedder
+    from memkern.server.shared_models import BatchingEmbedder
 
     class Recording(HashEmbedder):
         def __init__(self):
@@ -452,7 +452,7 @@ def test_batching_embedder_serves_concurrent_callers_in_shared_batches():
             return out
 
     inner = Recording()
-    emb = _BatchingEmbedder(inner, max_batch=8)
+    emb = BatchingEmbedder(inner, max_batch=8)
     ref = HashEmbedder(64)
     texts = [[f"text {i} {j}" for j in range(1 + i % 3)] for i in range(24)]
     kinds = ["query" if i % 4 == 0 else "passage" for i in range(24)]

@@ -253,7 +253,7 @@ def test_memory_mode_creates_no_file(tmp_path, monkeypatch):
     the store's write / fsync / rename counters and holds no file open; the same calls on a disk
     store do all three (the check can fail)."""
     import os
-    from memkern.store.transfer.install import export_records, import_records
+    from memkern.store.transfer import export_records, import_records
 
     work = tmp_path / "cwd"
     work.mkdir()
@@ -304,7 +304,7 @@ def test_memory_mode_maintenance():
     import of one is refused before and accepted after); the engine's closed / bad-argument errors
     name the in-memory store."""
     from memkern.errors import MemkernKeyError
-    from memkern.store.transfer.install import export_records, import_records
+    from memkern.store.transfer import export_records, import_records
 
     rng = np.random.default_rng(4)
     src = InMemoryStore(D, "ip", id_range=(0, 100))

@@ -59,10 +59,10 @@ def test_every_file_and_folder_of_a_store_is_private(tmp_path, open_umask):
 
 
 def test_sharded_store_manifests_are_private(tmp_path, open_umask):
-    from memkern.distributed.sharded import _write_json_atomic
+    from memkern.distributed.sharded.layout import write_json_atomic
 
     f = tmp_path / "manifest.json"
-    _write_json_atomic(f, {"format": 1})
+    write_json_atomic(f, {"format": 1})
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
-    _write_json_atomic(f, {"format": 2})  # replacing keeps it private
+    write_json_atomic(f, {"format": 2})  # replacing keeps it private
     assert stat.S_IMODE(f.stat().st_mode) == 0o600

@@ -21,7 +21,7 @@ import pytest
 
 from memkern import StoreCorruptedError
 from memkern.store import MemoryStore
-from memkern.store.transfer.install import export_records, import_records
+from memkern.store.transfer import export_records, import_records
 
 from store_faults_common import D, _no_fault, emb, native  # noqa: F401  (_no_fault: autouse)
 from store_files import chain, log_entries, read_manifest, snapshot_dir

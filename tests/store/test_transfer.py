@@ -19,7 +19,7 @@ from memkern import cli
 from memkern.store.memory import InMemoryStore
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
-from memkern.store.transfer.install import export_store, import_store
+from memkern.store.transfer import export_store, import_store
 
 D = 8
 
@@ -333,11 +333,11 @@ def test_id_gaps_beyond_the_limit_are_renumbered(tmp_path):
 
 _KILL = textwrap.dedent("""
     import os, signal, sys
-    import memkern.store.transfer.install as T
+    import memkern.store.transfer.write as T
     from memkern.store import MemoryStore
     at = sys.argv[1]
     if at == "records":
-        real = T._native
+        real = T.native
         class Proxy:
             def __init__(self, n): self.n, self.calls = n, 0
             def __getattr__(self, name): return getattr(self.n, name)
@@ -346,7 +346,7 @@ _KILL = textwrap.dedent("""
                 if self.calls == 2:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return self.n.new_version(*a)
-        T._native = lambda s: Proxy(real(s))
+        T.native = lambda s: Proxy(real(s))
     else:
         def snap(self):
             os.kill(os.getpid(), signal.SIGKILL)

@@ -19,7 +19,7 @@ from memkern import MemkernValueError, Reranker, StoreCorruptedError
 from memkern import cli
 from memkern.base.paths import reranker_file
 from memkern.store import MemoryStore
-from memkern.store.transfer.install import export_store, import_store
+from memkern.store.transfer import export_store, import_store
 
 D = 8
 

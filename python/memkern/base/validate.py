@@ -53,8 +53,8 @@ import numpy as np
 from ..errors import MemkernError, MemkernTypeError, MemkernValueError, bad_arg
 
 __all__ = ["check_int", "check_float", "check_choice", "check_str", "is_int", "is_real",
-           "check_time", "check_text", "check_utf8", "check_namespace_str", "check_id", "check_json", "json_text", "check_turn", "parse_json", "short",
-           "iso_time", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
+           "check_time", "check_text", "check_utf8", "check_namespace_str", "check_id", "check_json", "json_text", "check_turn", "parse_json",
+           "iso_time", "short", "MIN_TIME", "MAX_TIME", "TIME_RANGE_TEXT", "MAX_TEXT_CHARS", "MAX_QUERY_CHARS",
            "MAX_NAME_CHARS", "MAX_ID_CHARS", "MAX_NAMESPACE_CHARS", "MAX_JSON_DEPTH", "MAX_OBJECT_KEYS",
            "MAX_KEY_CHARS", "MAX_JSON_BYTES", "MAX_JSON_INT", "MAX_DOCUMENT_DEPTH", "MAX_INT_DIGITS",
            "MAX_FILTER_DEPTH"]
@@ -356,6 +356,8 @@ def short(v: Any) -> Any:
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 100:
         return f"an int of about {int(v.bit_length() * 0.30103) + 1} digits"
     return v
+
+
 
 
 def check_json(value: Any, name: str) -> None:

@@ -21,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..store.transfer.install import export_store
+    from ..store.transfer import export_store
 
     path = C.store_path(args)
     with C.open_store(path, create=False) as store:

@@ -35,7 +35,7 @@ def _needs_embedder(path: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..store.transfer.install import import_store
+    from ..store.transfer import import_store
 
     path = C.store_path(args)
     embedder = C.build_models(args, need_chat=False)[1] if _needs_embedder(args.input) else None

@@ -3,7 +3,9 @@
 Install with ``pip install memkern[serve]``. :class:`MemoryService` (``service.py``) holds the
 operations both servers expose; :func:`create_app` (``app.py``) is the HTTP app;
 ``mcp.py`` the MCP server; ``scopes.py`` maps mem0's ``user_id`` / ``agent_id`` / ``run_id`` to
-memkern namespaces.
+memkern namespaces. ``limits.py`` holds the request limits and the 409 / 503 errors,
+``shared_models.py`` the embedder and chat model the threads share, ``ledger.py`` the record of
+accepted feedback.
 """
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from .scopes import KeyRing
-from .service import BusyError, ConflictError, MemoryService
+from .limits import BusyError, ConflictError
+from .service import MemoryService
 
 log = logging.getLogger("memkern")
 

@@ -9,7 +9,7 @@
   reward buffer) run under one lock *per namespace*, so different users proceed in parallel and
   one user's writes are applied one after the other (no lost MERGE, no double ADD of one fact).
   A raw add (``infer=False``) is one atomic ``add_batch`` with nothing read first: no lock.
-- The embedder is shared through a batching queue (:class:`_BatchingEmbedder`): concurrent
+- The embedder is shared through a batching queue (:class:`~memkern.server.shared_models.BatchingEmbedder`): concurrent
   requests' texts are embedded together, first come first served, by one thread at a time
   (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe); the chat model
   runs one call at a time under a lock.
@@ -23,11 +23,9 @@ import itertools
 import json
 import logging
 import math
-import os
 import threading
 import uuid
-from collections import OrderedDict, deque
-from dataclasses import dataclass
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,154 +35,15 @@ from ..ingest.extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
 from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
 from ..text.template import event_seconds, time_range_seconds
-from ..base.atomic import atomic_write, fsync_dir
 from ..base.validate import check_json, check_text, iso_time
 from . import scopes as S
+from .ledger import FeedbackLedger
+from .limits import BusyError, ConflictError, Limits
+from .shared_models import BatchingEmbedder, LockedChatModel
 
 log = logging.getLogger("memkern")
 
 __all__ = ["BusyError", "ConflictError", "Limits", "MemoryService"]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Request size limits (checked before any model runs or anything is written).
-
-    Attributes
-    ----------
-    max_body_bytes : int
-        HTTP request body, MCP request line (413 / a tool error beyond it).
-    max_messages : int
-        Messages in one add / turns in one ``session_turns``.
-    max_text_chars : int
-        Characters of one message's content, a search query or a memory text.
-    max_limit : int
-        Largest ``limit`` of a search or a listing.
-    max_meta_bytes : int
-        ``metadata``, and the keys of one message other than ``role`` / ``content``, as compact
-        JSON (UTF-8 bytes). Every value also keeps to the bounds every entry point shares
-        (:mod:`memkern.base.validate`: a ``role`` of at most ``MAX_NAME_CHARS``, JSON nesting, key
-        counts, int64 ints, UTF-8 text).
-    max_respond_chars : int
-        Characters of a respond's query plus its ``session_turns`` contents (the prompt the chat
-        model reads grows with them).
-    max_pending_responds : int
-        Responds running or waiting for the chat model at once; one more is refused with
-        :class:`BusyError` (HTTP 503) instead of queueing behind them.
-    """
-
-    max_body_bytes: int = 1 << 20
-    max_messages: int = 256
-    max_text_chars: int = 32_768
-    max_limit: int = 1000
-    max_meta_bytes: int = 16_384
-    max_respond_chars: int = 4096
-    max_pending_responds: int = 4
-
-
-class ConflictError(MemkernValueError):
-    """The request repeats one that may happen only once (feedback on a response): HTTP 409."""
-
-
-class BusyError(MemkernError):
-    """The server is at a concurrency limit; retry later: HTTP 503."""
-
-
-class _Request:
-    __slots__ = ("texts", "kind", "result", "error", "done")
-
-    def __init__(self, texts: list[str], kind: str):
-        self.texts, self.kind = texts, kind
-        self.result: np.ndarray | None = None
-        self.error: BaseException | None = None
-        self.done = False
-
-
-class _BatchingEmbedder:
-    """An embedder shared by many threads: concurrent callers' texts are embedded together, in
-    arrival order, one batch at a time.
-
-    Each caller queues its request; when no batch is running, the caller at hand becomes the
-    leader: it takes the queued requests of the first one's ``kind`` (up to ``max_batch`` texts,
-    first come first served), runs one ``encode`` for all of them (outside the queue's lock),
-    hands every caller its rows and wakes them. The model is thus called by one thread at a time
-    (Hugging Face fast tokenizers and the embedder's query cache are not thread-safe), requests are
-    served in order (no caller starves), and under load one batched forward replaces many single
-    ones. A batch that fails is retried request by request, so one bad request fails alone.
-    """
-
-    def __init__(self, inner: Any, max_batch: int = 64):
-        self._inner = inner
-        self.max_batch = int(max_batch)
-        self._queue: deque[_Request] = deque()
-        self._cv = threading.Condition()
-        self._busy = False
-        self.batches = 0  # encode calls made (for tests and stats)
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
-
-    def encode(self, texts, kind="passage", **kw):
-        req = _Request(list(texts), kind)
-        with self._cv:
-            self._queue.append(req)
-            while not req.done:
-                if self._busy:
-                    self._cv.wait()
-                    continue
-                self._busy = True
-                batch = [self._queue.popleft()]
-                n = len(batch[0].texts)
-                while self._queue and self._queue[0].kind == batch[0].kind and n + len(self._queue[0].texts) <= self.max_batch:
-                    n += len(self._queue[0].texts)
-                    batch.append(self._queue.popleft())
-                self._cv.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._cv.acquire()
-                    self._busy = False
-                    for r in batch:
-                        r.done = True
-                    self._cv.notify_all()
-        if req.error is not None:
-            raise req.error
-        return req.result
-
-    def _run(self, batch: list[_Request]) -> None:
-        self.batches += 1
-        try:
-            out = np.asarray(self._inner.encode([t for r in batch for t in r.texts], kind=batch[0].kind))
-            if out.ndim != 2 or out.shape[0] != sum(len(r.texts) for r in batch):
-                raise bad_arg("embedder.encode(...)", f"[{sum(len(r.texts) for r in batch)}, d] rows", out.shape)
-            start = 0
-            for r in batch:
-                r.result = out[start:start + len(r.texts)]
-                start += len(r.texts)
-        except BaseException as exc:  # handed to the caller, raised in its own thread
-            if len(batch) == 1:
-                batch[0].error = exc
-                return
-            for r in batch:  # one failing request must not fail the others
-                self._run([r])
-
-
-class _Locked:
-    """A chat model whose calls run one at a time (``lock``)."""
-
-    def __init__(self, inner: Any, lock: threading.Lock):
-        self._inner = inner
-        self._lock = lock
-
-    def generate(self, prompts, max_new_tokens=None, json=False, temperature=0.0, seed=None):
-        with self._lock:
-            return self._inner.generate(prompts, max_new_tokens=max_new_tokens, json=json,
-                                        temperature=temperature, seed=seed)
-
-    def count_tokens(self, text):
-        with self._lock:
-            return self._inner.count_tokens(text)
 
 
 def _check_text(value: Any, arg: str, limit: int) -> str:
@@ -217,61 +76,6 @@ def _unknown_memory(memory_id: int) -> MemkernKeyError:
     """The one error of an id that is unknown, deleted or outside the caller's scope (the same
     message in every case, so a caller learns nothing about other scopes' ids)."""
     return MemkernKeyError(f"memory_id: expected the id of a memory in the given scope, got {memory_id}")
-
-
-class _FeedbackLedger:
-    """The response ids whose feedback was accepted: once per response.
-
-    Kept in memory and, for a store on disk, appended to ``<store>/server/feedback-given`` (one
-    id per line, fsynced before the feedback is applied; mode 0600), so a restarted server refuses
-    them too. At start the file is read and rewritten with its last ``keep`` ids
-    (:func:`memkern.base.atomic.atomic_write`).
-    """
-
-    FILE = "feedback-given"
-
-    def __init__(self, store_path: Any, keep: int):
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
-        self.keep = max(int(keep), 1)
-        self.path = None if not store_path else os.path.join(os.fspath(store_path), "server", self.FILE)
-        if self.path is not None and os.path.exists(self.path):
-            with open(self.path, encoding="ascii", errors="replace") as f:
-                for line in f:
-                    rid = line.strip()
-                    if len(rid) == 32 and all(c in "0123456789abcdef" for c in rid):  # a torn last line is skipped
-                        self._ids[rid] = None
-            while len(self._ids) > self.keep:
-                self._ids.popitem(last=False)
-            self._rewrite()
-
-    def _rewrite(self) -> None:
-        atomic_write(self.path, "".join(f"{rid}\n" for rid in self._ids))
-
-    def __contains__(self, rid: str) -> bool:
-        with self._lock:
-            return rid in self._ids
-
-    def add(self, rid: str) -> None:
-        """Record ``rid`` (durably, for a store on disk) before its feedback is applied."""
-        with self._lock:
-            if self.path is not None:
-                folder = os.path.dirname(self.path)
-                if not os.path.isdir(folder):
-                    os.makedirs(folder, mode=0o700, exist_ok=True)
-                    fsync_dir(os.path.dirname(folder))
-                new = not os.path.exists(self.path)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, f"{rid}\n".encode("ascii"))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                if new:  # the new file's directory entry
-                    fsync_dir(folder)
-            self._ids[rid] = None
-            while len(self._ids) > self.keep:
-                self._ids.popitem(last=False)
 
 
 class MemoryService:
@@ -309,8 +113,8 @@ class MemoryService:
         self._chat_raw = chat_model
         self._chat_lock = threading.Lock()
         self._build_lock = threading.Lock()
-        self._embedder: _BatchingEmbedder | None = None if embedder is None else _BatchingEmbedder(embedder, embed_batch)
-        self._chat: _Locked | None = None if chat_model is None else _Locked(chat_model, self._chat_lock)
+        self._embedder: BatchingEmbedder | None = None if embedder is None else BatchingEmbedder(embedder, embed_batch)
+        self._chat: LockedChatModel | None = None if chat_model is None else LockedChatModel(chat_model, self._chat_lock)
         self._ns_locks: dict[str, threading.Lock] = {}
         self._ns_locks_guard = threading.Lock()
         self._rmms: OrderedDict[str, Any] = OrderedDict()
@@ -321,13 +125,13 @@ class MemoryService:
         self._responses: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self._responses_guard = threading.Lock()
         self.max_responses = int(max_responses)
-        self._feedback_given = _FeedbackLedger(getattr(store, "path", None), keep=16 * self.max_responses)
+        self._feedback_given = FeedbackLedger(getattr(store, "path", None), keep=16 * self.max_responses)
         self._respond_slots = threading.BoundedSemaphore(self.limits.max_pending_responds)
         self._counter = itertools.count()
 
     # ------------------------------------------------------------------ components
     @property
-    def embedder(self) -> _BatchingEmbedder:
+    def embedder(self) -> BatchingEmbedder:
         if self._embedder is None:
             with self._build_lock:
                 if self._embedder is None:
@@ -337,18 +141,18 @@ class MemoryService:
                     emb = Embedder()
                     if emb.dim != self.store.dim:
                         raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", emb.dim)
-                    self._embedder = _BatchingEmbedder(emb, self.embed_batch)
+                    self._embedder = BatchingEmbedder(emb, self.embed_batch)
         return self._embedder
 
     @property
-    def chat_model(self) -> _Locked:
+    def chat_model(self) -> LockedChatModel:
         if self._chat is None:
             with self._build_lock:
                 if self._chat is None:
                     from ..models import ChatModel
 
                     log.info("serve: building the offline default chat model")
-                    self._chat = _Locked(ChatModel(), self._chat_lock)
+                    self._chat = LockedChatModel(ChatModel(), self._chat_lock)
         return self._chat
 
     def _embed(self, texts: list[str], kind: str = "passage") -> np.ndarray:
