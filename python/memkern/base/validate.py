@@ -358,8 +358,6 @@ def short(v: Any) -> Any:
     return v
 
 
-
-
 def check_json(value: Any, name: str) -> None:
     """What a record's ``meta`` / turn dicts may hold: dicts with str keys (at most
     :data:`MAX_OBJECT_KEYS` keys of at most :data:`MAX_KEY_CHARS` characters), lists / tuples,
