@@ -505,6 +505,16 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    # ---------------------------------------------------------------- prepared calls (store/prepare.py)
+    Mutant("prepare-merge-keeps-duplicate-turns", "store", "python/memkern/store/prepare.py",
+           "                if k not in seen:\n",
+           "                if True:\n",
+           "merge appends a turn the record already holds (the union of turns is not a union)", T_STORE),
+    Mutant("prepare-update-drops-turn-records", "store", "python/memkern/store/prepare.py",
+           "            missing = turns is not None and cur.children and te is None\n",
+           "            missing = False\n",
+           "update replaces a topic's turns without embeddings for them, orphaning its turn records",
+           T_STORE + ("tests/store/test_store_turn_search.py",)),
     # ---------------------------------------------------------------- log codec and typed contract (C++)
     Mutant("codec-trailing-bytes-accepted", "codec", "csrc/store/log_codec.cpp",
            '  if (rd.left() != 0) rd.fail("trailing bytes");\n  return ops;\n',

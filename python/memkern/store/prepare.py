@@ -38,7 +38,7 @@ from .checks import (DEFAULT_RECENCY_WEIGHT, FUSIONS, LEVELS, MAX_ALPHA, MAX_CAN
 from .native import native_level, native_module
 from .record import loads
 
-__all__ = ["AddCall", "MergeCall", "UpdateCall", "SearchCall", "prepare_add", "prepare_add_batch",
+__all__ = ["AddCall", "VersionCall", "SearchCall", "prepare_add", "prepare_add_batch",
            "prepare_merge", "prepare_update", "prepare_search", "check_search_filters"]
 
 
@@ -185,62 +185,14 @@ def _child_times(t: float | None, count: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MergeCall:
-    """A checked ``merge``: the new summary, vector ``[1, d]``, turns, meta and turn records'
-    inputs. Running it reads the record's current turns and writes the union in one log entry."""
+class VersionCall:
+    """A checked ``merge`` or ``update`` (``op``): the new summary (``None`` keeps it), vector
+    ``[1, d]`` (or ``None``), turns, meta and the new turn records' inputs. Running it reads the
+    record and writes its new version in one log entry: ``merge`` keeps the union of the old and new
+    turns and adds turn records for the new ones; ``update`` replaces the turns given, and their
+    turn records with them."""
 
-    id: int
-    summary: str
-    vector: np.ndarray
-    turns: list
-    meta_json: str | None
-    turn_embeddings: np.ndarray | None
-    turn_texts: list | None
-    event_time: float | None
-
-    def run(self, store: Any) -> int:
-        n = store.native
-        rid = self.id
-        cur = n.get(rid)
-        old_turns = loads(cur.turns_json, rid, "turns")
-        seen = {turn_key(t) for t in old_turns}
-        merged = list(old_turns)
-        new_rows = []
-        for j, t in enumerate(self.turns):
-            k = turn_key(t)
-            if k not in seen:
-                seen.add(k)
-                merged.append(t)
-                new_rows.append((len(merged) - 1, t, j))
-        if cur.children and new_rows and self.turn_embeddings is None:
-            raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
-        cs, ct, cm, ce = _child_args(n.dim, self.turn_embeddings, new_rows, self.turn_texts)
-        child_t = self.event_time if self.event_time is not None else cur.event_time
-        version, _ = n.new_version(rid, native_module().Op.merge, self.summary, self.vector,
-                                   json_text(merged, "turns"), self.meta_json, cs, ct, cm, ce, False,
-                                   self.event_time, _child_times(child_t, len(cs)))
-        return int(version)
-
-
-def prepare_merge(dim: int, id: Any, summary: Any, embedding: Any, turns: Any = None, *, meta: Any = None,
-                  turn_embeddings: Any = None, event_time: Any = None, turn_texts: Any = None) -> MergeCall:
-    """Check :meth:`MemoryStore.merge`'s arguments (same parameters, and the store's ``dim``)."""
-    rid = check_id(id)
-    s = check_summary(summary)
-    vec = as_vector(embedding, dim, "embedding")
-    tl = check_turns(turns)
-    m = check_meta(meta) if meta is not None else None
-    te = turn_matrix(turn_embeddings, dim, tl, "turn_embeddings")
-    tt = check_turn_texts(turn_texts, tl, te, "turn_texts")
-    et = check_event_time(event_time, "event_time")
-    return MergeCall(rid, s, vec[None, :], tl, json_text(m, "meta") if m is not None else None, te, tt, et)
-
-
-@dataclass(frozen=True)
-class UpdateCall:
-    """A checked ``update``: the fields to replace (``None`` keeps one) and the new turn records'
-    inputs. Running it replaces the old turn records in the same log entry."""
-
+    op: str
     id: int
     summary: str | None
     vector: np.ndarray | None
@@ -252,22 +204,53 @@ class UpdateCall:
 
     def run(self, store: Any) -> int:
         n = store.native
-        rid, tl, te = self.id, self.turns, self.turn_embeddings
+        rid, te = self.id, self.turn_embeddings
         cur = n.get(rid)
-        if tl is not None and cur.children and te is None:
+        if self.op == "merge":
+            old_turns = loads(cur.turns_json, rid, "turns")
+            seen = {turn_key(t) for t in old_turns}
+            turns = list(old_turns)
+            rows = []
+            for j, t in enumerate(self.turns):
+                k = turn_key(t)
+                if k not in seen:
+                    seen.add(k)
+                    turns.append(t)
+                    rows.append((len(turns) - 1, t, j))
+            missing = cur.children and rows and te is None
+        else:
+            turns = self.turns
+            rows = [(j, t, j) for j, t in enumerate(turns)] if (te is not None and turns) else []
+            missing = turns is not None and cur.children and te is None
+        if missing:
             raise bad_arg("turn_embeddings", f"embeddings for the new turns (record {rid} has turn records)", None)
-        rows = [(j, t, j) for j, t in enumerate(tl)] if (te is not None and tl) else []
         cs, ct, cm, ce = _child_args(n.dim, te, rows, self.turn_texts)
         child_t = self.event_time if self.event_time is not None else cur.event_time
-        version, _ = n.new_version(rid, native_module().Op.update, self.summary, self.vector,
-                                   json_text(tl, "turns") if tl is not None else None, self.meta_json,
-                                   cs, ct, cm, ce, te is not None, self.event_time, _child_times(child_t, len(cs)))
+        op = native_module().Op.merge if self.op == "merge" else native_module().Op.update
+        version, _ = n.new_version(rid, op, self.summary, self.vector,
+                                   json_text(turns, "turns") if turns is not None else None, self.meta_json,
+                                   cs, ct, cm, ce, self.op == "update" and te is not None, self.event_time,
+                                   _child_times(child_t, len(cs)))
         return int(version)
+
+
+def prepare_merge(dim: int, id: Any, summary: Any, embedding: Any, turns: Any = None, *, meta: Any = None,
+                  turn_embeddings: Any = None, event_time: Any = None, turn_texts: Any = None) -> VersionCall:
+    """Check :meth:`MemoryStore.merge`'s arguments (same parameters, and the store's ``dim``)."""
+    rid = check_id(id)
+    s = check_summary(summary)
+    vec = as_vector(embedding, dim, "embedding")
+    tl = check_turns(turns)
+    m = check_meta(meta) if meta is not None else None
+    te = turn_matrix(turn_embeddings, dim, tl, "turn_embeddings")
+    tt = check_turn_texts(turn_texts, tl, te, "turn_texts")
+    et = check_event_time(event_time, "event_time")
+    return VersionCall("merge", rid, s, vec[None, :], tl, json_text(m, "meta") if m is not None else None, te, tt, et)
 
 
 def prepare_update(dim: int, id: Any, summary: Any = None, embedding: Any = None, turns: Any = None,
                    meta: Any = None, *, turn_embeddings: Any = None, event_time: Any = None,
-                   turn_texts: Any = None) -> UpdateCall:
+                   turn_texts: Any = None) -> VersionCall:
     """Check :meth:`MemoryStore.update`'s arguments (same parameters, and the store's ``dim``)."""
     rid = check_id(id)
     if summary is None and embedding is None and turns is None and meta is None and event_time is None:
@@ -283,7 +266,7 @@ def prepare_update(dim: int, id: Any, summary: Any = None, embedding: Any = None
             raise bad_arg("turn_embeddings", "to come with turns", "no turns")
         te = turn_matrix(turn_embeddings, dim, tl, "turn_embeddings")
     tt = check_turn_texts(turn_texts, tl or [], te, "turn_texts")
-    return UpdateCall(rid, s, vec, tl, json_text(m, "meta") if m is not None else None, te, tt, et)
+    return VersionCall("update", rid, s, vec, tl, json_text(m, "meta") if m is not None else None, te, tt, et)
 
 
 # ----------------------------------------------------------------------------------- search
