@@ -14,7 +14,13 @@ def native_module() -> Any:
     return _store
 
 
+_LEVELS: dict = {}
+
+
 def native_level(name: str) -> Any:
     """The native ``Level`` of a level name already checked to be in
     :data:`memkern.store.checks.LEVELS` (``"topic"`` or ``"turn"``)."""
-    return getattr(native_module().Level, name)
+    level = _LEVELS.get(name)
+    if level is None:
+        level = _LEVELS[name] = getattr(native_module().Level, name)
+    return level

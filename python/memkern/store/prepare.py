@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -272,18 +272,17 @@ def prepare_update(dim: int, id: Any, summary: Any = None, embedding: Any = None
 # ----------------------------------------------------------------------------------- search
 
 
-@dataclass(frozen=True)
-class SearchCall:
+class SearchCall(NamedTuple):
     """A checked ``search``: which of the engine's four searches runs (``"search"``,
     ``"search_turn_topic"``, ``"search_ex"`` or ``"search_turn_topic_ex"``) and its arguments.
-    Running it returns ``(ids int64 [B, k], scores float32 [B, k])``."""
+    Running it returns ``(ids int64 [B, k], scores float32 [B, k])``. (A tuple: it is built on
+    every query.)"""
 
     method: str
     args: tuple
 
     def run(self, store: Any) -> tuple[np.ndarray, np.ndarray]:
-        n = store.native
-        fn = getattr(n, self.method, None)
+        fn = getattr(store.native, self.method, None)
         if fn is None:
             raise bad_arg("level", f'a store whose engine runs the two-level hybrid search ({type(store).__name__} '
                           'does not); use mode="dense" without filters or context weights', "turn+topic",
