@@ -105,16 +105,6 @@ def test_put_get_update_delete_and_timestamps(lg):
     assert lg.search(ns) == []
 
 
-def test_ttl_is_refused_but_not_provided_is_fine(lg):
-    from langgraph.store.base import NOT_PROVIDED
-
-    lg.put(("a",), "k", {"v": 1}, ttl=NOT_PROVIDED)
-    lg.put(("a",), "k", {"v": 2}, ttl=None)
-    with pytest.raises(MemkernValueError, match="ttl"):
-        lg.put(("a",), "k", {"v": 3}, ttl=5)
-    assert lg.get(("a",), "k").value == {"v": 2} and not lg.supports_ttl
-
-
 def test_batch_reads_see_the_state_before_the_batch_and_last_put_wins(lg):
     ns = ("t",)
     res = lg.batch([PutOp(ns, "k", {"v": 1}), GetOp(ns, "k"), PutOp(ns, "k", {"v": 2}), SearchOp(ns)])
@@ -223,9 +213,14 @@ def docs(lg):
     ({"score": {"$lte": 3.5}}, ["doc2", "doc4"]),
     ({"score": {"$gte": 3.0, "$lt": 4.5}}, ["doc2", "doc3", "doc4"]),
     ({"score": {"$gte": 4.0}, "color": "green"}, ["doc3"]),
-    ({"score": 4}, ["doc3"]),                                  # 4 == 4.0 (JSON numbers)
-    ({"flag": 1}, []),                                         # True != 1
+    ({"score": 4}, ["doc3"]),                                  # 4 == 4.0
+    ({"flag": 1}, ["doc4"]),                                   # True == 1, as in InMemoryStore
     ({"flag": True}, ["doc4"]),
+    ({"flag": None}, ["doc1", "doc2", "doc3"]),                # a missing key reads as None
+    ({"meta": {"a": {"$gte": 2}}}, ["doc2"]),                  # operators inside a sub-dict
+    ({"score": {"$gt": "3.9"}}, ["doc1", "doc3"]),             # float() of the operand
+    ({"color": {"$gt": 1}}, []),                               # float("red") fails: no match
+    ({"color": {"$exists": False}}, []),
     ({"tags": ["fruit"]}, ["doc1", "doc3"]),                   # list equality
     ({"meta": {"a": 1}}, ["doc1"]),                            # nested sub-dict match
     ({"color": {"$in": ["blue", "green"]}}, ["doc3", "doc4"]),
@@ -317,7 +312,12 @@ def test_puts_of_one_batch_are_embedded_in_one_call(tmp_path):
     (PutOp(("a",), "k", {"x": "\ud800"}), MemkernValueError, r"ops\[1\]\.value"),
     (PutOp(("a",), 5, {"x": 1}), MemkernTypeError, r"ops\[1\]\.key"),
     (PutOp(("a",), "k", {"x": 1}, index="text"), MemkernTypeError, r"ops\[1\]\.index"),
-    (PutOp(("a",), "k", {"x": 1}, ttl=5.0), MemkernValueError, r"ops\[1\]\.ttl"),
+    (PutOp(("a",), "k", {"x": 1}, ttl=-5.0), MemkernValueError, r"ops\[1\]\.ttl"),
+    (PutOp(("a",), "k", {"x": 1}, ttl="5"), MemkernTypeError, r"ops\[1\]\.ttl"),
+    (SearchOp(("a",), {"x": {"$gt": "abc"}}), MemkernTypeError, r"ops\[1\]\.filter\['x'\]"),
+    (SearchOp(("a",), {"x": {"y": {"$regex": 1}}}), MemkernValueError, r"ops\[1\]\.filter\['x'\]\['y'\]"),
+    (SearchOp(("a",), {"__lg_ttl__": 1}), MemkernValueError, r"ops\[1\]\.filter"),
+    (GetOp(("a",), "k", refresh_ttl=None), MemkernTypeError, r"ops\[1\]\.refresh_ttl"),
     (PutOp(("a.b",), "k", {"x": 1}), MemkernNamespaceError, r"ops\[1\]\.namespace\[0\]"),
     (SearchOp(("a",), {"x": {"$regex": "a"}}), MemkernValueError, r"ops\[1\]\.filter\['x'\]"),
     (SearchOp(("a",), {"x": {"$in": "ab"}}), MemkernTypeError, r"ops\[1\]\.filter\['x'\]"),

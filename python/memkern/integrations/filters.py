@@ -12,7 +12,9 @@ matches element-wise), ``ne``, ``in``, ``nin``, ``gt``, ``gte``, ``lt``, ``lte``
 numbers, strings with strings; anything else does not match), ``contains`` (the meta value is a
 list holding the operand, or a str containing it), ``icontains`` (a str containing the operand,
 ignoring case), ``exists``. Nodes combine them with ``and`` /
-``or`` / ``not``.
+``or`` / ``not``. An adapter whose framework defines other semantics for some of its operators
+(LangGraph's ``InMemoryStore``: Python equality, ``float()`` comparisons) puts them in the tree as
+:class:`Pred` leaves: a function of the record's ``meta``, always evaluated on the records.
 
 Where it runs: the part of a filter the store evaluates natively (top-level ``and`` of ``eq`` /
 ``in`` conditions on str / int / float / bool values) is *pushed* into ``store.search(...,
@@ -26,7 +28,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from ..base.validate import MAX_FILTER_DEPTH
 from .values import check_json_value
 
-__all__ = ["Cond", "Node", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS",
+__all__ = ["Cond", "Node", "Pred", "parse", "matches", "split", "search", "supports_native", "supports_mode", "OPS",
            "check_depth", "MAX_FILTER_DEPTH"]
 
 OPS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "contains", "icontains", "exists")
@@ -58,7 +60,16 @@ class Node:
     children: tuple
 
 
-Tree = "Cond | Node | None"
+@dataclass(frozen=True)
+class Pred:
+    """A condition ``fn(meta) -> bool`` with an adapter's own semantics (never pushed into the
+    store's search); ``text`` says what it tests, for messages."""
+
+    fn: Callable[[dict], bool]
+    text: str = ""
+
+
+Tree = "Cond | Node | Pred | None"
 
 
 # ------------------------------------------------------------------------------- validation
@@ -218,6 +229,8 @@ def matches(tree: Cond | Node | None, meta: dict) -> bool:
         return True
     if isinstance(tree, Cond):
         return _match_cond(tree, meta)
+    if isinstance(tree, Pred):
+        return bool(tree.fn(meta))
     if tree.kind == "and":
         return all(matches(c, meta) for c in tree.children)
     if tree.kind == "or":
