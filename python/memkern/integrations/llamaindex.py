@@ -296,7 +296,7 @@ class MemkernVectorStore(BasePydanticVectorStore):
         # an empty id list means "no restriction" here: VectorStoreIndex passes node_ids=[] for stores
         # that keep the text themselves (get_nodes / delete_nodes keep [] as "none")
         tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)
-        kw = pop_time_kw(self._store, kwargs)
+        tkw = pop_time_kw(self._store, kwargs)
         if mode is VectorStoreQueryMode.MMR:
             if query.mmr_threshold is not None:
                 lam = check_lambda(query.mmr_threshold, "query.mmr_threshold")
@@ -315,13 +315,13 @@ class MemkernVectorStore(BasePydanticVectorStore):
                 raise bad_arg("query.mode", f"DEFAULT or MMR ({type(self._store).__name__}.search has no "
                               "lexical or hybrid mode)", mode.name)
             text = check_text(query.query_str, "query.query_str", MAX_QUERY_CHARS)
-            kw.update(mode="lexical" if lexical else "hybrid", texts=[text])
+            tkw.update(mode="lexical" if lexical else "hybrid", texts=[text])
             if mode is VectorStoreQueryMode.HYBRID:
                 k = _top_k(query.hybrid_top_k, "query.hybrid_top_k") if query.hybrid_top_k is not None else k
                 if query.alpha is not None:
-                    kw["lexical_weight"] = 1.0 - check_lambda(query.alpha, "query.alpha")
+                    tkw["lexical_weight"] = 1.0 - check_lambda(query.alpha, "query.alpha")
                 if "fusion" in kwargs:
-                    kw["fusion"] = kwargs["fusion"]
+                    tkw["fusion"] = kwargs["fusion"]
             elif mode is VectorStoreQueryMode.SPARSE and query.sparse_top_k is not None:
                 k = _top_k(query.sparse_top_k, "query.sparse_top_k")
             if lexical:
@@ -329,11 +329,11 @@ class MemkernVectorStore(BasePydanticVectorStore):
         if self.namespace not in self._store.namespaces():
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         if mode is VectorStoreQueryMode.MMR:
-            ids, _, recs = F.search(self._store, self.namespace, q, fetch, tree, **kw)
+            ids, _, recs = F.search(self._store, self.namespace, q, fetch, tree, **tkw)
             picks, scores = mmr(q, np.asarray(self._store.embeddings(ids)), k, lam) if len(ids) else ([], [])
             recs = [recs[i] for i in np.asarray(picks, dtype=np.int64).tolist()]
         else:
-            _, scores, recs = F.search(self._store, self.namespace, q, k, tree, **kw)
+            _, scores, recs = F.search(self._store, self.namespace, q, k, tree, **tkw)
         return VectorStoreQueryResult(nodes=[self._node(r) for r in recs], similarities=[float(s) for s in scores],
                                       ids=[r.meta[ID_KEY] for r in recs])
 
