@@ -360,15 +360,15 @@ class MemkernEmbedding(BaseEmbedding):
     """memkern's embedder as a LlamaIndex ``BaseEmbedding``, e.g. ``Settings.embed_model =
     MemkernEmbedding()``.
 
+    Queries are embedded with ``kind="query"``, nodes with ``kind="passage"`` (the embedder's
+    query / passage prefixes apply); the async methods run the embedder in a worker thread.
+
     Parameters
     ----------
     embedder : a memkern :class:`memkern.Embedder` (``encode(texts, kind)``), any embedder
         :func:`memkern.integrations._common.as_embed_fn` takes, or ``None``: the offline default
         (MiniLM, 384-d, loaded on construction)
     embed_batch_size : texts per ``encode`` call when LlamaIndex embeds nodes (default 32)
-
-    Queries are embedded with ``kind="query"``, nodes with ``kind="passage"`` (the embedder's
-    query / passage prefixes apply); the async methods run the embedder in a worker thread.
     """
 
     _fn: Any = PrivateAttr(default=None)
