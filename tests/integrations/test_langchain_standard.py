@@ -29,10 +29,12 @@ class TestMemkernVectorStoreStandard(VectorStoreIntegrationTests):
             vs.close()
 
 
-#: The suite's tests (each but test_no_overrides_DO_NOT_OVERRIDE runs once per store kind): a newer
-#: langchain-tests that adds tests shows up here rather than silently.
+#: The suite's tests (each but test_no_overrides_DO_NOT_OVERRIDE runs once per store kind; tests a
+#: newer langchain-tests adds run too, inherited).
 SUITE_TESTS = sorted(n for n in dir(VectorStoreIntegrationTests) if n.startswith("test_"))
 
 
-def test_the_suite_is_the_one_counted():
-    assert len(SUITE_TESTS) == 25, SUITE_TESTS
+def test_the_whole_suite_is_collected():
+    # langchain-tests 1.1.9 has 25; fewer means the suite changed shape and this file needs a look
+    assert len(SUITE_TESTS) >= 25, SUITE_TESTS
+    assert {"test_delete_missing_content", "test_delete_missing_content_async"} <= set(SUITE_TESTS)
