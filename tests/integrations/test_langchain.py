@@ -46,9 +46,8 @@ def test_add_search_filter_delete_get(vs):
     assert [d.id for d in got] == ["d3", "d1"] and got[0].page_content == "blue car wash" and got[0].metadata == METAS[3]
     assert vs.delete(["d0", "d1"]) is True
     assert [d.id for d in vs.similarity_search("apple", k=5, filter={"color": "red"})] == []
-    with pytest.raises(MemkernKeyError, match="ids"):
-        vs.delete(["d2", "d0"])                             # d0 is gone: nothing is deleted
-    assert vs.get_by_ids(["d2"])[0].id == "d2"
+    assert vs.delete(["d4", "d0", "never"]) is True         # d0 is gone, "never" never was: skipped
+    assert [d.id for d in vs.get_by_ids(["d4", "d2", "d3"])] == ["d2", "d3"] and vs.store.count("docs") == 2
     rel = vs.similarity_search_with_relevance_scores("green apple tree", k=1)
     assert rel[0][0].id == "d2" and 0.99 <= rel[0][1] <= 1.0
 
@@ -193,4 +192,110 @@ def test_feedback_rejects_bad_citations(tmp_path):
         MemkernRetriever(vectorstore=object())
     with pytest.raises(MemkernValueError, match="reranker"):
         MemkernRetriever(vectorstore=v, reranker=Reranker(8))
+    v.close()
+
+
+# ------------------------------------------------------------------------------- MMR and relevance
+class PlaneEmbedder:
+    """Fixed unit vectors (d = 4): "q" = e0; "a" (cos 0.95 with q) and "a twin" (0.94) are
+    near-duplicates; "b" (0.8) leans the other way from q than "a" does, "c" (0.7) off the plane;
+    "far" is opposite to q."""
+
+    dim = 4
+
+    def __init__(self):
+        def unit(*x):
+            v = np.asarray(x, dtype=np.float32)
+            return v / np.linalg.norm(v)
+
+        self.table = {"q": unit(1, 0, 0, 0), "a": unit(0.95, 0.312, 0, 0), "a twin": unit(0.94, 0.341, 0, 0),
+                      "b": unit(0.8, -0.6, 0, 0), "c": unit(0.7, 0, 0.714, 0), "far": unit(-1, 0, 0, 0.1)}
+
+    def encode(self, texts, kind="passage"):
+        return np.stack([self.table.get(t, self.table["q"]) for t in texts]).astype(np.float32)
+
+
+PLANE = ["a", "a twin", "b", "c", "far"]
+
+
+@pytest.fixture
+def plane(make_store):
+    v = MemkernVectorStore(make_store(4, "cos"), PlaneEmbedder(), namespace="plane")
+    v.add_texts(PLANE, [{"i": i} for i in range(5)], ids=PLANE)
+    yield v
+    v.close()
+
+
+def test_mmr_trades_similarity_for_diversity(plane):
+    assert [d.id for d in plane.similarity_search("q", k=3)] == ["a", "a twin", "b"]
+    # lambda 1: similarity order; 0.5: the twin of the first pick is skipped for b and c
+    assert [d.id for d in plane.max_marginal_relevance_search("q", k=3, lambda_mult=1.0)] == ["a", "a twin", "b"]
+    assert [d.id for d in plane.max_marginal_relevance_search("q", k=3, lambda_mult=0.5)] == ["a", "b", "c"]
+    # candidates are the store's best fetch_k only ("far" never competes) and pass the filter
+    assert [d.id for d in plane.max_marginal_relevance_search("q", k=3, fetch_k=3)] == ["a", "b", "a twin"]
+    assert [d.id for d in plane.max_marginal_relevance_search("q", k=2, filter={"i": {"$gte": 1}})] == ["a twin", "b"]
+    q = PlaneEmbedder().table["q"].tolist()
+    assert [d.id for d in plane.max_marginal_relevance_search_by_vector(q, k=3)] == ["a", "b", "c"]
+    got = asyncio.run(plane.amax_marginal_relevance_search("q", k=3))
+    assert [d.id for d in got] == ["a", "b", "c"] and got[1].page_content == "b" and got[1].metadata == {"i": 2}
+    assert [d.id for d in asyncio.run(plane.amax_marginal_relevance_search_by_vector(q, k=2))] == ["a", "b"]
+    r = plane.as_retriever(search_type="mmr", search_kwargs={"k": 3, "fetch_k": 5, "lambda_mult": 0.5})
+    assert [d.id for d in r.invoke("q")] == ["a", "b", "c"]
+    assert [d.id for d in asyncio.run(r.ainvoke("q"))] == ["a", "b", "c"]
+
+
+def test_mmr_equals_langchains_own_on_random_candidates():
+    from langchain_core.vectorstores.utils import maximal_marginal_relevance
+
+    from memkern.integrations.mmr import mmr
+
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n, d = int(rng.integers(1, 30)), int(rng.integers(2, 12))
+        cands = rng.standard_normal((n, d)).astype(np.float32)
+        if trial % 5 == 0:
+            cands[rng.integers(n)] = 0.0                  # a zero vector: similarity 0 in both
+        q = rng.standard_normal(d).astype(np.float32)
+        k, lam = int(rng.integers(1, n + 3)), float(rng.choice([0.0, 0.25, 0.5, 0.9, 1.0]))
+        want = maximal_marginal_relevance(q, cands.tolist(), lambda_mult=lam, k=k)
+        assert mmr(q, cands, k, lam)[0].tolist() == want, (trial, n, k, lam)
+
+
+def test_relevance_scores_follow_langchains_convention_per_metric(make_store):
+    emb = PlaneEmbedder()
+    t = emb.table
+    for metric, want in [("cos", lambda x: max(0.0, float(t["q"] @ x))),
+                         ("ip", lambda x: max(0.0, float(t["q"] @ x))),
+                         ("l2", lambda x: max(0.0, 1 - float(np.linalg.norm(t["q"] - x)) / np.sqrt(2)))]:
+        v = MemkernVectorStore(make_store(4, metric, name=metric), emb, namespace="r")
+        v.add_texts(PLANE, ids=PLANE)
+        rel = v.similarity_search_with_relevance_scores("q", k=5)
+        assert [d.id for d, _ in rel] == ["a", "a twin", "b", "c", "far"], metric
+        for d, s in rel:
+            assert 0.0 <= s <= 1.0 and s == pytest.approx(want(t[d.id]), abs=1e-5), (metric, d.id)
+        assert rel[-1][1] == 0.0                               # "far" is opposite: relevance 0, not < 0
+        r = v.as_retriever(search_type="similarity_score_threshold",
+                           search_kwargs={"score_threshold": 0.7, "k": 5})
+        assert [d.id for d in r.invoke("q")] == [d.id for d, s in rel if s >= 0.7] != []
+        assert [d.id for d in asyncio.run(r.ainvoke("q"))] == [d.id for d, s in rel if s >= 0.7]
+        v.close()
+
+
+@pytest.mark.parametrize("call,err,where", [
+    (lambda v: v.max_marginal_relevance_search("q", k=5, fetch_k=3), MemkernValueError, "fetch_k"),
+    (lambda v: v.max_marginal_relevance_search("q", lambda_mult=1.5), MemkernValueError, "lambda_mult"),
+    (lambda v: v.max_marginal_relevance_search("q", lambda_mult="x"), MemkernTypeError, "lambda_mult"),
+    (lambda v: v.max_marginal_relevance_search("q", k=0), MemkernValueError, "k"),
+    (lambda v: v.max_marginal_relevance_search("q", filter={"a": {"$bad": 1}}), MemkernValueError, "filter"),
+    (lambda v: v.max_marginal_relevance_search_by_vector([1.0, 0.0]), MemkernValueError, "embedding"),
+    (lambda v: v.max_marginal_relevance_search_by_vector([float("nan")] * 4), MemkernValueError, "embedding"),
+])
+def test_mmr_bad_input_names_the_argument(plane, call, err, where):
+    with pytest.raises(err, match=where):
+        call(plane)
+
+
+def test_mmr_on_an_empty_store(make_store):
+    v = MemkernVectorStore(make_store(4), PlaneEmbedder(), namespace="empty")
+    assert v.max_marginal_relevance_search("q", k=3) == []
     v.close()

@@ -159,7 +159,7 @@ def test_bad_nodes_write_nothing(tmp_path, make, err, where):
 
 def test_bad_queries_raise_memkern_errors(vs):
     with pytest.raises(MemkernValueError, match="query.mode"):
-        vs.query(_q("x", mode=VectorStoreQueryMode.HYBRID))
+        vs.query(_q("x", mode=VectorStoreQueryMode.SVM))
     with pytest.raises(MemkernValueError, match="query.query_embedding"):
         vs.query(VectorStoreQuery(query_embedding=None, similarity_top_k=2))
     with pytest.raises(MemkernValueError, match="query.query_embedding"):
@@ -177,3 +177,261 @@ def test_bad_queries_raise_memkern_errors(vs):
     with pytest.raises(MemkernTypeError, match="namespace"):
         MemkernVectorStore(vs.client, namespace=3)
     assert len(vs.get_nodes()) == 5
+
+
+# ------------------------------------------------------------------------------- query modes
+class PlaneEmbedder:
+    """Fixed unit vectors (d = 4) for a few texts, the hashed bag of words for any other: "q" = e0;
+    "a" (cos 0.95 with q) and "a twin" (0.94) are near-duplicates; "b" (0.8) leans the other way
+    from q than "a", "c" (0.7) off the plane. Records the kinds it is asked for."""
+
+    dim = 4
+
+    def __init__(self):
+        def unit(*x):
+            v = np.asarray(x, dtype=np.float32)
+            return v / np.linalg.norm(v)
+
+        self.table = {"q": unit(1, 0, 0, 0), "a": unit(0.95, 0.312, 0, 0), "a twin": unit(0.94, 0.341, 0, 0),
+                      "b": unit(0.8, -0.6, 0, 0), "c": unit(0.7, 0, 0.714, 0)}
+        self.words = HashEmbedder(dim=4)
+        self.kinds = []
+
+    def encode(self, texts, kind="passage"):
+        self.kinds.append(kind)
+        return np.stack([self.table[t] if t in self.table else self.words.encode([t])[0] for t in texts])
+
+
+def _index(vs, texts, metas=None):
+    from llama_index.core import Document, StorageContext, VectorStoreIndex
+
+    metas = metas or [{}] * len(texts)
+    # the metadata stays out of the embedded text, so the vectors are the embedder's for the texts
+    docs = [Document(text=t, id_=t, metadata=metas[i], excluded_embed_metadata_keys=list(metas[i]))
+            for i, t in enumerate(texts)]
+    return VectorStoreIndex.from_documents(docs, storage_context=StorageContext.from_defaults(vector_store=vs))
+
+
+@pytest.fixture
+def settings_embed():
+    """Settings.embed_model = MemkernEmbedding(PlaneEmbedder()) for one test."""
+    from llama_index.core import Settings
+
+    from memkern.integrations.llamaindex import MemkernEmbedding
+
+    before = Settings._embed_model
+    emb = MemkernEmbedding(PlaneEmbedder())
+    Settings.embed_model = emb
+    yield emb
+    Settings._embed_model = before
+
+
+def _texts(got):
+    return [n.node.get_content() for n in got]
+
+
+def test_mmr_through_a_vector_store_index(make_store, settings_embed):
+    vs = MemkernVectorStore(make_store(4, "cos"), namespace="mmr")
+    index = _index(vs, ["a", "a twin", "b", "c"], [{"i": i} for i in range(4)])
+    assert _texts(index.as_retriever(similarity_top_k=3).retrieve("q")) == ["a", "a twin", "b"]
+    got = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr").retrieve("q")
+    assert _texts(got) == ["a", "b", "c"]                 # the twin of the first pick makes way
+    assert got[0].score == pytest.approx(0.5 * 0.95, abs=1e-3)     # MMR scores, as LlamaIndex's stores give
+    assert got[1].score == pytest.approx(0.5 * 0.8 - 0.5 * float(PlaneEmbedder().table["a"] @ PlaneEmbedder().table["b"]), abs=1e-3)
+    one = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr", vector_store_kwargs={"mmr_threshold": 1.0})
+    assert _texts(one.retrieve("q")) == ["a", "a twin", "b"]
+    # the candidates are the store's best mmr_prefetch_k, after the filters
+    few = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr", vector_store_kwargs={"mmr_prefetch_k": 3})
+    assert _texts(few.retrieve("q")) == ["a", "b", "a twin"]
+    flt = MetadataFilters(filters=[MetadataFilter(key="i", value=1, operator=FilterOperator.GTE)])
+    assert _texts(index.as_retriever(similarity_top_k=2, vector_store_query_mode="mmr", filters=flt).retrieve("q")) == \
+        ["a twin", "b"]
+    vs.close()
+
+
+def test_mmr_agrees_with_llamaindex_and_takes_every_pick_into_account():
+    """LlamaIndex's own MMR (get_top_k_mmr_embeddings) compares a candidate with the latest pick
+    only; from the third pick on, memkern's compares it with every pick (MMR as defined). The first
+    two picks and their scores are the same."""
+    from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+
+    from memkern.integrations.mmr import mmr
+
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        n, d = int(rng.integers(2, 25)), int(rng.integers(2, 10))
+        cands = rng.standard_normal((n, d))
+        q = rng.standard_normal(d)
+        lam = float(rng.choice([0.3, 0.5, 0.8, 1.0]))   # at 0 LlamaIndex's first pick is candidate 0
+        li_scores, li_ids = get_top_k_mmr_embeddings(q.tolist(), cands.tolist(), similarity_top_k=2, mmr_threshold=lam)
+        picks, scores = mmr(q, cands, 2, lam)
+        assert picks.tolist() == li_ids and scores == pytest.approx(li_scores, abs=1e-9)
+    t = PlaneEmbedder().table
+    cands = np.stack([t["a"], t["a twin"], t["b"], t["c"]])
+    assert get_top_k_mmr_embeddings(t["q"].tolist(), cands.tolist(), similarity_top_k=3)[1] == [0, 2, 1]
+    assert mmr(t["q"], cands, 3, 0.5)[0].tolist() == [0, 2, 3]     # the twin is still redundant with "a"
+
+
+HYBRID_TEXTS = ["Biscuit is the name of the dog", "the puppy sleeps on the sofa", "cats chase mice at night"]
+
+
+class MeaningEmbedder(PlaneEmbedder):
+    """The query "Biscuit" embeds next to "the puppy sleeps on the sofa" (what a dense model would
+    miss): the dense and lexical rankings disagree."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = {"Biscuit": np.asarray([1, 0, 0, 0], np.float32),
+                      HYBRID_TEXTS[0]: np.asarray([0, 1, 0, 0], np.float32),
+                      HYBRID_TEXTS[1]: np.asarray([0.9, 0.436, 0, 0], np.float32),
+                      HYBRID_TEXTS[2]: np.asarray([0, 0, 1, 0], np.float32)}
+
+
+def test_hybrid_is_the_stores_hybrid_search_with_alpha_as_one_minus_lexical_weight(make_store):
+    from llama_index.core import Settings
+
+    from memkern.integrations.llamaindex import MemkernEmbedding
+
+    before = Settings._embed_model
+    Settings.embed_model = MemkernEmbedding(MeaningEmbedder())
+    try:
+        store = make_store(4, "cos")
+        vs = MemkernVectorStore(store, namespace="h")
+        index = _index(vs, HYBRID_TEXTS)
+
+        def hybrid(**kw):
+            return index.as_retriever(similarity_top_k=2, vector_store_query_mode="hybrid", **kw).retrieve("Biscuit")
+
+        assert _texts(hybrid(alpha=1.0))[0] == HYBRID_TEXTS[1]               # vector only
+        lex = hybrid(alpha=0.0)                                              # lexical only: one shares a term
+        assert _texts(lex)[0] == HYBRID_TEXTS[0] and lex[0].score == pytest.approx(1.0) and lex[1].score == 0.0
+        q = np.asarray([1, 0, 0, 0], np.float32)
+        for alpha, w in [(None, 0.35), (0.2, 0.8), (0.9, 0.1)]:
+            ids, scores = store.search("h", q, 2, mode="hybrid", texts=["Biscuit"], lexical_weight=w)
+            want = [r.summary for r in store.get_batch(ids[0][ids[0] >= 0])]
+            got = hybrid(alpha=alpha)
+            assert _texts(got) == want and [g.score for g in got] == pytest.approx(scores[0][:len(want)].tolist())
+        assert _texts(hybrid(alpha=0.2))[0] == HYBRID_TEXTS[0]               # the name wins with weight 0.8
+        rrf = index.as_retriever(similarity_top_k=3, vector_store_query_mode="hybrid",
+                                 vector_store_kwargs={"fusion": "rrf"}).retrieve("Biscuit")
+        ids, scores = store.search("h", q, 3, mode="hybrid", texts=["Biscuit"], fusion="rrf")
+        assert [g.score for g in rrf] == pytest.approx(scores[0].tolist())
+        assert len(index.as_retriever(similarity_top_k=1, hybrid_top_k=3, vector_store_query_mode="hybrid")
+                   .retrieve("Biscuit")) == 3
+        vs.close()
+    finally:
+        Settings._embed_model = before
+
+
+@pytest.mark.parametrize("mode", ["sparse", "text_search"])
+def test_sparse_and_text_search_are_the_stores_bm25(make_store, settings_embed, mode):
+    store = make_store(4, "cos")
+    vs = MemkernVectorStore(store, namespace="bm25")
+    texts = ["green tea in the morning", "black tea and green apples", "coffee at noon", "a green door"]
+    index = _index(vs, texts, [{"n": i} for i in range(4)])
+    settings_embed._fn.embedder.kinds.clear()
+    got = index.as_retriever(similarity_top_k=5, vector_store_query_mode=mode).retrieve("green tea")
+    ids, scores = store.search("bm25", None, 5, mode="lexical", texts=["green tea"])
+    keep = ids[0] >= 0
+    assert _texts(got) == [r.summary for r in store.get_batch(ids[0][keep])] and "coffee at noon" not in _texts(got)
+    assert [g.score for g in got] == pytest.approx(scores[0][keep].tolist()) and len(got) == 3
+    assert settings_embed._fn.embedder.kinds == []        # a lexical search embeds nothing
+    flt = MetadataFilters(filters=[MetadataFilter(key="n", value=1, operator=FilterOperator.GTE)])
+    got = index.as_retriever(similarity_top_k=5, vector_store_query_mode=mode, filters=flt).retrieve("green tea")
+    assert _texts(got) == ["black tea and green apples", "a green door"]
+    res = vs.query(VectorStoreQuery(query_str="green", similarity_top_k=5, sparse_top_k=1, mode=mode))
+    assert len(res.ids) == (1 if mode == "sparse" else 3)
+    vs.close()
+
+
+def test_memkern_embedding_is_a_llamaindex_embedding_with_query_and_passage_kinds():
+    import asyncio
+
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    from memkern.integrations.llamaindex import MemkernEmbedding
+
+    inner = PlaneEmbedder()
+    e = MemkernEmbedding(inner, embed_batch_size=2)
+    assert isinstance(e, BaseEmbedding) and e.dim == 4 and e.model_name == "PlaneEmbedder"
+    assert e.get_query_embedding("q") == pytest.approx(inner.table["q"].tolist()) and inner.kinds == ["query"]
+    rows = e.get_text_embedding_batch(["a", "b", "c"])
+    assert rows[2] == pytest.approx(inner.table["c"].tolist()) and inner.kinds[1:] == ["passage", "passage"]
+    assert asyncio.run(e.aget_query_embedding("a")) == pytest.approx(inner.table["a"].tolist())
+    assert asyncio.run(e.aget_text_embedding("b")) == pytest.approx(inner.table["b"].tolist())
+    assert inner.kinds[-2:] == ["query", "passage"]
+    with pytest.raises(MemkernTypeError, match="query"):
+        e.get_query_embedding(None)
+    with pytest.raises(MemkernValueError, match="embed_batch_size"):
+        MemkernEmbedding(inner, embed_batch_size=0)
+    with pytest.raises(MemkernTypeError, match="embedder"):
+        MemkernEmbedding(object())
+
+
+@pytest.mark.slow
+def test_memkern_embedding_default_is_the_offline_minilm(tmp_path):
+    from llama_index.core import Settings
+
+    from memkern.integrations.llamaindex import MemkernEmbedding
+
+    before = Settings._embed_model
+    Settings.embed_model = MemkernEmbedding()
+    try:
+        assert Settings.embed_model.dim == 384
+        vs = MemkernVectorStore(tmp_path / "s", dim=384)
+        index = _index(vs, ["Alice moved to Lisbon in May", "bananas are rich in potassium"])
+        for mode in ["default", "hybrid", "mmr", "sparse"]:
+            got = index.as_retriever(similarity_top_k=1, vector_store_query_mode=mode).retrieve("Where does Alice live?")
+            assert _texts(got) == ["Alice moved to Lisbon in May"], mode
+        vs.close()
+    finally:
+        Settings._embed_model = before
+
+
+class NoModeStore:
+    """A store whose search has no ``mode`` (only dense search), to check the refusal."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def search(self, namespace, queries, k=20, filter=None):
+        return self._inner.search(namespace, queries, k, filter=filter)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("query,kw,err,where", [
+    (lambda: _q("x", mode=VectorStoreQueryMode.HYBRID), {}, MemkernTypeError, "query.query_str"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.HYBRID, query_str="x", alpha=1.5), {}, MemkernValueError,
+     "query.alpha"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.HYBRID, query_str="x"), {"fusion": "max"}, MemkernValueError,
+     "fusion"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.HYBRID, query_str="x", hybrid_top_k=0), {}, MemkernValueError,
+     "hybrid_top_k"),
+    (lambda: VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.HYBRID), {}, MemkernValueError,
+     "query.query_embedding"),
+    (lambda: VectorStoreQuery(query_str=None, mode=VectorStoreQueryMode.SPARSE), {}, MemkernTypeError,
+     "query.query_str"),
+    (lambda: VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.SPARSE, sparse_top_k=-1), {},
+     MemkernValueError, "sparse_top_k"),
+    (lambda: VectorStoreQuery(query_str="x", mode=VectorStoreQueryMode.MMR), {}, MemkernValueError,
+     "query.query_embedding"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.MMR, mmr_threshold=2.0), {}, MemkernValueError,
+     "query.mmr_threshold"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.MMR), {"mmr_threshold": -0.1}, MemkernValueError, "mmr_threshold"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.MMR), {"mmr_prefetch_k": 0}, MemkernValueError, "mmr_prefetch_k"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.MMR), {"mmr_prefetch_factor": 0.5}, MemkernValueError,
+     "mmr_prefetch_factor"),
+    (lambda: _q("x", mode=VectorStoreQueryMode.LINEAR_REGRESSION), {}, MemkernValueError, "query.mode"),
+])
+def test_bad_mode_queries_name_the_argument(vs, query, kw, err, where):
+    with pytest.raises(err, match=where):
+        vs.query(query(), **kw)
+
+
+def test_lexical_modes_need_a_store_with_lexical_search(vs):
+    v = MemkernVectorStore(NoModeStore(vs.client))
+    assert v.query(_q("apple", k=1, mode=VectorStoreQueryMode.MMR)).ids != []
+    with pytest.raises(MemkernValueError, match="query.mode"):
+        v.query(_q("apple", mode=VectorStoreQueryMode.HYBRID, query_str="apple"))

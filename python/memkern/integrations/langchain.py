@@ -5,8 +5,16 @@
 Storage: one LangChain document = one memkern topic record in the vector store's ``namespace``
 (``summary`` = ``page_content``, ``meta`` = the document's metadata plus the reserved key
 ``"__lc_id__"``, the document id; ids not given are new UUID4 strings). Adding a document whose id
-exists writes a new version of its record. ``filter=`` takes the dict grammar of
-:mod:`memkern.integrations.filters` (``{"user": "alice", "n": {"$gte": 3}}``).
+exists writes a new version of its record; deleting ids that hold no document is not an error
+(LangChain's contract). ``filter=`` takes the dict grammar of :mod:`memkern.integrations.filters`
+(``{"user": "alice", "n": {"$gte": 3}}``).
+
+Search types of ``as_retriever``: ``"similarity"``; ``"mmr"`` (:meth:`MemkernVectorStore.
+max_marginal_relevance_search`: maximal marginal relevance over the store's best ``fetch_k``,
+:mod:`memkern.integrations.mmr`); ``"similarity_score_threshold"`` (relevance scores in [0, 1] by
+LangChain's convention for the store's metric: the cosine similarity for ``"cos"`` / ``"ip"``
+stores of normalised embeddings, ``1 - ||q - x|| / sqrt(2)`` for ``"l2"``; clipped to [0, 1]). The
+langchain_tests standard vector-store suite passes (``tests/integrations/test_langchain_standard.py``).
 
 Reranking: ``MemkernRetriever(vectorstore, k=4, candidates=20, reranker=...)`` retrieves
 ``candidates`` records and lets a :class:`memkern.Reranker` choose ``k`` of them (Gumbel-top-k
@@ -18,11 +26,12 @@ document that was cited, -1 for each one that was not) and runs one REINFORCE st
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -41,6 +50,7 @@ from ..base.validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int, check_name
 from . import filters as F
 from ._common import (TIME_KEYS, EmbedFn, apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw,
                       release_store, time_kw)
+from .mmr import check_lambda, mmr
 from .values import check_json_value
 
 __all__ = ["MemkernEmbeddings", "MemkernVectorStore", "MemkernRetriever", "ID_KEY"]
@@ -69,6 +79,14 @@ class MemkernEmbeddings(Embeddings):
 
 def _check_k(k: Any, name: str = "k") -> int:
     return check_int(name, k, 1, type_error=True)
+
+
+def _cosine_relevance(score: float) -> float:
+    return min(1.0, max(0.0, float(score)))
+
+
+def _l2_relevance(score: float) -> float:
+    return min(1.0, max(0.0, 1.0 - math.sqrt(max(0.0, -float(score))) / math.sqrt(2.0)))
 
 
 class MemkernVectorStore(VectorStore):
@@ -154,16 +172,17 @@ class MemkernVectorStore(VectorStore):
         return out_ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete documents by id; an unknown id raises :class:`memkern.MemkernKeyError` before any is deleted."""
+        """Delete the documents with these ids; ids of no document are skipped (LangChain's
+        contract: deleting missing content is not an error). Returns ``True``. ``ids=None`` (which
+        LangChain leaves to the store) is refused rather than taken as "delete everything"."""
         if ids is None:
             raise bad_arg("ids", "a list of document ids", None)
         ids = check_texts(ids, "ids")
         with self._lock:
-            missing = [d for d in ids if d not in self._ids]
-            if missing:
-                raise MemkernKeyError(f"ids: unknown document id(s) {missing[:5]}")
             for d in dict.fromkeys(ids):
-                self.store.delete(self._ids.pop(d))
+                rid = self._ids.pop(d, None)
+                if rid is not None and rid in self.store:
+                    self.store.delete(rid)
         return True
 
     # ------------------------------------------------------------------ reads
@@ -214,13 +233,57 @@ class MemkernVectorStore(VectorStore):
                                     **kwargs: Any) -> list[Document]:
         k = _check_k(k)
         tkw = pop_time_kw(self.store, kwargs)
-        q = np.asarray(embedding, dtype=np.float32) if not isinstance(embedding, np.ndarray) else embedding
-        if q.ndim != 1 or q.shape[0] != self.store.dim:
-            raise bad_arg("embedding", f"shape [{self.store.dim}]", f"shape {list(q.shape)}")
+        q = self._query_vector(embedding)
         return [self._doc(r) for r in self._search(q, k, filter, tkw)[2]]
 
-    def _select_relevance_score_fn(self):
-        return lambda s: max(0.0, min(1.0, (float(s) + 1.0) / 2.0))
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        """Store score -> relevance in [0, 1], LangChain's convention for the store's metric (for
+        normalised embeddings): ``"cos"`` / ``"ip"``: ``1 - cosine distance`` = the similarity;
+        ``"l2"`` (score ``-||q - x||^2``): ``1 - ||q - x|| / sqrt(2)``; clipped to [0, 1] (opposite
+        vectors, or unnormalised ones, would fall outside)."""
+        return _l2_relevance if self.store.metric == "l2" else _cosine_relevance
+
+    def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5,
+                                      filter: dict | None = None, **kwargs: Any) -> list[Document]:
+        """``k`` documents picked by maximal marginal relevance (:mod:`memkern.integrations.mmr`)
+        from the store's best ``fetch_k`` for ``query``. ``lambda_mult``: 1 = similarity order,
+        0 = most diverse. ``filter`` and the time keywords as in :meth:`similarity_search_with_score`
+        (they restrict the candidates)."""
+        self._check_mmr(k, fetch_k, lambda_mult, filter)
+        q = self._embed([check_text(query, "query", MAX_QUERY_CHARS)], kind="query")[0]
+        return self.max_marginal_relevance_search_by_vector(q, k, fetch_k, lambda_mult, filter, **kwargs)
+
+    def max_marginal_relevance_search_by_vector(self, embedding: list[float], k: int = 4, fetch_k: int = 20,
+                                                lambda_mult: float = 0.5, filter: dict | None = None,
+                                                **kwargs: Any) -> list[Document]:
+        """:meth:`max_marginal_relevance_search` for a query vector (``[d]`` floats)."""
+        k, fetch_k, lam = self._check_mmr(k, fetch_k, lambda_mult, filter)
+        tkw = pop_time_kw(self.store, kwargs)
+        q = self._query_vector(embedding)
+        ids, _, recs = self._search(q, fetch_k, filter, tkw)
+        if not len(ids):
+            return []
+        picks, _ = mmr(q, np.asarray(self.store.embeddings(ids)), k, lam)
+        return [self._doc(recs[i]) for i in picks.tolist()]
+
+    @staticmethod
+    def _check_mmr(k: Any, fetch_k: Any, lambda_mult: Any, filter: Any) -> tuple[int, int, float]:
+        k = _check_k(k)
+        fetch_k = _check_k(fetch_k, "fetch_k")
+        if fetch_k < k:
+            raise bad_arg("fetch_k", f"an int >= k = {k} (the candidates MMR picks from)", fetch_k)
+        lam = check_lambda(lambda_mult, "lambda_mult")
+        F.parse(filter, "filter")
+        return k, fetch_k, lam
+
+    def _query_vector(self, embedding: Any) -> np.ndarray:
+        try:
+            q = np.asarray(embedding, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise bad_arg("embedding", f"{self.store.dim} floats", type(embedding).__name__, MemkernTypeError) from None
+        if q.ndim != 1 or q.shape[0] != self.store.dim or not np.isfinite(q).all():
+            raise bad_arg("embedding", f"{self.store.dim} finite floats", f"shape {list(q.shape)}")
+        return q
 
     @classmethod
     def from_texts(cls, texts: list[str], embedding: Any = None, metadatas: list[dict] | None = None, *,

@@ -12,11 +12,19 @@ doc_ids=..., node_ids=...))`` returns the best ``k`` matching nodes (empty ``doc
 scores (cosine for normalised embeddings). Every ``FilterOperator`` is supported (``==  !=  >  >=
 <  <=  in  nin  any  all  contains  text_match  text_match_insensitive  is_empty``) with the
 ``and`` / ``or`` / ``not`` conditions, through :mod:`memkern.integrations.filters` (pushed into
-the index search where the store supports it). Only ``VectorStoreQueryMode.DEFAULT`` is
-supported; other modes raise :class:`memkern.MemkernValueError`.
+the index search where the store supports it). Query modes: ``DEFAULT`` (vector similarity),
+``HYBRID`` (the store's own hybrid search of the embedding and the query string; ``alpha`` ->
+``lexical_weight = 1 - alpha``), ``SPARSE`` / ``TEXT_SEARCH`` (the store's BM25 search) and
+``MMR`` (maximal marginal relevance, ``mmr_threshold``); see :meth:`MemkernVectorStore.query`.
+Other modes raise :class:`memkern.MemkernValueError`.
+
+``MemkernEmbedding`` is memkern's embedder (default: the offline MiniLM) as a LlamaIndex
+``BaseEmbedding``, for ``Settings.embed_model`` or ``VectorStoreIndex(..., embed_model=...)``.
 """
 from __future__ import annotations
 
+import asyncio
+import math
 import threading
 from collections import defaultdict
 from typing import Any, List, Optional, Sequence
@@ -24,6 +32,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 try:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.core.schema import BaseNode
     from llama_index.core.vector_stores.types import (
@@ -41,16 +50,22 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("memkern.integrations.llamaindex needs LlamaIndex: pip install 'memkern[llamaindex]'") from e
 
 from ..errors import MemkernTypeError, bad_arg
-from ..base.validate import MAX_ID_CHARS
+from ..base.validate import MAX_ID_CHARS, MAX_QUERY_CHARS, check_int
 from . import filters as F
-from ._common import apply_writes, check_text, check_texts, open_store, pop_time_kw, release_store
+from ._common import apply_writes, as_embed_fn, check_text, check_texts, open_store, pop_time_kw, release_store
+from .mmr import check_lambda, mmr
 from .values import check_json_value
 
-__all__ = ["MemkernVectorStore", "to_filter", "ID_KEY"]
+__all__ = ["MemkernVectorStore", "MemkernEmbedding", "to_filter", "ID_KEY"]
 
 #: Reserved meta key holding the node id.
 ID_KEY = "__li_id__"
 _CHUNK = 256
+#: The query modes ``MemkernVectorStore.query`` runs (see there).
+_MODES = (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.HYBRID, VectorStoreQueryMode.SPARSE,
+          VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.MMR)
+#: MMR candidates per result when ``mmr_prefetch_k`` is not given (LlamaIndex's vector stores' default).
+_MMR_PREFETCH_FACTOR = 4.0
 
 _OPS = {
     FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte",
@@ -242,30 +257,153 @@ class MemkernVectorStore(BasePydanticVectorStore):
         return [self._node(r) for r in self._scan(self._tree(node_ids, None, filters))]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """The ``similarity_top_k`` nodes most similar to ``query.query_embedding`` that pass
-        ``query.filters`` / ``node_ids`` / ``doc_ids``. ``kwargs`` may hold ``time_range`` /
-        ``time_field`` / ``recency`` / ``recency_weight`` / ``now``
-        (:func:`memkern.integrations._common.time_kw`), e.g. through
-        ``index.as_retriever(vector_store_kwargs={"time_range": (start, None)})``."""
+        """The best nodes for ``query`` that pass ``query.filters`` / ``node_ids`` / ``doc_ids``,
+        by ``query.mode``:
+
+        * ``DEFAULT``: the ``similarity_top_k`` nodes most similar to ``query.query_embedding``
+          (similarities = the store's scores);
+        * ``HYBRID``: the store's hybrid search (:meth:`memkern.MemoryStore.search` with
+          ``mode="hybrid"``) of the embedding and ``query.query_str``; ``hybrid_top_k`` (else
+          ``similarity_top_k``) nodes. ``query.alpha`` (LlamaIndex: 0 = lexical only, 1 = vector
+          only) sets ``lexical_weight = 1 - alpha``; ``None`` keeps the store's default (0.35).
+          ``kwargs`` may hold ``fusion`` (``"coverage"``, the default, ``"rrf"`` or ``"weighted"``);
+          similarities = the fused scores;
+        * ``SPARSE`` / ``TEXT_SEARCH``: the store's lexical BM25 search of ``query.query_str``
+          (no embedding needed); ``sparse_top_k`` (``SPARSE``, else ``similarity_top_k``) nodes
+          that share a term with the query; similarities = BM25 scores;
+        * ``MMR``: maximal marginal relevance (:mod:`memkern.integrations.mmr`) over the store's
+          best ``mmr_prefetch_k`` (default ``ceil(mmr_prefetch_factor * similarity_top_k)``,
+          factor 4) for the embedding; ``mmr_threshold`` (``query.mmr_threshold``, else
+          ``kwargs["mmr_threshold"]``, else 0.5) weighs the similarity to the query against the
+          similarity to the nodes already picked (1 = plain similarity order, 0 = most diverse);
+          similarities = each node's MMR score when picked, as in LlamaIndex's own stores.
+
+        ``kwargs`` may also hold ``time_range`` / ``time_field`` / ``recency`` /
+        ``recency_weight`` / ``now`` (:func:`memkern.integrations._common.time_kw`), e.g. through
+        ``index.as_retriever(vector_store_kwargs={"time_range": (start, None)})``. Other modes
+        raise :class:`memkern.MemkernValueError`."""
         if not isinstance(query, VectorStoreQuery):
             raise bad_arg("query", "a VectorStoreQuery", type(query).__name__, MemkernTypeError)
-        if VectorStoreQueryMode(query.mode) is not VectorStoreQueryMode.DEFAULT:
-            raise bad_arg("query.mode", "VectorStoreQueryMode.DEFAULT", query.mode)
-        k = query.similarity_top_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise bad_arg("query.similarity_top_k", "an int >= 1", k)
-        if query.query_embedding is None:
-            raise bad_arg("query.query_embedding", f"a vector of {self._store.dim} floats", None)
-        q = np.asarray(query.query_embedding, dtype=np.float32)
-        if q.shape != (self._store.dim,) or not np.isfinite(q).all():
-            raise bad_arg("query.query_embedding", f"{self._store.dim} finite floats", f"shape {list(q.shape)}")
+        try:
+            mode = VectorStoreQueryMode(query.mode)
+        except ValueError:
+            raise bad_arg("query.mode", f"one of {', '.join(m.name for m in _MODES)}", query.mode) from None
+        if mode not in _MODES:
+            raise bad_arg("query.mode", f"one of {', '.join(m.name for m in _MODES)}", mode.name)
+        k = _top_k(query.similarity_top_k, "query.similarity_top_k")
+        lexical = mode in (VectorStoreQueryMode.SPARSE, VectorStoreQueryMode.TEXT_SEARCH)
+        q = None if lexical and query.query_embedding is None else self._embedding(query.query_embedding)
         # an empty id list means "no restriction" here: VectorStoreIndex passes node_ids=[] for stores
         # that keep the text themselves (get_nodes / delete_nodes keep [] as "none")
         tree = self._tree(query.node_ids or None, query.doc_ids or None, query.filters)
         tkw = pop_time_kw(self._store, kwargs)
+        if mode is VectorStoreQueryMode.MMR:
+            if query.mmr_threshold is not None:
+                lam = check_lambda(query.mmr_threshold, "query.mmr_threshold")
+            else:
+                lam = kwargs.get("mmr_threshold")
+                lam = 0.5 if lam is None else check_lambda(lam, "mmr_threshold")
+            fetch = kwargs.get("mmr_prefetch_k")
+            if fetch is None:
+                factor = kwargs.get("mmr_prefetch_factor", _MMR_PREFETCH_FACTOR)
+                if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+                    raise bad_arg("mmr_prefetch_factor", "a number >= 1", factor)
+                fetch = math.ceil(factor * k)
+            fetch = _top_k(fetch, "mmr_prefetch_k")
+        elif mode is not VectorStoreQueryMode.DEFAULT:
+            if not F.supports_mode(self._store):
+                raise bad_arg("query.mode", f"DEFAULT or MMR ({type(self._store).__name__}.search has no "
+                              "lexical or hybrid mode)", mode.name)
+            text = check_text(query.query_str, "query.query_str", MAX_QUERY_CHARS)
+            tkw.update(mode="lexical" if lexical else "hybrid", texts=[text])
+            if mode is VectorStoreQueryMode.HYBRID:
+                k = _top_k(query.hybrid_top_k, "query.hybrid_top_k") if query.hybrid_top_k is not None else k
+                if query.alpha is not None:
+                    tkw["lexical_weight"] = 1.0 - check_lambda(query.alpha, "query.alpha")
+                if "fusion" in kwargs:
+                    tkw["fusion"] = kwargs["fusion"]
+            elif mode is VectorStoreQueryMode.SPARSE and query.sparse_top_k is not None:
+                k = _top_k(query.sparse_top_k, "query.sparse_top_k")
+            if lexical:
+                q = None
         if self.namespace not in self._store.namespaces():
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        _, scores, recs = F.search(self._store, self.namespace, q, k, tree, **tkw)
+        if mode is VectorStoreQueryMode.MMR:
+            ids, _, recs = F.search(self._store, self.namespace, q, fetch, tree, **tkw)
+            picks, scores = mmr(q, np.asarray(self._store.embeddings(ids)), k, lam) if len(ids) else ([], [])
+            recs = [recs[i] for i in np.asarray(picks, dtype=np.int64).tolist()]
+        else:
+            _, scores, recs = F.search(self._store, self.namespace, q, k, tree, **tkw)
         return VectorStoreQueryResult(nodes=[self._node(r) for r in recs], similarities=[float(s) for s in scores],
                                       ids=[r.meta[ID_KEY] for r in recs])
 
+    def _embedding(self, e: Any) -> np.ndarray:
+        d = self._store.dim
+        if e is None:
+            raise bad_arg("query.query_embedding", f"a vector of {d} floats", None)
+        try:
+            q = np.asarray(e, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise bad_arg("query.query_embedding", f"{d} finite floats", type(e).__name__, MemkernTypeError) from None
+        if q.shape != (d,) or not np.isfinite(q).all():
+            raise bad_arg("query.query_embedding", f"{d} finite floats", f"shape {list(q.shape)}")
+        return q
+
+
+def _top_k(k: Any, name: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise bad_arg(name, "an int >= 1", k)
+    return k
+
+
+class MemkernEmbedding(BaseEmbedding):
+    """memkern's embedder as a LlamaIndex ``BaseEmbedding``, e.g. ``Settings.embed_model =
+    MemkernEmbedding()``.
+
+    Queries are embedded with ``kind="query"``, nodes with ``kind="passage"`` (the embedder's
+    query / passage prefixes apply); the async methods run the embedder in a worker thread.
+
+    Parameters
+    ----------
+    embedder : a memkern :class:`memkern.Embedder` (``encode(texts, kind)``), any embedder
+        :func:`memkern.integrations._common.as_embed_fn` takes, or ``None``: the offline default
+        (MiniLM, 384-d, loaded on construction)
+    embed_batch_size : texts per ``encode`` call when LlamaIndex embeds nodes (default 32)
+    """
+
+    _fn: Any = PrivateAttr(default=None)
+
+    def __init__(self, embedder: Any = None, embed_batch_size: int = 32, **kwargs: Any) -> None:
+        fn = as_embed_fn(embedder)
+        check_int("embed_batch_size", embed_batch_size, 1, 2048, type_error=True)
+        name = kwargs.pop("model_name", None) or str(getattr(fn.embedder, "model_name", None)
+                                                    or type(fn.embedder).__name__)
+        super().__init__(model_name=name, embed_batch_size=embed_batch_size, **kwargs)
+        self._fn = fn
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MemkernEmbedding"
+
+    @property
+    def dim(self) -> int:
+        """Embedding width ``d`` (the store's ``dim`` must match)."""
+        return self._fn.dim
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        return self._fn([check_text(query, "query", MAX_QUERY_CHARS)], kind="query")[0].tolist()
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._fn([check_text(text, "text")], kind="passage")[0].tolist()
+
+    def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+        return self._fn(check_texts(texts, "texts"), kind="passage").tolist()
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)
+
+    async def _aget_text_embedding(self, text: str) -> List[float]:
+        return await asyncio.to_thread(self._get_text_embedding, text)
+
+    async def _aget_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+        return await asyncio.to_thread(self._get_text_embeddings, texts)
