@@ -15,7 +15,8 @@ from langgraph.store.base import GetOp, PutOp, SearchOp  # noqa: E402
 
 from fakes_embed import HashEmbedder  # noqa: E402
 from memkern import MemkernTypeError, MemkernValueError  # noqa: E402
-from memkern.integrations.langgraph import EXPIRES, MemkernStore, REFRESH_SLACK  # noqa: E402
+from memkern.integrations.langgraph import MemkernStore, REFRESH_SLACK  # noqa: E402
+from memkern.integrations.langgraph.namespaces import EXPIRES  # noqa: E402
 
 
 class Clock:
