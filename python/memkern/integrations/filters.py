@@ -110,6 +110,8 @@ def node(kind: str, children: Sequence[Any]) -> Node | Cond | None:
         if len(kids) != 1:
             raise bad_arg("filter", "exactly one condition under 'not'", len(kids))
         return Node("not", kids)
+    if kind == "and":  # flattened: split() finds every top-level condition
+        kids = tuple(g for c in kids for g in (c.children if isinstance(c, Node) and c.kind == "and" else (c,)))
     if not kids:
         return None
     if len(kids) == 1:
@@ -121,7 +123,8 @@ _DOLLAR = {"$eq": "eq", "$ne": "ne", "$in": "in", "$nin": "nin", "$gt": "gt", "$
            "$lt": "lt", "$lte": "lte", "$contains": "contains", "$exists": "exists"}
 
 
-def parse(filter: Any, name: str = "filter", _depth: int = 0) -> Cond | Node | None:
+def parse(filter: Any, name: str = "filter", _depth: int = 0, *, leaf: Any = None,
+          key_kind: str = "a metadata key") -> Cond | Node | None:
     """Parse the dict grammar shared by memkern, LangGraph and LangChain.
 
     ``{"k": v}`` (equality; a dict ``v`` without ``$`` keys matches a sub-dict), ``{"k": {"$eq" |
@@ -129,6 +132,10 @@ def parse(filter: Any, name: str = "filter", _depth: int = 0) -> Cond | Node | N
     (several operators = and), ``{"$and": [f, ...]}``, ``{"$or": [f, ...]}``, ``{"$not": f}``;
     several keys = and; nested at most :data:`MAX_FILTER_DEPTH` levels. ``None`` or ``{}`` is no
     filter.
+
+    ``leaf(key, value, name)``, when given, parses each key's condition instead (an adapter's own
+    semantics under the same ``$and`` / ``$or`` / ``$not`` combinators); ``key_kind`` names the keys
+    in errors.
     """
     check_depth(_depth, name)
     if filter is None:
@@ -142,21 +149,27 @@ def parse(filter: Any, name: str = "filter", _depth: int = 0) -> Cond | Node | N
         if key in ("$and", "$or"):
             if isinstance(v, (str, dict)) or not isinstance(v, (list, tuple)):
                 raise bad_arg(f"{name}[{key!r}]", "a list of filters", type(v).__name__, MemkernTypeError)
-            parts.append(node(key[1:], [parse(f, f"{name}[{key!r}][{i}]", _depth + 1) for i, f in enumerate(v)]))
+            parts.append(node(key[1:], [parse(f, f"{name}[{key!r}][{i}]", _depth + 1, leaf=leaf, key_kind=key_kind)
+                                        for i, f in enumerate(v)]))
         elif key == "$not":
-            parts.append(node("not", [parse(v, f"{name}['$not']", _depth + 1)]))
+            parts.append(node("not", [parse(v, f"{name}['$not']", _depth + 1, leaf=leaf, key_kind=key_kind)]))
         elif key.startswith("$"):
-            raise bad_arg(name, "'$and', '$or', '$not' or a metadata key", key)
-        elif isinstance(v, dict) and any(isinstance(o, str) and o.startswith("$") for o in v):
-            ops = []
-            for o, operand in v.items():
-                if o not in _DOLLAR:
-                    raise bad_arg(f"{name}[{key!r}]", f"an operator in {sorted(_DOLLAR)}", o)
-                ops.append(cond(key, _DOLLAR[o], operand, name))
-            parts.append(node("and", ops))
+            raise bad_arg(name, f"'$and', '$or', '$not' or {key_kind}", key)
         else:
-            parts.append(cond(key, "eq", v, name))
+            parts.append((leaf or _leaf)(key, v, name))
     return node("and", parts)
+
+
+def _leaf(key: str, v: Any, name: str) -> Cond | Node | None:
+    """memkern's condition on one key: equality, or ``{"$op": operand, ...}`` (and-ed)."""
+    if isinstance(v, dict) and any(isinstance(o, str) and o.startswith("$") for o in v):
+        ops = []
+        for o, operand in v.items():
+            if o not in _DOLLAR:
+                raise bad_arg(f"{name}[{key!r}]", f"an operator in {sorted(_DOLLAR)}", o)
+            ops.append(cond(key, _DOLLAR[o], operand, name))
+        return node("and", ops)
+    return cond(key, "eq", v, name)
 
 
 # ------------------------------------------------------------------------------- matching

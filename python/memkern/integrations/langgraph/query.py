@@ -72,48 +72,32 @@ def _key_pred(key: str, want: Any) -> F.Pred:
     return F.Pred(lambda meta: _lg_match(meta.get(key), want), f"{key}: {want!r}")
 
 
-def parse_filter(filter: Any, name: str = "filter", _depth: int = 0) -> Any:
+def parse_filter(filter: Any, name: str = "filter") -> Any:
     """A LangGraph ``search`` filter (module doc) -> the tree :func:`memkern.integrations.filters.search`
-    evaluates; bad filters raise naming ``name`` and the key."""
-    F.check_depth(_depth, name)
-    if filter is None:
-        return None
-    if not isinstance(filter, dict):
-        raise bad_arg(name, "a dict or None", type(filter).__name__, MemkernTypeError)
-    parts: list[Any] = []
-    for key, v in filter.items():
-        if not isinstance(key, str):
-            raise bad_arg(name, "str keys", f"key {key!r}", MemkernTypeError)
-        where = f"{name}[{key!r}]"
-        if key in ("$and", "$or"):
-            if isinstance(v, (str, dict)) or not isinstance(v, (list, tuple)):
-                raise bad_arg(where, "a list of filters", type(v).__name__, MemkernTypeError)
-            parts.append(F.node(key[1:], [parse_filter(f, f"{where}[{i}]", _depth + 1) for i, f in enumerate(v)]))
-            continue
-        if key == "$not":
-            parts.append(F.node("not", [parse_filter(v, where, _depth + 1)]))
-            continue
-        if key.startswith("$"):
-            raise bad_arg(name, "'$and', '$or', '$not' or a value key", key)
-        if key in RESERVED:
-            raise bad_arg(name, "a value key (not one of the adapter's reserved keys)", key)
-        check_json_value(v, where)
-        if isinstance(v, dict) and _is_ops(v):
-            for o, operand in v.items():
-                if o in _EXT_OPS:
-                    parts.append(F.cond(key, _EXT_OPS[o], operand, name))
-                elif o not in _LG_OPS:
-                    raise bad_arg(where, f"an operator in {list(_LG_OPS) + list(_EXT_OPS)}", o)
-                elif o == "$eq" and isinstance(operand, str) and key:
-                    parts.append(F.Cond(key, "eq", operand))            # str == str: the store's own filter
-                else:
-                    _check_operand({o: operand}, where)
-                    parts.append(_key_pred(key, {o: operand}))
-        elif isinstance(v, str) and key:
-            parts.append(F.Cond(key, "eq", v))
-        else:
-            _check_operand(v, where)
-            parts.append(_key_pred(key, v))
-    return F.node("and", parts)
+    evaluates (the combinators of :func:`memkern.integrations.filters.parse`, LangGraph's conditions
+    per key); bad filters raise naming ``name`` and the key."""
+    return F.parse(filter, name, leaf=_leaf, key_kind="a value key")
 
 
+def _leaf(key: str, v: Any, name: str) -> Any:
+    where = f"{name}[{key!r}]"
+    if key in RESERVED:
+        raise bad_arg(name, "a value key (not one of the adapter's reserved keys)", key)
+    check_json_value(v, where)
+    if isinstance(v, dict) and _is_ops(v):
+        parts: list[Any] = []
+        for o, operand in v.items():
+            if o in _EXT_OPS:
+                parts.append(F.cond(key, _EXT_OPS[o], operand, name))
+            elif o not in _LG_OPS:
+                raise bad_arg(where, f"an operator in {list(_LG_OPS) + list(_EXT_OPS)}", o)
+            elif o == "$eq" and isinstance(operand, str) and key:
+                parts.append(F.Cond(key, "eq", operand))            # str == str: the store's own filter
+            else:
+                _check_operand({o: operand}, where)
+                parts.append(_key_pred(key, {o: operand}))
+        return F.node("and", parts)
+    if isinstance(v, str) and key:
+        return F.Cond(key, "eq", v)
+    _check_operand(v, where)
+    return _key_pred(key, v)
