@@ -383,7 +383,8 @@ class FeedbackRequest(Strict):
 def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: KeyRing | None = None,
                allowed_hosts: Iterable[str] | None = None, body_timeout: float = 30.0, max_concurrent: int = 64):
     """The ASGI app serving ``service`` (FastAPI behind :class:`_Guard`; ``.fastapi`` is the
-    FastAPI app).
+    FastAPI app). Starts the service's model load in the background
+    (:meth:`MemoryService.start_loading`; ``GET /health/ready`` is 200 once it is done).
 
     Parameters
     ----------
