@@ -169,8 +169,9 @@ def service_from_args(args: Any) -> Iterator["MemoryService"]:
     options (:func:`add_server_args`), as a context manager.
 
     Sets the torch threads (``--threads``), builds the ``--embedder`` (``None``: the offline
-    default on first use) and ``--chat-model``, opens the store (``--store``, created with the
-    embedder's width), and applies the ``Limits`` options. On exit the kept RMMs are saved
+    default, built by the service's start-up load, which ``create_app`` / ``build_server`` start)
+    and ``--chat-model``, opens the store (``--store``, created with the embedder's width), and
+    applies the ``Limits`` options. On exit the kept RMMs are saved
     (:meth:`MemoryService.close`) and then the store is closed.
     """
     from ..server.service import Limits, MemoryService

@@ -3,10 +3,14 @@
 Routes (mem0-shaped; the OpenAPI schema is served at ``/openapi.json``, the docs at ``/docs``):
 
 =========================================  ==================================================
-``GET /health``                            liveness and the store's shape (no auth)
+``GET /health``                            liveness (200 while serving) and the store's shape (no auth)
+``GET /health/live``                       liveness: 200 as soon as the process serves HTTP (no auth)
+``GET /health/ready``                      readiness: 503 with the reason until the store is open and the
+                                           models are loaded (:meth:`MemoryService.start_loading`), then 200
 ``POST /v1/memories``                      add ``{"messages", "user_id"|"agent_id"|"run_id", "metadata"?, "infer"?, "date"?}``
 ``GET /v1/memories?user_id=...``           list the scope's memories
-``POST /v1/memories/search``               ``{"query", "user_id"..., "limit"?, "filters"?, "threshold"?, time fields?}``
+``POST /v1/memories/search``               ``{"query", "user_id"..., "limit"?, "mode"?, "fusion"?, "lexical_weight"?,
+                                           "filters"?, "threshold"?, time fields?}``
 ``GET /v1/memories/{id}?user_id=...``      one memory of the scope
 ``PUT /v1/memories/{id}``                  ``{"text"?, "metadata"?, "user_id"...}``: a new version
 ``DELETE /v1/memories/{id}?user_id=...``   delete
@@ -21,13 +25,20 @@ take ``time_range: [start, end]`` (dates or unix seconds, ``null`` for an open e
 ``time_field`` (``"event"``, ``"created"``, ``"updated"``) and a recency prior (``recency``: half-life
 in seconds, ``recency_weight``, ``now``); see :meth:`memkern.server.service.MemoryService.search_kw`.
 
-Scopes: every route but ``/health`` and ``/v1/feedback`` names a scope (``user_id`` /
+Search: ``mode`` (``"dense"``, ``"lexical"``, ``"hybrid"``), ``fusion`` and ``lexical_weight`` as in
+:meth:`memkern.MemoryStore.search`, with its defaults (:mod:`memkern.server.search_args`);
+``filter`` is accepted for ``filters``.
+
+Start-up: :func:`create_app` starts loading the models in the background
+(:meth:`MemoryService.start_loading`); a request that needs one meanwhile waits for it.
+
+Scopes: every route but the health routes and ``/v1/feedback`` names a scope (``user_id`` /
 ``agent_id`` / ``run_id``, at least one; a query parameter on ``GET`` / ``DELETE``, in the body
 or the query on ``PUT``). The id routes answer only for a memory of a server scope that contains
 the given ids; any other id (unknown, deleted, another user's, a namespace that is not a scope) is
 the same 404.
 
-Auth: with API keys, every route but ``/health``, ``/openapi.json`` and ``/docs`` needs the header
+Auth: with API keys, every route but the health routes, ``/openapi.json`` and ``/docs`` needs the header
 ``Authorization: Bearer <key>`` or ``X-API-Key: <key>`` (401 otherwise; compared in constant
 time). A key may be bound to a scope (:class:`KeyRing`): its requests are held to it (its ids are
 filled in where a request leaves them out; a request naming other ids gets 403). Without a key the
@@ -55,12 +66,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from .scopes import KeyRing
 from .limits import BusyError, ConflictError
+from .search_args import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT
 from .service import MemoryService
 
 log = logging.getLogger("memkern")
 
 #: Paths served without an API key.
-PUBLIC_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+PUBLIC_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 #: Host names a keyless server answers to (any port).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Longest error ``detail`` sent (a rejected 1 MB value is not echoed back whole).
@@ -338,6 +350,7 @@ TimeEnd = Optional[Union[float, str]]
 class TimeFields(ScopeFields):
     filters: Optional[dict[str, Any]] = Field(None, description='metadata filter: {"key": value} or '
                                               '{"key": {"$eq": value}} / {"key": {"$in": [values]}}')
+    filter: Optional[dict[str, Any]] = Field(None, description="the same as filters (the Python API's name)")
     time_range: Optional[list[TimeEnd]] = Field(
         None, description="[start, end): dates or unix seconds, null for an open end")
     time_field: str = Field("event", description='"event" (the conversation date), "created" or "updated"')
@@ -348,6 +361,10 @@ class TimeFields(ScopeFields):
 class SearchRequest(TimeFields):
     query: str
     limit: int = 10
+    mode: str = Field("dense", description='"dense" (embeddings), "lexical" (BM25 over the query text) or '
+                                           '"hybrid" (both, fused)')
+    fusion: str = Field(DEFAULT_FUSION, description='how hybrid lists are fused: "coverage", "rrf" or "weighted"')
+    lexical_weight: float = Field(DEFAULT_LEXICAL_WEIGHT, description="weight of the lexical list in a hybrid search")
     threshold: Optional[float] = None
 
 class UpdateRequest(ScopeFields):
@@ -366,7 +383,8 @@ class FeedbackRequest(Strict):
 def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: KeyRing | None = None,
                allowed_hosts: Iterable[str] | None = None, body_timeout: float = 30.0, max_concurrent: int = 64):
     """The ASGI app serving ``service`` (FastAPI behind :class:`_Guard`; ``.fastapi`` is the
-    FastAPI app).
+    FastAPI app). Starts the service's model load in the background
+    (:meth:`MemoryService.start_loading`; ``GET /health/ready`` is 200 once it is done).
 
     Parameters
     ----------
@@ -488,14 +506,32 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
         return scoped(request, req.user_id, req.agent_id, req.run_id)
 
     def time_kw(req: TimeFields) -> dict:
-        return {"filters": req.filters, "time_range": req.time_range, "time_field": req.time_field,
+        return {"filters": req.filters, "filter": req.filter, "time_range": req.time_range, "time_field": req.time_field,
                 "recency": req.recency, "recency_weight": req.recency_weight, "now": req.now}
 
     @app.get("/health", tags=["health"])
     def health() -> dict:
+        """Liveness, with the store's shape (200 while the process serves; readiness: ``/health/ready``)."""
         st = service.store
         return {"status": "ok", "version": __version__, "dim": st.dim, "metric": st.metric,
                 "namespaces": len(st.namespaces())}
+
+    @app.get("/health/live", tags=["health"])
+    async def health_live() -> dict:
+        """200 as soon as the process serves HTTP (nothing else is looked at)."""
+        return {"status": "live"}
+
+    @app.get("/health/ready", tags=["health"])
+    async def health_ready() -> Response:
+        """200 once the store is open and the models are loaded; 503 with the reason before."""
+        ok, why = service.ready()
+        r = service.readiness
+        if ok:
+            return Response(json.dumps({"status": "ready", "load_seconds": r.seconds}), media_type="application/json")
+        body = json.loads(error_body(why, "NotReady"))
+        body["status"] = r.state if r.state != "ready" else "closed"
+        return Response(json.dumps(body, ensure_ascii=True), status_code=503, media_type="application/json",
+                        headers={"retry-after": "1"})
 
     @app.post("/v1/memories", tags=["memories"])
     def add(request: Request, req: AddRequest) -> dict:
@@ -509,8 +545,8 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
 
     @app.post("/v1/memories/search", tags=["memories"])
     def search(request: Request, req: SearchRequest) -> dict:
-        return service.search(req.query, limit=req.limit, threshold=req.threshold, **time_kw(req),
-                              **scope_kw(request, req))
+        return service.search(req.query, limit=req.limit, threshold=req.threshold, mode=req.mode, fusion=req.fusion,
+                              lexical_weight=req.lexical_weight, **time_kw(req), **scope_kw(request, req))
 
     @app.get("/v1/memories/{memory_id}", tags=["memories"])
     def get(request: Request, memory_id: int, user_id: Optional[str] = Query(None),
@@ -546,6 +582,7 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
     def feedback(request: Request, req: FeedbackRequest) -> dict:
         return service.feedback(req.response_id, req.rewards, scope=request.scope.get("memkern.key_scope"))
 
+    service.start_loading()
     guarded = _Guard(app, keys, service.limits.max_body_bytes, allowed_hosts=allowed_hosts,
                      body_timeout=body_timeout, max_concurrent=int(max_concurrent))
     guarded.fastapi = app

@@ -3,8 +3,11 @@
 Tools (arguments as in the HTTP API, :mod:`memkern.server.app`): ``add_memory``,
 ``search_memories``, ``list_memories``, ``get_memory``, ``update_memory``, ``delete_memory``,
 ``memory_history``, ``respond``, ``feedback``. ``add_memory`` takes the conversation's ``date``;
-``search_memories`` and ``respond`` take ``filters``, ``time_range``, ``time_field``, ``recency``,
-``recency_weight`` and ``now`` (meaning as in the HTTP API). The tools that take a memory id
+``search_memories`` and ``respond`` take ``filters`` (or ``filter``), ``time_range``, ``time_field``,
+``recency``, ``recency_weight`` and ``now``, and ``search_memories`` ``mode`` (``"dense"``,
+``"lexical"``, ``"hybrid"``), ``fusion`` and ``lexical_weight`` (meaning and defaults as in
+:meth:`memkern.MemoryStore.search`). :func:`build_server` starts loading the models
+(:meth:`MemoryService.start_loading`). The tools that take a memory id
 (``get_memory``, ``update_memory``, ``delete_memory``, ``memory_history``) need its scope too and
 reach only a memory of that scope. Every tool returns the same JSON object as the HTTP route.
 
@@ -25,6 +28,7 @@ import re
 from typing import Any, Optional, Union
 
 from ..errors import MemkernError
+from .search_args import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT
 from .service import MemoryService
 
 log = logging.getLogger("memkern")
@@ -119,14 +123,19 @@ def build_server(service: MemoryService):
                         filters: Optional[dict[str, Any]] = None,
                         time_range: Optional[list[Optional[Union[float, str]]]] = None, time_field: str = "event",
                         recency: Optional[float] = None, recency_weight: float = 0.1,
-                        now: Optional[float] = None) -> dict:
+                        now: Optional[float] = None, mode: str = "dense", fusion: str = DEFAULT_FUSION,
+                        lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
+                        filter: Optional[dict[str, Any]] = None) -> dict:
         """The memories most relevant to query, in every scope containing the given ids, best first.
-        filters: {"key": value} or {"key": {"$in": [values]}} on metadata; time_range: [start, end) as dates or
+        mode: "dense" (embeddings), "lexical" (BM25 over the query's words) or "hybrid" (both, fused by fusion:
+        "coverage", "rrf" or "weighted", the lexical list weighted lexical_weight); filters (or filter):
+        {"key": value} or {"key": {"$in": [values]}} on metadata; time_range: [start, end) as dates or
         unix seconds (null: open); time_field: "event" (conversation date), "created" or "updated"; recency:
         half-life in seconds of a recency prior of weight recency_weight, measured from now."""
         return service.search(query, user_id=user_id, agent_id=agent_id, run_id=run_id, limit=limit, filters=filters,
                               time_range=time_range, time_field=time_field, recency=recency,
-                              recency_weight=recency_weight, now=now)
+                              recency_weight=recency_weight, now=now, mode=mode, fusion=fusion,
+                              lexical_weight=lexical_weight, filter=filter)
 
     @tool
     def list_memories(user_id: Optional[str] = None, agent_id: Optional[str] = None, run_id: Optional[str] = None,
@@ -164,12 +173,13 @@ def build_server(service: MemoryService):
     def respond(query: str, user_id: Optional[str] = None, agent_id: Optional[str] = None,
                 run_id: Optional[str] = None, filters: Optional[dict[str, Any]] = None,
                 time_range: Optional[list[Optional[Union[float, str]]]] = None, time_field: str = "event",
-                recency: Optional[float] = None, recency_weight: float = 0.1, now: Optional[float] = None) -> dict:
+                recency: Optional[float] = None, recency_weight: float = 0.1, now: Optional[float] = None,
+                filter: Optional[dict[str, Any]] = None) -> dict:
         """Answer query from the scope's memories (RMM: retrieve, rerank, answer with citations); filters and
         time arguments as in search_memories limit the memories it may use."""
         return service.respond(query, user_id=user_id, agent_id=agent_id, run_id=run_id, filters=filters,
                                time_range=time_range, time_field=time_field, recency=recency,
-                               recency_weight=recency_weight, now=now)
+                               recency_weight=recency_weight, now=now, filter=filter)
 
     @tool
     def feedback(response_id: str, rewards: list[float]) -> dict:
@@ -178,6 +188,7 @@ def build_server(service: MemoryService):
         return service.feedback(response_id, rewards)
 
     assert sorted(tools) == sorted(TOOL_NAMES)
+    service.start_loading()  # the models load while the client connects; a tool call that needs one waits
     server.memkern_max_message_bytes = service.limits.max_body_bytes
     return server
 

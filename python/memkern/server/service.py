@@ -33,11 +33,13 @@ import numpy as np
 from ..errors import MemkernError, MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
 from ..ingest.extract import validate_turns
 from ..protocols import missing_search_keywords, supports_event_time
-from ..store import DEFAULT_RECENCY_WEIGHT, check_search_filters
-from ..text.template import event_seconds, time_range_seconds
-from ..base.validate import check_json, check_text, iso_time
+from ..store import DEFAULT_RECENCY_WEIGHT
+from ..text.template import event_seconds
+from ..base.validate import check_text, iso_time
 from . import scopes as S
 from .ledger import FeedbackLedger
+from .readiness import Readiness
+from .search_args import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT, check_json_size, filter_kw, mode_kw
 from .limits import BusyError, ConflictError, Limits
 from .shared_models import BatchingEmbedder, LockedChatModel
 
@@ -55,15 +57,6 @@ def _check_limit(value: Any, arg: str, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
         raise bad_arg(arg, f"an int in 1..{hi}", value)
     return value
-
-
-def _check_json_size(value: Any, arg: str, limit: int) -> None:
-    """``value`` a JSON value every entry point takes (:func:`memkern.base.validate.check_json`) and at
-    most ``limit`` bytes as compact JSON."""
-    check_json(value, arg)
-    n = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-    if n > limit:
-        raise bad_arg(arg, f"at most {limit} bytes of JSON", f"{n} bytes")
 
 
 def _check_memory_id(value: Any) -> int:
@@ -128,6 +121,7 @@ class MemoryService:
         self._feedback_given = FeedbackLedger(getattr(store, "path", None), keep=16 * self.max_responses)
         self._respond_slots = threading.BoundedSemaphore(self.limits.max_pending_responds)
         self._counter = itertools.count()
+        self.readiness = Readiness()
 
     # ------------------------------------------------------------------ components
     @property
@@ -154,6 +148,31 @@ class MemoryService:
                     log.info("serve: building the offline default chat model")
                     self._chat = LockedChatModel(ChatModel(), self._chat_lock)
         return self._chat
+
+    def load(self) -> None:
+        """Load the models now instead of on the first request: build the embedder (the offline
+        default when none was given; its width checked against the store's) and run it once on a
+        query and a passage, so the first request costs what later ones do. The chat model is
+        built when one was given (the default one stays built on the first respond)."""
+        self._embed(["warm-up"], kind="query")
+        self._embed(["warm-up"], kind="passage")
+        if self._chat is not None:
+            self._chat.count_tokens("warm-up")
+
+    def start_loading(self) -> bool:
+        """:meth:`load` in a background thread, once (``False`` when already started); its
+        progress is :attr:`readiness` (what ``GET /health/ready`` reports). A request that needs
+        the embedder meanwhile waits for it to be built."""
+        return self.readiness.start(self.load)
+
+    def ready(self) -> tuple[bool, str]:
+        """``(True, "ready")`` once the store is open and :meth:`load` has finished, else
+        ``(False, why)``."""
+        if getattr(self.store, "closed", False):
+            return False, "store: expected open, got closed"
+        if self.readiness.state != "ready":
+            return False, self.readiness.detail()
+        return True, "ready"
 
     def _embed(self, texts: list[str], kind: str = "passage") -> np.ndarray:
         emb = np.asarray(self.embedder.encode(list(texts), kind=kind), dtype=np.float32)
@@ -199,7 +218,7 @@ class MemoryService:
             t.setdefault("role", "user")
             extra = {k: v for k, v in t.items() if k not in ("role", "content")}
             if extra:
-                _check_json_size(extra, f"{arg}[{i}]", lim.max_meta_bytes)
+                check_json_size(extra, f"{arg}[{i}]", lim.max_meta_bytes)
             out.append(t)
         return out
 
@@ -209,7 +228,7 @@ class MemoryService:
             return None
         if not isinstance(metadata, dict):
             raise bad_arg(arg, "a JSON object", type(metadata).__name__, MemkernTypeError)
-        _check_json_size(metadata, arg, self.limits.max_meta_bytes)
+        check_json_size(metadata, arg, self.limits.max_meta_bytes)
         return metadata
 
     def _record_json(self, r: Any, score: float | None = None) -> dict:
@@ -226,40 +245,18 @@ class MemoryService:
         return d
 
     def search_kw(self, filters: Any = None, time_range: Any = None, time_field: Any = "event", recency: Any = None,
-                  recency_weight: Any = DEFAULT_RECENCY_WEIGHT, now: Any = None) -> dict:
-        """The checked ``store.search`` keywords of a request (``{}`` when none is set).
-
-        ``filters``: metadata equality / ``$eq`` / ``$in`` (a JSON object); ``time_range``:
-        ``[start, end]``, each unix seconds, an ISO 8601 date / time or another form
-        :func:`memkern.text.template.event_seconds` reads, or null (open); ``time_field``:
-        ``"event"`` (the conversation's date, ``created`` where there is none), ``"created"`` or
-        ``"updated"``; ``recency``: half-life in seconds of a recency prior weighted
-        ``recency_weight`` and measured from ``now`` (default: the current time). Meaning as in
-        :meth:`memkern.MemoryStore.search`; a store whose ``search`` lacks one raises
-        :class:`MemkernValueError` naming it.
+                  recency_weight: Any = DEFAULT_RECENCY_WEIGHT, now: Any = None, filter: Any = None) -> dict:
+        """The checked ``store.search`` filter and time keywords of a request (``{}`` when none is
+        set): :func:`memkern.server.search_args.filter_kw`. ``filters`` (mem0's name) or ``filter``
+        (the store's): metadata equality / ``$eq`` / ``$in``; ``time_range``: ``[start, end]``,
+        each unix seconds, a date string or null (open); ``time_field``: ``"event"`` (the
+        conversation's date, ``created`` where there is none), ``"created"`` or ``"updated"``;
+        ``recency``: half-life in seconds of a recency prior weighted ``recency_weight`` and
+        measured from ``now`` (default: the current time). Meaning as in
+        :meth:`memkern.MemoryStore.search`.
         """
-        if filters is not None:
-            if not isinstance(filters, dict):
-                raise bad_arg("filters", "a JSON object", type(filters).__name__, MemkernTypeError)
-            _check_json_size(filters, "filters", self.limits.max_meta_bytes)
-        if not isinstance(time_field, str):
-            raise bad_arg("time_field", '"event", "created" or "updated"', type(time_field).__name__,
-                          MemkernTypeError)
-        if time_range is not None and not isinstance(time_range, (list, tuple)):
-            raise bad_arg("time_range", "a [start, end] pair of dates or unix seconds (either may be null)",
-                          type(time_range).__name__, MemkernTypeError)
-        try:
-            kw = check_search_filters(filters or None, time_range_seconds(time_range), time_field, recency,
-                                      recency_weight, now)
-        except MemkernError as e:
-            if str(e).startswith("filter"):  # the store names it "filter"; requests call it "filters"
-                raise type(e)("filters" + str(e)[len("filter"):]) from None
-            raise
-        missing = missing_search_keywords(self.store, kw)
-        if missing:
-            name = "filters" if missing[0] == "filter" else missing[0]
-            raise MemkernValueError(f"{name}: expected none, got {name}, which this store's search does not take")
-        return kw
+        return filter_kw(self.store, self.limits.max_meta_bytes, filters, filter, time_range, time_field, recency,
+                         recency_weight, now)
 
     # ------------------------------------------------------------------ operations
     def add(self, messages: Any, *, user_id=None, agent_id=None, run_id=None, metadata: dict | None = None,
@@ -307,23 +304,31 @@ class MemoryService:
     def search(self, query: Any, *, user_id=None, agent_id=None, run_id=None, limit: int = 10,
                filters: dict | None = None, threshold: float | None = None, time_range: Any = None,
                time_field: Any = "event", recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
-               now: Any = None) -> dict:
+               now: Any = None, mode: Any = "dense", fusion: Any = DEFAULT_FUSION,
+               lexical_weight: Any = DEFAULT_LEXICAL_WEIGHT, filter: Any = None) -> dict:
         """The ``limit`` best memories of every scope that contains the given ids (see
         :mod:`memkern.server.scopes`), best first: ``{"results": [{"id", "memory", "score", ...}]}``.
-        ``filters`` (metadata equality / ``$eq`` / ``$in``), ``time_range``, ``time_field`` and
-        the recency prior (``recency``, ``recency_weight``, ``now``) are passed to the store's
-        search (:meth:`search_kw`)."""
+
+        ``mode`` (``"dense"``, ``"lexical"``: BM25 over the query text, ``"hybrid"``: both fused),
+        ``fusion``, ``lexical_weight``, ``filters`` / ``filter`` (metadata equality / ``$eq`` /
+        ``$in``), ``time_range``, ``time_field`` and the recency prior (``recency``,
+        ``recency_weight``, ``now``) mean what they mean in :meth:`memkern.MemoryStore.search`, with
+        its defaults, and are checked by its checks (:mod:`memkern.server.search_args`). Each
+        matching scope is searched on its own and the lists merged by score (``threshold``: the
+        lowest score kept), so a one-scope search returns exactly what the store's search returns.
+        """
         scope = S.make_scope(user_id, agent_id, run_id)
         query = _check_text(query, "query", self.limits.max_text_chars)
         limit = _check_limit(limit, "limit", self.limits.max_limit)
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                       or not math.isfinite(threshold)):
             raise bad_arg("threshold", "a finite number or null", threshold)
-        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
+        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now, filter=filter)
+        kw.update(mode_kw(self.store, query, limit, kw, mode, fusion, lexical_weight))
         namespaces = S.matching(self.store.namespaces(), scope)
         if not namespaces:
             return {"results": []}
-        q = self._embed([query], kind="query")
+        q = None if kw.get("mode") == "lexical" else self._embed([query], kind="query")
         hits: list[tuple[float, int]] = []
         for ns in namespaces:
             ids, scores = self.store.search(ns, q, k=limit, **kw)
@@ -456,10 +461,10 @@ class MemoryService:
     def respond(self, query: Any, *, user_id=None, agent_id=None, run_id=None,
                 session_turns: Sequence[dict] | None = None, filters: dict | None = None, time_range: Any = None,
                 time_field: Any = "event", recency: Any = None, recency_weight: Any = DEFAULT_RECENCY_WEIGHT,
-                now: Any = None) -> dict:
+                now: Any = None, filter: Any = None) -> dict:
         """Retrospective reflection in the scope's namespace: retrieve, rerank, answer with
         citations (the citations train the namespace's reranker). Returns the answer, the memories
-        shown and a ``response_id`` for :meth:`feedback`. ``filters`` / ``time_range`` /
+        shown and a ``response_id`` for :meth:`feedback`. ``filters`` (or ``filter``) / ``time_range`` /
         ``time_field`` / ``recency`` / ``recency_weight`` / ``now`` (as in :meth:`search`) limit
         the first-stage search; the reranker chooses among the memories that pass.
 
@@ -473,7 +478,7 @@ class MemoryService:
         query = _check_text(query, "query", min(budget, self.limits.max_text_chars))
         if session_turns is not None:
             session_turns = self.check_messages(session_turns, "session_turns", max_chars=budget - len(query))
-        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now)
+        kw = self.search_kw(filters, time_range, time_field, recency, recency_weight, now, filter=filter)
         if not self._respond_slots.acquire(blocking=False):
             raise BusyError(f"respond: expected at most {self.limits.max_pending_responds} responds at once, got "
                             "one more (retry later)")
