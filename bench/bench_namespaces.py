@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 
 import bench_peers as _P  # noqa: E402
 from harness import Side, compare, latencies, machine_info, package_version, to_jsonable  # noqa: E402
-from harness import peers_available as _peers_available  # noqa: E402
+from harness import peers_available as _peers_available, require_peers  # noqa: E402
 
 D = 384
 K = 10
@@ -305,7 +305,7 @@ def run(n_ns: int = 1000, per: int = 20, n_queries: int = 500, rounds: int = 5, 
     import torch
 
     torch.set_num_threads(1)
-    classes = peers_available(log)
+    classes = require_peers(peers_available(log), "namespaces")
     own_tmp = tmp is None
     tmp = Path(tempfile.mkdtemp(prefix="memkern-ns-")) if own_tmp else Path(tmp)
     x = make_data(n_ns, per)

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from harness import Side, compare, latencies, machine_info, package_version, to_jsonable  # noqa: E402
-from harness import peers_available as _peers_available  # noqa: E402
+from harness import peers_available as _peers_available, require_peers  # noqa: E402
 
 D = 384
 K = 10
@@ -475,7 +475,7 @@ def run(n: int = 5000, n_queries: int = 200, quick: bool = True, log=print, tmp:
     import torch
 
     torch.set_num_threads(1)
-    classes = peers_available(log)
+    classes = require_peers(peers_available(log), "peers")
     own_tmp = tmp is None
     tmp = Path(tempfile.mkdtemp(prefix="memkern-peers-")) if own_tmp else Path(tmp)
     x, q = make_data(n, n_queries)

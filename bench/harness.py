@@ -416,6 +416,19 @@ def to_jsonable(o):
     return o
 
 
+class NoPeers(RuntimeError):
+    """A comparison part found none of its peers installed: there is nothing to compare against, so
+    the part is skipped (``memkern bench`` says so and goes on with the other parts)."""
+
+
+def require_peers(classes: list, part: str) -> list:
+    """``classes`` (the installed peers), or :class:`NoPeers` naming the extra that installs them."""
+    if not classes:
+        raise NoPeers(f"{part}: no peer installed to compare with (pip install 'memkern[bench]' installs "
+                      "hnswlib, faiss-cpu and chromadb); skipped")
+    return classes
+
+
 def peers_available(classes, log=print) -> list:
     """The peer classes (each with ``name`` and ``available() -> reason or ""``) that are installed,
     restricted to ``MEMKERN_BENCH_PEERS`` (comma list) when set; a skipped one is logged with why."""

@@ -510,6 +510,11 @@ CATALOGUE: list[Mutant] = [
            "hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;",
            "hnswlib::BaseFilterFunctor* f = nullptr;",
            "search returns invalidated memories", T_STORE),
+    Mutant("bench-no-peers-fails", "bench", "bench/harness.py",
+           "    if not classes:\n        raise NoPeers(",
+           "    if False:\n        raise NoPeers(",
+           "memkern bench with no peer installed fails its comparison parts instead of skipping them",
+           ("tests/cli/test_bench_command.py::test_bench_part_without_peers_is_skipped_not_failed",)),
     # ---------------------------------------------------------------- prepared calls (store/prepare.py)
     Mutant("prepare-merge-keeps-duplicate-turns", "store", "python/memkern/store/prepare.py",
            "                if k not in seen:\n",

@@ -161,7 +161,8 @@ def chart(part: dict, path: Path) -> Path | None:
     return path
 
 
-def write_report(parts: list, path: Path, command: str, machine: dict, failures: dict) -> Path:
+def write_report(parts: list, path: Path, command: str, machine: dict, failures: dict,
+                 skipped: dict | None = None) -> Path:
     import harness
 
     path = Path(path)
@@ -186,6 +187,8 @@ def write_report(parts: list, path: Path, command: str, machine: dict, failures:
                 L += [f"![{p['name']} ratios]({png.name})", ""]
         except Exception as e:  # noqa: BLE001 - a chart problem must not lose the tables
             L += [f"(chart not drawn: {type(e).__name__}: {e})", ""]
+    for name, why in (skipped or {}).items():
+        L += [f"## {TITLES.get(name, name)}: skipped", "", why, ""]
     for name, err in failures.items():
         L += [f"## {TITLES.get(name, name)}: not measured", "", "```", err.strip()[-1500:], "```", ""]
     path.write_text("\n".join(L))
@@ -201,18 +204,21 @@ def run_suite(quick: bool = True, parts=PARTS, out: Path = HERE / "REPORT.md", n
     import harness
 
     machine = harness.machine_info()
-    done, failures = [], {}
+    done, failures, skipped = [], {}, {}
     for name in parts:
         log(f"[bench] {name} ...")
         try:
             done.append(run_part(name, quick, n, queries, log=log, namespaces=namespaces))
+        except harness.NoPeers as e:  # nothing to compare with: skipped, as documented
+            skipped[name] = str(e)
+            log(f"[bench] {e}")
         except Exception:  # noqa: BLE001 - reported in the report, the other parts still run
             failures[name] = traceback.format_exc()
             log(f"[bench] {name} failed: {failures[name].strip().splitlines()[-1]}")
     cmd = command or ("memkern bench" + (" --quick" if quick else "") + (f" --n {n}" if n else ""))
-    path = write_report(done, Path(out), cmd, machine, failures)
+    path = write_report(done, Path(out), cmd, machine, failures, skipped)
     raw = {"machine": machine, "command": cmd, "parts": {p["name"]: p["raw"] for p in done},
-           "ratios": {p["name"]: p["ratios"] for p in done}, "failures": failures}
+           "ratios": {p["name"]: p["ratios"] for p in done}, "failures": failures, "skipped": skipped}
     js = Path(out).parent / "results" / (Path(out).stem.lower() + ".json")
     js.parent.mkdir(parents=True, exist_ok=True)
     js.write_text(json.dumps(raw, indent=1, default=str))

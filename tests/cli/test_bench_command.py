@@ -58,6 +58,22 @@ def test_bench_tiny_run_writes_report_and_chart(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "results" / "report.json").is_file()
 
 
+
+def test_bench_part_without_peers_is_skipped_not_failed(tmp_path, monkeypatch, capsys):
+    """No peer installed (here: none allowed): the comparison parts are skipped with the extra that
+    installs the peers, the command succeeds and the report says so."""
+    monkeypatch.setenv("MEMKERN_BENCH_PEERS", "no-such-peer")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "REPORT.md"
+    rc = cli.main(["bench", "--parts", "peers,namespaces", "--n", "300", "--queries", "20", "--namespaces", "12",
+                   "--out", str(out)])
+    log = capsys.readouterr().out
+    assert rc == 0, log
+    assert "namespaces: no peer installed to compare with (pip install 'memkern[bench]'" in log
+    text = out.read_text()
+    assert "## Many small namespaces vs peers (`bench/bench_namespaces.py`): skipped" in text
+    assert "not measured" not in text
+
 def _report_module():
     return _bench_module("report")
 
