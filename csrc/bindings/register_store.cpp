@@ -372,16 +372,16 @@ void register_store(py::module_& m) {
              if (q.ndim() != 2 || static_cast<size_t>(q.shape(1)) != s.dim())
                throw memkern::ValueError("queries: expected shape [B, " + std::to_string(s.dim()) + "]");
              size_t B = static_cast<size_t>(q.shape(0));
-             memkern::SearchResult r;
-             {
-               py::gil_scoped_release nogil;
-               r = s.search(ns, q.data(), B, k, ef, include_invalidated, level);
-             }
+             Store::check_result_size(B, k, ef);  // before the outputs are allocated
              py::array_t<int64_t> ids({B, k});
              py::array_t<float> sc({B, k});
-             std::copy(r.ids.begin(), r.ids.end(), ids.mutable_data());
-             std::copy(r.scores.begin(), r.scores.end(), sc.mutable_data());
-             return py::make_tuple(ids, sc);
+             int64_t* pi = ids.mutable_data();
+             float* ps = sc.mutable_data();
+             {
+               py::gil_scoped_release nogil;
+               s.search_into(ns, q.data(), B, k, ef, include_invalidated, level, pi, ps);
+             }
+             return py::make_tuple(std::move(ids), std::move(sc));
            })
       .def("search_ex",
            [](const Store& s, const std::string& ns, const F32& q, const std::vector<std::string>& texts, size_t k,
@@ -503,6 +503,20 @@ void register_store(py::module_& m) {
       .def_property_readonly_static("max_flat_limit", [](py::object) { return memkern::kMaxFlatLimit; });
 
   // Test-only hooks (memkern/io.h): not part of the API.
+  // The query check of the Python search path (memkern.store.checks.as_queries): one pass, no
+  // temporaries. An exponent of all ones is inf or NaN.
+  m.def("all_finite",
+        [](const py::array_t<float, py::array::c_style>& a) {
+          const float* p = a.data();
+          uint32_t bad = 0;
+          for (py::ssize_t i = 0, n = a.size(); i < n; ++i) {
+            uint32_t u;
+            std::memcpy(&u, p + i, 4);
+            bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+          }
+          return bad == 0;
+        },
+        py::arg("a"), "Whether every value of a C-contiguous float32 array is finite (no NaN or inf).");
   m.def("_test_set_lexical", &memkern::set_derived_indexes, py::arg("on"),
         "TEST / BENCH ONLY: whether stores maintain the derived BM25 + meta indexes (default True); a store "
         "written with it off gives incomplete lexical / filtered results until reopened with it on.");

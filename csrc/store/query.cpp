@@ -66,13 +66,17 @@ void Store::embeddings(const int64_t* ids, size_t n, float* out) const {
   }
 }
 
-void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
+void Store::check_result_size(size_t B, size_t k, size_t ef) {
   // Every size is bounded before anything is allocated; B * k is checked without overflow.
   if (k > kMaxK) throw ValueError("k: expected 1.." + std::to_string(kMaxK) + ", got " + std::to_string(k));
   if (ef > kMaxEf) throw ValueError("ef: expected 1.." + std::to_string(kMaxEf) + ", got " + std::to_string(ef));
   if (k != 0 && B > kMaxResults / k)
     throw ValueError("k: expected B * k <= " + std::to_string(kMaxResults) + " result slots, got B=" +
                      std::to_string(B) + ", k=" + std::to_string(k));
+}
+
+void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
+  check_result_size(B, k, ef);
   auto dist = space_->get_dist_func();
   void* param = space_->get_dist_func_param();
   for (size_t b = 0; b < B; ++b) {
@@ -119,15 +123,24 @@ size_t query_cost(const VectorIndex& idx, size_t k, size_t ef) {
 
 SearchResult Store::search(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
                            bool include_invalidated, uint8_t level) const {
+  check_result_size(B, k, ef);
+  SearchResult res;
+  res.ids.resize(B * k);
+  res.scores.resize(B * k);
+  search_into(ns_name, q, B, k, ef, include_invalidated, level, res.ids.data(), res.scores.data());
+  return res;
+}
+
+void Store::search_into(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
+                        bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
   check_query(q, B, k, ef);
-  SearchResult res;
-  res.ids.assign(B * k, -1);
-  res.scores.assign(B * k, kPadScore);
+  std::fill(ids, ids + B * k, int64_t{-1});
+  std::fill(scores, scores + B * k, kPadScore);
   const Namespace* ns = find_ns(ns_name);
-  if (!ns || !ns->index[level] || k == 0) return res;
+  if (!ns || !ns->index[level] || k == 0) return;
   const VectorIndex& idx = *ns->index[level];
   ExcludeFilter filter(&ns->invalidated[level]);
   hnswlib::BaseFilterFunctor* f = (!include_invalidated && !ns->invalidated[level].empty()) ? &filter : nullptr;
@@ -136,11 +149,10 @@ SearchResult Store::search(const std::string& ns_name, const float* q, size_t B,
     const float* qq = query_row(q, b, qv);
     auto hits = idx.knn(qq, k, ef, f);
     for (size_t j = 0; j < hits.size(); ++j) {
-      res.ids[b * k + j] = hits[j].second;
-      res.scores[b * k + j] = finite_score(space_->score(hits[j].first));
+      ids[b * k + j] = hits[j].second;
+      scores[b * k + j] = finite_score(space_->score(hits[j].first));
     }
   });
-  return res;
 }
 
 SearchResult Store::search_turn_topic(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,

@@ -287,6 +287,8 @@ class Store:
     # "flat" (exact scan), "hnsw", or "" when the namespace has no index at that level.
     def index_kind(self, namespace: str, level: Level) -> str: ...
 
+def all_finite(a: npt.NDArray[np.float32]) -> bool: ...  # C-contiguous float32: no NaN / inf (the query check)
+
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
 def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)

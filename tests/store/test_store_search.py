@@ -119,3 +119,84 @@ def test_native_property(tmp_path):
     s.close()
     with pytest.raises(Exception, match="closed"):
         s.native
+
+
+# ---------------------------------------------------------------- the plain dense fast path
+def _general(s: MemoryStore, *args, **kw):
+    """The general prepared call (prepare_search(...).run), what the fast path must equal."""
+    from memkern.store.prepare import prepare_search
+
+    return prepare_search(s.dim, s.ef_search, *args, **kw).run(s)
+
+
+@pytest.mark.parametrize("metric", ["ip", "cos"])
+def test_fast_path_equals_general_path(tmp_path, metric):
+    """MemoryStore.search's plain dense path (dense_args straight into the engine) returns exactly
+    what the general prepared call returns: both levels, 1-D / 2-D / strided / float64 queries,
+    ``ef`` given, k above the record count, invalidated records in or out."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 24)).astype(np.float32)
+    with MemoryStore(tmp_path / "s", dim=24, metric=metric, fsync="never", flat_limit=16) as s:
+        ids = s.add_batch("u", ["x"] * 300, x, turns=[[{"role": "user", "content": f"t{i}"}] for i in range(300)],
+                          turn_embeddings=[x[i:i + 1] for i in range(300)])
+        s.invalidate(int(ids[0]))
+        q = rng.standard_normal((4, 48)).astype(np.float32)
+        cases = [(q[:, ::2], 10, None), (q[0, ::2].copy(), 5, 40), (q[:2, :24].astype(np.float64), 400, None),
+                 (np.ascontiguousarray(q[:, :24]), 3, 7)]
+        for qq, k, ef in cases:
+            for level in ("topic", "turn"):
+                for inv in (False, True):
+                    a = s.search("u", qq, k=k, ef=ef, include_invalidated=inv, level=level)
+                    b = _general(s, "u", qq, k, ef, inv, level=level)
+                    assert a[0].dtype == np.int64 and a[1].dtype == np.float32
+                    np.testing.assert_array_equal(a[0], b[0])
+                    np.testing.assert_array_equal(a[1], b[1])
+        assert (s.search("u", q[0, :24], k=300)[0] != int(ids[0])).all()  # invalidated stays out
+        assert (s.search("nobody", q[0, :24], k=3)[0] == -1).all()
+
+
+def test_fast_path_checks_before_the_engine(tmp_path):
+    """Bad queries fail in the Python check (its message names the first bad index), never in
+    the engine; a closed store's error comes first, whatever the arguments."""
+    from memkern.errors import MemkernTypeError, MemkernValueError
+
+    s = MemoryStore(tmp_path / "s", dim=8, fsync="never")
+    s.add("u", "x", np.ones(8, np.float32))
+    for bad in (np.nan, np.inf, -np.inf):
+        q = np.ones((1, 8), np.float32)
+        q[0, 3] = bad
+        with pytest.raises(MemkernValueError, match=r"queries: expected finite values, got 'NaN or inf at index \(0, 3\)'"):
+            s.search("u", q)
+    big = np.full((1, 8), 3e38, np.float32)  # finite values: the engine's norm bound names them
+    with pytest.raises(MemkernValueError, match="queries: expected an L2 norm"):
+        s.search("u", big)
+    with pytest.raises(MemkernValueError, match=r"queries: expected shape \[B, 8\]"):
+        s.search("u", np.ones((1, 9), np.float32))
+    with pytest.raises(MemkernTypeError, match="k"):
+        s.search("u", np.ones(8, np.float32), k=True)
+    with pytest.raises(MemkernValueError, match="k"):
+        s.search("u", np.ones(8, np.float32), k=0)
+    with pytest.raises(MemkernValueError, match="ef"):
+        s.search("u", np.ones(8, np.float32), ef=0)
+    with pytest.raises(MemkernTypeError, match="namespace"):
+        s.search(b"u", np.ones(8, np.float32))
+    with pytest.raises(MemkernValueError, match="namespace"):
+        s.search("\ud800", np.ones(8, np.float32))
+    assert s.search("ü", np.ones(8, np.float32), k=1)[0][0, 0] == -1  # non-ASCII: the full check, valid
+    s.close()
+    for q in (np.ones(8, np.float32), np.full(8, np.nan, np.float32), "junk"):
+        with pytest.raises(MemkernValueError, match="expected an open store"):
+            s.search("u", q)
+
+
+def test_all_finite():
+    """The native finiteness check of the query path: every NaN / inf bit pattern, anywhere."""
+    f = _store.all_finite
+    x = np.zeros(37, np.float32)
+    assert f(x) and f(np.zeros(0, np.float32)) and f(np.full(5, np.finfo(np.float32).max))
+    assert f(np.full(3, np.finfo(np.float32).tiny / 4))  # subnormals are finite
+    for i in (0, 17, 36):
+        for v in (np.nan, np.inf, -np.inf, np.frombuffer(b"\x01\x00\x80\x7f", np.float32)[0]):  # signalling NaN
+            y = x.copy()
+            y[i] = v
+            assert not f(y) and not f(y.reshape(1, 37))

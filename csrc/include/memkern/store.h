@@ -186,6 +186,13 @@ class Store {
   void embeddings(const int64_t* ids, size_t n, float* out) const;
   SearchResult search(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
                       bool include_invalidated, uint8_t level) const;
+  // search() writing into the caller's ids / scores ([B * k] each; every slot is written, -1 /
+  // kPadScore padded). Check the sizes with check_result_size before allocating them.
+  void search_into(const std::string& ns, const float* q, size_t B, size_t k, size_t ef, bool include_invalidated,
+                   uint8_t level, int64_t* ids, float* scores) const;
+  // Throws the ValueError a search of B queries, k results each, beam ef would: the bounds
+  // checked before anything is allocated.
+  static void check_result_size(size_t B, size_t k, size_t ef);
   // Turns scored as sim(q, turn) + alpha * sim(q, its topic): candidates are the top
   // `candidates` turns plus every turn of the top `candidates` topics, scored exactly.
   SearchResult search_turn_topic(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,

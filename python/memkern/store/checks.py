@@ -284,8 +284,27 @@ def as_vector(x: Any, dim: int, name: str) -> np.ndarray:
     return arr
 
 
+F32 = np.dtype(np.float32)  # the one float32 dtype object of native byte order
+
+
+def all_finite(q: np.ndarray) -> bool:
+    """Whether every value of a float32 array is finite: one native pass, no temporaries (bound to
+    ``memkern._store.all_finite`` on first use)."""
+    global all_finite
+    from .native import native_module
+
+    all_finite = native_module().all_finite
+    return all_finite(q)
+
+
 def as_queries(queries: Any, dim: int) -> np.ndarray:
     """Search queries as a C-contiguous float32 ``[B, dim]`` matrix (a ``[dim]`` vector is one query)."""
+    if type(queries) is np.ndarray and queries.dtype is F32 and 1 <= queries.ndim <= 2 and queries.shape[-1] == dim:
+        # Fast path (one query per call is the common case): one native pass for finiteness;
+        # NaN / inf take the full check below, which names the first bad index.
+        q = np.ascontiguousarray(queries if queries.ndim == 2 else queries[None, :])
+        if all_finite(q):
+            return q
     q = as_float32(queries, "queries", stored=False)
     if q.ndim == 1:
         q = q[None, :]

@@ -56,7 +56,7 @@ from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_a
 from .checks import (DEFAULT_EF_SEARCH, DEFAULT_FLAT_LIMIT, DEFAULT_RECENCY_WEIGHT, FSYNC_MODES, LEVELS, METRICS,
                      PAD_SCORE, check_engine_options, check_id, check_ids, check_namespace, is_torch)
 from .native import native_level, native_module
-from .prepare import (check_search_filters, prepare_add, prepare_add_batch, prepare_merge, prepare_search,
+from .prepare import (check_search_filters, dense_args, prepare_add, prepare_add_batch, prepare_merge, prepare_search,
                       prepare_update)
 from .record import Record, record_from, turns_with_topics
 
@@ -150,6 +150,7 @@ class MemoryStore:
             int(snapshot_every), int(num_threads), int(flat_limit), int(id_base), int(id_end),
         )
         self._path = p
+        self._dim = int(self._native.dim)  # fixed for the store's life (the search path reads it)
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
         logger.info(
             "memkern store %s opened: dim=%d metric=%s fsync=%s, %d namespace(s), %d log entries replayed, "
@@ -478,6 +479,20 @@ class MemoryStore:
             Higher is better: similarity (see module docstring), BM25 score, or fused score
             (+ the recency prior); :data:`PAD_SCORE` beside padding.
         """
+        n = self._native
+        if n is not None and (mode == "dense" and filter is None and time_range is None and recency is None
+                              and (level == "topic" or level == "turn")
+                              and neighbour_weight == 0.0 and group_weight == 0.0 and group_key is None):
+            # The plain dense search (prepare_search's "search" call) without its general dispatch.
+            # A closed store is found by the engine (check_open) instead of a call before it; its
+            # error is still the one of every other call, and comes before any argument error.
+            try:
+                return n.search(*dense_args(self._dim, self.ef_search, namespace, queries, k, ef,
+                                            include_invalidated, level))
+            except Exception:
+                if n.closed:
+                    self._n()
+                raise
         n = self._n()
         return prepare_search(n.dim, self.ef_search, namespace, queries, k, ef, include_invalidated, level=level,
                               alpha=alpha, candidates=candidates, mode=mode, texts=texts, fusion=fusion,

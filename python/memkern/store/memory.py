@@ -80,6 +80,7 @@ class InMemoryStore(MemoryStore):
         self._options = {"ef_search": ef_search, "M": int(M), "ef_construction": int(ef_construction),
                          "num_threads": int(num_threads), "flat_limit": int(flat_limit)}
         self._id_range = id_range
+        self._dim = int(self._native.dim)  # fixed for the store's life (the search path reads it)
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
 
     @property

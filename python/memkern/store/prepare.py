@@ -26,20 +26,21 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from . import checks as _checks
 from . import reference as _lexical
 from ..base.turns import turn_key
-from ..base.validate import MAX_TIME, check_float, check_time, check_utf8, json_text
+from ..base.validate import MAX_NAMESPACE_CHARS, MAX_TIME, check_float, check_time, check_utf8, json_text
 from ..errors import MemkernTypeError, MemkernValueError, bad_arg
 from .checks import (DEFAULT_RECENCY_WEIGHT, FUSIONS, LEVELS, MAX_ALPHA, MAX_CANDIDATES, MAX_EF, MAX_FILTER_STR,
-                     MAX_K, MAX_RECENCY_WEIGHT, MAX_RESULTS, MODES, NO_TIMES, TIME_FIELDS, as_matrix, as_queries,
+                     MAX_K, MAX_RECENCY_WEIGHT, MAX_RESULTS, MODES, NO_TIMES, TIME_FIELDS, F32, as_matrix, as_queries,
                      as_vector, check_event_time, check_id, check_integer, check_meta, check_namespace, check_real,
                      check_summary, check_texts, check_time_range, check_turn_texts, check_turns, compile_filter,
                      event_array, turn_matrix)
-from .native import native_level, native_module
+from .native import _LEVELS, native_level, native_module
 from .record import loads
 
 __all__ = ["AddCall", "VersionCall", "SearchCall", "prepare_add", "prepare_add_batch",
-           "prepare_merge", "prepare_update", "prepare_search", "check_search_filters"]
+           "prepare_merge", "prepare_update", "prepare_search", "dense_args", "check_search_filters"]
 
 
 # ----------------------------------------------------------------------------------- writes
@@ -389,13 +390,34 @@ def prepare_search(dim: int, ef_default: int, namespace: Any, queries: Any, k: A
                                filter, time_range, time_field, recency, recency_weight, now)
         return SearchCall("search_ex", (ns, q, tl, k, ef, inv, native_level(level), mode_i, fusion_i, w, clauses,
                                         has_time, t_lo, t_hi, tf, half_life, rw, t_now, c))
-    q = as_queries(queries, dim)
-    k, ef = _k_ef(k, ef, q.shape[0], ef_default)
     if level == "turn+topic":
+        q = as_queries(queries, dim)
+        k, ef = _k_ef(k, ef, q.shape[0], ef_default)
         a = check_float("alpha", alpha, -MAX_ALPHA, MAX_ALPHA, finite=True)
         return SearchCall("search_turn_topic", (ns, q, k, ef, inv, float(a), _candidates(candidates, k)))
-    _check_level(level)
-    return SearchCall("search", (ns, q, k, ef, inv, native_level(level)))
+    return SearchCall("search", dense_args(dim, ef_default, ns, queries, k, ef, inv, level))
+
+
+def dense_args(dim: int, ef_default: int, namespace: Any, queries: Any, k: Any = 20, ef: Any = None,
+               include_invalidated: Any = False, level: Any = "topic") -> tuple:
+    """The checked arguments of the engine's plain dense ``search`` (``level`` "topic" or
+    "turn"): ``(namespace, q float32 [B, d], k, ef, include_invalidated, native level)``, what
+    :func:`prepare_search` puts in its ``SearchCall("search", ...)``; ``MemoryStore.search`` calls
+    it directly for that case. Same checks and errors as the general path, with cheap tests first."""
+    if not (type(namespace) is str and 0 < len(namespace) <= MAX_NAMESPACE_CHARS and namespace.isascii()):
+        namespace = check_namespace(namespace)
+    q = queries
+    if not (type(q) is np.ndarray and q.dtype is F32 and q.ndim == 2 and q.shape[1] == dim and _checks.all_finite(q)):
+        q = as_queries(queries, dim)  # (the engine call makes a float32 [B, d] C-contiguous without copying it)
+    if not (type(k) is int and 1 <= k <= MAX_K and k * q.shape[0] <= MAX_RESULTS
+            and (ef is None or (type(ef) is int and 1 <= ef <= MAX_EF))):
+        k, ef = _k_ef(k, ef, q.shape[0], ef_default)
+    if level != "topic" and level != "turn":
+        _check_level(level)
+        raise bad_arg("level", '"topic" or "turn" for the plain dense search', level)
+    lv = _LEVELS.get(level)
+    return (namespace, q, k, ef_default if ef is None else ef, bool(include_invalidated),
+            native_level(level) if lv is None else lv)
 
 
 def check_search_filters(filter: Any = None, time_range: Any = None, time_field: str = "event",
