@@ -1068,7 +1068,7 @@ CATALOGUE: list[Mutant] = [
            "    return value",
            "a lone surrogate in a query reaches the tokenizer (a 500), texts are unbounded", T_HARDEN),
     Mutant("serve-list-reads-everything", "serve", "python/memkern/server/service.py",
-           "        if len(ids) > limit:\n            ids = np.partition(ids, limit - 1)[:limit]\n",
+           "        if len(ids) > end:\n            ids = np.partition(ids, end - 1)[:end]\n",
            "",
            "list reads every record of the matching scopes (and returns more than limit)", T_HARDEN),
     Mutant("serve-respond-unbounded", "serve", "python/memkern/server/service.py",
