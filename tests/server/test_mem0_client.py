@@ -214,6 +214,8 @@ def test_client_errors_and_scopes(tmp_path):
             with pytest.raises(MemoryNotFoundError, match="999999"):   # one bad id: nothing deleted
                 admin.batch_delete([{"memory_id": mine["id"]}, {"memory_id": "999999"}])
             assert admin.get(mine["id"])["id"] == mine["id"]
+            with pytest.raises(Exception, match="not served"):       # not redirected to /v1/feedback
+                admin.feedback(mine["id"], "POSITIVE")
             # memkern's own routes keep their shape without the slash
             with httpx.Client(base_url=url, headers={"Authorization": f"Token {KEY}"}) as http:
                 assert http.get(f"/v1/memories/{mine['id']}").status_code == 422      # needs a scope

@@ -153,7 +153,7 @@ def mem0_item(d: dict) -> dict:
 def mount(app: Any, service: Any, scoped: Callable[..., dict]) -> None:
     """Add the mem0 routes to the FastAPI ``app`` serving ``service``; ``scoped(request,
     user_id, agent_id, run_id)`` holds ids to the request's API key (app.py's)."""
-    from fastapi import Body, Query, Request
+    from fastapi import Body, HTTPException, Query, Request
 
     native = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ())}
 
@@ -310,6 +310,12 @@ def mount(app: Any, service: Any, scoped: Callable[..., dict]) -> None:
         # none left is no error: reset deletes a user and then the agents of its scopes
         n = service.delete_scope(**ids)["deleted"]
         return {"message": "Entity deleted successfully.", "deleted": n}
+
+    @app.post("/v1/feedback/", tags=["mem0"], include_in_schema=False)
+    def memory_feedback(request: Request) -> dict:
+        # without this route the slash would redirect to memkern's own /v1/feedback (response rewards)
+        raise HTTPException(501, "mem0's memory feedback is not served (memkern's reranker learns from "
+                                 "POST /v1/feedback with a response_id and rewards)")
 
     @route("POST", "/reset", oss=True)
     def reset(request: Request) -> dict:
