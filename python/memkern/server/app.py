@@ -19,6 +19,8 @@ Routes (mem0-shaped; the OpenAPI schema is served at ``/openapi.json``, the docs
 ``POST /v1/feedback``                      ``{"response_id", "rewards"}``: train the reranker, once per response
 =========================================  ==================================================
 
+mem0's SDK (``MemoryClient(api_key=..., host=...)``) and OSS server paths: :mod:`memkern.server.mem0_routes`.
+
 Time: ``date`` on an add is the conversation's date (unix seconds or a date string such as
 ``"2023-05-08"``), kept as the records' ``event_time`` (returned as ISO 8601). Search and respond
 take ``time_range: [start, end]`` (dates or unix seconds, ``null`` for an open end),
@@ -178,7 +180,7 @@ class _Guard:
             ok, key_scope = self.keys.match(headers)
             if not ok:
                 return await self._send_error(
-                    send, 401, "authorization: expected 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
+                    send, 401, "authorization: expected 'Authorization: Bearer <key>' (or 'Token <key>') or 'X-API-Key: <key>' "
                     "with one of this server's API keys", "Unauthorized", [(b"www-authenticate", b"Bearer")])
             scope["memkern.key_scope"] = key_scope
         if self.inflight >= self.max_concurrent:
@@ -582,6 +584,9 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
     def feedback(request: Request, req: FeedbackRequest) -> dict:
         return service.feedback(req.response_id, req.rewards, scope=request.scope.get("memkern.key_scope"))
 
+    from .mem0_routes import mount as mount_mem0
+
+    mount_mem0(app, service, scoped)  # mem0's SDK and OSS server paths (after the routes above, which win)
     service.start_loading()
     guarded = _Guard(app, keys, service.limits.max_body_bytes, allowed_hosts=allowed_hosts,
                      body_timeout=body_timeout, max_concurrent=int(max_concurrent))

@@ -178,12 +178,15 @@ class KeyRing:
         return [(k.decode("ascii"), s) for k, s in self._keys]
 
     def match(self, headers: Mapping[bytes, bytes]) -> tuple[bool, Scope | None]:
-        """``(authorized, the key's scope)`` for a request's headers (every key compared, in
+        """``(authorized, the key's scope)`` for a request's headers (``Authorization: Bearer
+        <key>``, ``Authorization: Token <key>`` or ``X-API-Key: <key>``; every key compared, in
         constant time)."""
         offered = []
         auth = headers.get(b"authorization", b"")
         if auth[:7].lower() == b"bearer ":
             offered.append(auth[7:].strip())
+        elif auth[:6].lower() == b"token ":  # mem0's SDK: "Authorization: Token <key>"
+            offered.append(auth[6:].strip())
         key = headers.get(b"x-api-key")
         if key is not None:
             offered.append(key.strip())

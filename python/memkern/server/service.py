@@ -347,33 +347,68 @@ class MemoryService:
             out.append(self._record_json(r, score))
         return {"results": out}
 
-    def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100) -> dict:
-        """The active memories of the matching scopes with the ``limit`` smallest ids, by id:
-        ``{"results": [...]}``. Only those ``limit`` records are read (the id lists are native
-        arrays, merged before any record is fetched)."""
+    def list(self, *, user_id=None, agent_id=None, run_id=None, limit: int = 100, offset: int = 0) -> dict:
+        """The active memories of the matching scopes, by id, skipping the ``offset`` smallest ids
+        and keeping the next ``limit``: ``{"results": [...], "count": all of them}``. Only those
+        ``limit`` records are read (the id lists are native arrays, merged before any record is
+        fetched)."""
         scope = S.make_scope(user_id, agent_id, run_id)
         limit = _check_limit(limit, "limit", self.limits.max_limit)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise bad_arg("offset", "an int >= 0", offset)
         parts = [np.asarray(self.store.ids(ns), dtype=np.int64) for ns in S.matching(self.store.namespaces(), scope)]
         if not parts:
-            return {"results": []}
+            return {"results": [], "count": 0}
         ids = np.concatenate(parts)
-        if len(ids) > limit:
-            ids = np.partition(ids, limit - 1)[:limit]
+        count, end = len(ids), offset + limit
+        if len(ids) > end:
+            ids = np.partition(ids, end - 1)[:end]
         out = []
-        for rid in np.sort(ids).tolist():
+        for rid in np.sort(ids)[offset:].tolist():
             try:
                 out.append(self._record_json(self.store.get(int(rid))))
             except KeyError:  # deleted since the id list was read
                 continue
-        return {"results": out}
+        return {"results": out, "count": count}
 
-    def owned(self, memory_id: Any, *, user_id=None, agent_id=None, run_id=None, history: bool = False) -> Any:
-        """The record ``memory_id`` (its versions with ``history``), if it belongs to a server
-        scope that contains the given ids (at least one required), else the same
-        :class:`MemkernKeyError` as an unknown id: a caller never learns whether an id outside
-        its scope exists, nor reaches a namespace that is not a scope (``memkern ingest -n``'s,
-        a framework adapter's)."""
+    def delete_scope(self, *, user_id=None, agent_id=None, run_id=None) -> dict:
+        """Delete every memory of every scope that contains the given ids (at least one):
+        ``{"deleted": n}``. Each namespace is cleared under its lock."""
         scope = S.make_scope(user_id, agent_id, run_id)
+        n = 0
+        for ns in S.matching(self.store.namespaces(), scope):
+            with self.ns_lock(ns):
+                for rid in np.asarray(self.store.ids(ns, include_invalidated=True), dtype=np.int64).tolist():
+                    try:
+                        self.store.delete(int(rid))
+                        n += 1
+                    except KeyError:  # deleted meanwhile
+                        continue
+        return {"deleted": n}
+
+    def entities(self, within: S.Scope | None = None) -> list[dict]:
+        """The users, agents and runs that have active memories, in scopes ``within`` contains
+        (``None``: every scope): ``[{"type": "user"|"agent"|"run", "name", "total_memories"}]``,
+        sorted by type and name."""
+        totals: dict[tuple[str, str], int] = {}
+        for ns in S.matching(self.store.namespaces(), within or S.Scope()):
+            n = int(self.store.count(ns))
+            if not n:
+                continue
+            for key, value in S.decode(ns).as_dict().items():
+                if value is not None:
+                    t = (key[:-3], value)
+                    totals[t] = totals.get(t, 0) + n
+        return [{"type": t, "name": name, "total_memories": n} for (t, name), n in sorted(totals.items())]
+
+    def owned(self, memory_id: Any, *, user_id=None, agent_id=None, run_id=None, history: bool = False,
+              any_scope: bool = False) -> Any:
+        """The record ``memory_id`` (its versions with ``history``), if it belongs to a server
+        scope that contains the given ids (at least one required, unless ``any_scope``: then no
+        id means every server scope), else the same :class:`MemkernKeyError` as an unknown id: a
+        caller never learns whether an id outside its scope exists, nor reaches a namespace that
+        is not a scope (``memkern ingest -n``'s, a framework adapter's)."""
+        scope = S.make_scope(user_id, agent_id, run_id, required=not any_scope)
         memory_id = _check_memory_id(memory_id)
         try:
             found = self.store.history(memory_id) if history else self.store.get(memory_id)
@@ -385,15 +420,16 @@ class MemoryService:
             raise _unknown_memory(memory_id)
         return found
 
-    def get(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+    def get(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None, any_scope: bool = False) -> dict:
         """One memory (its current version) of the caller's scope (:meth:`owned`)."""
-        return self._record_json(self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id))
+        return self._record_json(self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id,
+                                            any_scope=any_scope))
 
     def update(self, memory_id: int, *, text: str | None = None, metadata: dict | None = None, user_id=None,
-               agent_id=None, run_id=None) -> dict:
+               agent_id=None, run_id=None, any_scope: bool = False) -> dict:
         """A new version of the memory (of the caller's scope, :meth:`owned`) with ``text``
         (re-embedded) and/or ``metadata`` replaced."""
-        scope = dict(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        scope = dict(user_id=user_id, agent_id=agent_id, run_id=run_id, any_scope=any_scope)
         rec = self.owned(memory_id, **scope)
         if text is None and metadata is None:
             raise bad_arg("text/metadata", "at least one of them", None)
@@ -408,10 +444,10 @@ class MemoryService:
                 raise _unknown_memory(memory_id) from None
         return self.get(memory_id, **scope)
 
-    def delete(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+    def delete(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None, any_scope: bool = False) -> dict:
         """Delete the memory (of the caller's scope, :meth:`owned`): gone from search and get at
         once, from the files at the next compaction."""
-        rec = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        rec = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id, any_scope=any_scope)
         with self.ns_lock(rec.namespace):
             try:
                 self.store.delete(memory_id)
@@ -419,10 +455,11 @@ class MemoryService:
                 raise _unknown_memory(memory_id) from None
         return {"id": int(memory_id), "deleted": True}
 
-    def history(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None) -> dict:
+    def history(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None, any_scope: bool = False) -> dict:
         """Every version of the memory (of the caller's scope, :meth:`owned`), oldest first, with
         the event that made it."""
-        versions = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id, history=True)
+        versions = self.owned(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id, history=True,
+                              any_scope=any_scope)
         out = []
         prev = None
         for v in versions:
