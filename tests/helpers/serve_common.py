@@ -1,12 +1,16 @@
-"""Helpers shared by the server tests (test_serve_scopes, test_serve_hardening):
+"""Helpers shared by the server tests (test_serve_scopes, test_serve_hardening, ...):
 a real uvicorn server (memkern's guarded protocol) in a thread, the tests' API key, a hash
-embedder service over a real MemoryStore, and raw socket requests."""
+embedder service over a real MemoryStore, raw socket requests, and a real ``mcp`` stdio client
+session with ``memkern mcp``."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
 
 from fakes_rmm import HashEmbedder
 
@@ -61,3 +65,20 @@ def raw_request(url: str, data: bytes, timeout: float = 10.0) -> bytes:
                 break
             out += chunk
         return out
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(store, log_dir, command: list[str] | None = None):
+    """An initialised ``mcp`` ``ClientSession`` over stdio with ``<command> mcp --store STORE`` (default
+    ``python -m memkern``; one thread, offline), the server's stderr kept in ``log_dir/mcp-stderr.log``."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    cmd = command or [sys.executable, "-m", "memkern"]
+    params = StdioServerParameters(command=cmd[0], args=[*cmd[1:], "mcp", "--store", str(store)],
+                                   env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
+    with open(Path(log_dir) / "mcp-stderr.log", "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                yield s

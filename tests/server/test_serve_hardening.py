@@ -29,7 +29,7 @@ from memkern.base.validate import MAX_TIME, MIN_TIME, iso_time  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
-from serve_common import KEY, raw_request, running  # noqa: E402
+from serve_common import KEY, mcp_session, raw_request, running  # noqa: E402
 
 H = {"X-API-Key": KEY}
 
@@ -522,31 +522,23 @@ def test_mcp_answers_every_request_it_cannot_read(tmp_path):
 def test_mcp_arguments_are_never_coerced(tmp_path):
     """The real stdio client: bool / str / unknown arguments refused by name; a message that looks
     like JSON stays text; a metadata value over the limit is refused."""
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
     store = tmp_path / "store"
 
     async def session_run():
-        params = StdioServerParameters(command=sys.executable, args=["-m", "memkern", "mcp", "--store", str(store)],
-                                       env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
         out = {}
-        with open(tmp_path / "mcp-stderr.log", "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write) as s:
-                    await s.initialize()
-                    base = {"messages": "hello", "user_id": "a", "infer": False}
-                    for name, args in (("date", {**base, "date": True}), ("infer", {**base, "infer": "yes"}),
-                                       ("unknown", {**base, "colour": "red"}), ("limit", None),
-                                       ("meta", {**base, "metadata": {"v": "x" * 40_000}}),
-                                       ("messages", {**base, "messages": 5})):
-                        if args is None:
-                            r = await s.call_tool("search_memories", {"query": "x", "user_id": "a", "limit": "5"})
-                        else:
-                            r = await s.call_tool("add_memory", args)
-                        out[name] = (r.is_error, r.content[0].text)
-                    r = await s.call_tool("add_memory", {**base, "messages": '[{"role": "user", "content": "hi"}]'})
-                    out["json-text"] = json.loads(r.content[0].text)["results"]
+        async with mcp_session(store, tmp_path) as s:
+            base = {"messages": "hello", "user_id": "a", "infer": False}
+            for name, args in (("date", {**base, "date": True}), ("infer", {**base, "infer": "yes"}),
+                               ("unknown", {**base, "colour": "red"}), ("limit", None),
+                               ("meta", {**base, "metadata": {"v": "x" * 40_000}}),
+                               ("messages", {**base, "messages": 5})):
+                if args is None:
+                    r = await s.call_tool("search_memories", {"query": "x", "user_id": "a", "limit": "5"})
+                else:
+                    r = await s.call_tool("add_memory", args)
+                out[name] = (r.is_error, r.content[0].text)
+            r = await s.call_tool("add_memory", {**base, "messages": '[{"role": "user", "content": "hi"}]'})
+            out["json-text"] = json.loads(r.content[0].text)["results"]
         return out
 
     out = asyncio.run(session_run())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from memkern.server.scopes import KeyRing  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from fakes_rmm import HashEmbedder, ScriptedChat  # noqa: E402
-from serve_common import KEY, hash_service, running  # noqa: E402
+from serve_common import KEY, hash_service, mcp_session, running  # noqa: E402
 
 FOREIGN = ("demo", "lg.users.alice")  # namespaces of `memkern ingest -n demo` and the LangGraph adapter
 
@@ -172,9 +171,6 @@ def test_key_file_format():
 def test_mcp_id_tools_are_scoped_over_stdio(tmp_path):
     """The real stdio MCP client against `memkern mcp`: get / update / delete / history of another
     user's id or of a non-scope namespace is the same tool error as an unknown id."""
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
     store = tmp_path / "store"
     with memkern.MemoryStore(store, dim=384, metric="cos") as st:
         rng = np.random.default_rng(0)
@@ -184,22 +180,17 @@ def test_mcp_id_tools_are_scoped_over_stdio(tmp_path):
         alice = int(st.add_batch("u:alice", ["alice note"], v[2:3])[0])
 
     async def session_run():
-        params = StdioServerParameters(command=sys.executable, args=["-m", "memkern", "mcp", "--store", str(store)],
-                                       env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
         out = {}
-        with open(tmp_path / "mcp-stderr.log", "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write) as s:
-                    await s.initialize()
-                    for target, mid in (("demo", demo), ("bob", bob), ("unknown", 10 ** 6)):
-                        for tool, extra in (("get_memory", {}), ("memory_history", {}), ("delete_memory", {}),
-                                            ("update_memory", {"text": "overwritten"})):
-                            r = await s.call_tool(tool, {"memory_id": mid, "user_id": "alice", **extra})
-                            out[(target, tool)] = (r.is_error, r.content[0].text.replace(str(mid), "ID"))
-                    r = await s.call_tool("get_memory", {"memory_id": alice, "user_id": "alice"})
-                    out["own"] = json.loads(r.content[0].text)["memory"]
-                    r = await s.call_tool("get_memory", {"memory_id": alice})
-                    out["no scope"] = (r.is_error, r.content[0].text)
+        async with mcp_session(store, tmp_path) as s:
+            for target, mid in (("demo", demo), ("bob", bob), ("unknown", 10 ** 6)):
+                for tool, extra in (("get_memory", {}), ("memory_history", {}), ("delete_memory", {}),
+                                    ("update_memory", {"text": "overwritten"})):
+                    r = await s.call_tool(tool, {"memory_id": mid, "user_id": "alice", **extra})
+                    out[(target, tool)] = (r.is_error, r.content[0].text.replace(str(mid), "ID"))
+            r = await s.call_tool("get_memory", {"memory_id": alice, "user_id": "alice"})
+            out["own"] = json.loads(r.content[0].text)["memory"]
+            r = await s.call_tool("get_memory", {"memory_id": alice})
+            out["no scope"] = (r.is_error, r.content[0].text)
         return out
 
     out = asyncio.run(session_run())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from memkern.server import MemoryService  # noqa: E402
 from memkern.server.app import SearchRequest  # noqa: E402
 
 from fakes_rmm import HashEmbedder  # noqa: E402
-from serve_common import KEY, running  # noqa: E402
+from serve_common import KEY, mcp_session, running  # noqa: E402
 
 DOCS = ["my sister Ada plays the cello every day", "the the the cello", "I play tennis with my sister on the weekend",
         "Ada Lovelace wrote the first program", "we bought a new cello case for the trip",
@@ -159,40 +158,32 @@ def test_a_store_without_lexical_search_refuses_the_modes(tmp_path):
 # ------------------------------------------------------------------ MCP, with the real stdio client
 @pytest.mark.slow
 def test_mcp_search_tool_takes_the_same_options(tmp_path):
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
     store = tmp_path / "store"
     script = Path(sys.executable).parent / "memkern"
 
     async def session_run():
-        params = StdioServerParameters(command=str(script), args=["mcp", "--store", str(store)],
-                                       env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
         out = {}
-        with open(tmp_path / "mcp-stderr.log", "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write) as s:
-                    await s.initialize()
-                    tools = {t.name: t for t in (await s.list_tools()).tools}
-                    props = tools["search_memories"].input_schema["properties"]
-                    assert {"mode", "fusion", "lexical_weight", "filter", "filters", "time_range", "recency"} <= set(props)
-                    assert props["mode"]["default"] == "dense" and props["fusion"]["default"] == "coverage"
-                    for i, d in enumerate(DOCS):
-                        r = await s.call_tool("add_memory", {"messages": d, "user_id": "alice", "infer": False,
-                                                             "metadata": {"kind": "even" if i % 2 == 0 else "odd"}})
-                        assert not r.is_error, r
-                    for q in QUERIES:
-                        for opts in ({"mode": "hybrid"}, {"mode": "lexical"}, {"mode": "hybrid", "fusion": "rrf"},
-                                     {"mode": "hybrid", "filter": {"kind": "odd"}}, {}):
-                            r = await s.call_tool("search_memories", {"query": q, "user_id": "alice", **opts})
-                            assert not r.is_error, r
-                            res = json.loads(r.content[0].text)["results"]
-                            out[q, json.dumps(opts, sort_keys=True)] = ([x["id"] for x in res], [x["score"] for x in res])
-                    for opts, field in (({"mode": "sparse"}, "mode"), ({"mode": ["hybrid"]}, "mode"),
-                                        ({"mode": "hybrid", "lexical_weight": 2.0}, "lexical_weight"),
-                                        ({"filter": {"a": 1}, "filters": {"a": 1}}, "filter")):
-                        r = await s.call_tool("search_memories", {"query": "cello", "user_id": "alice", **opts})
-                        assert r.is_error and r.content[0].text.split(": ", 1)[1].startswith(field), r
+        async with mcp_session(store, tmp_path, [str(script)]) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            props = tools["search_memories"].input_schema["properties"]
+            assert {"mode", "fusion", "lexical_weight", "filter", "filters", "time_range", "recency"} <= set(props)
+            assert props["mode"]["default"] == "dense" and props["fusion"]["default"] == "coverage"
+            for i, d in enumerate(DOCS):
+                r = await s.call_tool("add_memory", {"messages": d, "user_id": "alice", "infer": False,
+                                                     "metadata": {"kind": "even" if i % 2 == 0 else "odd"}})
+                assert not r.is_error, r
+            for q in QUERIES:
+                for opts in ({"mode": "hybrid"}, {"mode": "lexical"}, {"mode": "hybrid", "fusion": "rrf"},
+                             {"mode": "hybrid", "filter": {"kind": "odd"}}, {}):
+                    r = await s.call_tool("search_memories", {"query": q, "user_id": "alice", **opts})
+                    assert not r.is_error, r
+                    res = json.loads(r.content[0].text)["results"]
+                    out[q, json.dumps(opts, sort_keys=True)] = ([x["id"] for x in res], [x["score"] for x in res])
+            for opts, field in (({"mode": "sparse"}, "mode"), ({"mode": ["hybrid"]}, "mode"),
+                                ({"mode": "hybrid", "lexical_weight": 2.0}, "lexical_weight"),
+                                ({"filter": {"a": 1}, "filters": {"a": 1}}, "filter")):
+                r = await s.call_tool("search_memories", {"query": "cello", "user_id": "alice", **opts})
+                assert r.is_error and r.content[0].text.split(": ", 1)[1].startswith(field), r
         return out
 
     got = asyncio.run(session_run())
