@@ -53,3 +53,34 @@ def llama_embedding(emb: HashEmbedder):
             return self._get_query_embedding(query)
 
     return Hash()
+
+
+def _unit(*x: float) -> np.ndarray:
+    v = np.asarray(x, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+#: Fixed unit vectors (d = 4): "q" = e0; "a" (cos 0.95 with q) and "a twin" (0.94) are
+#: near-duplicates; "b" (0.8) leans the other way from q than "a" does, "c" (0.7) off the plane;
+#: "far" is opposite to q.
+PLANE_VECTORS = {"q": _unit(1, 0, 0, 0), "a": _unit(0.95, 0.312, 0, 0), "a twin": _unit(0.94, 0.341, 0, 0),
+                 "b": _unit(0.8, -0.6, 0, 0), "c": _unit(0.7, 0, 0.714, 0), "far": _unit(-1, 0, 0, 0.1)}
+
+
+class PlaneEmbedder:
+    """:data:`PLANE_VECTORS` for their texts (``table``); any other text gets the vector of "q"
+    (``fallback="q"``) or its hashed bag of words (``fallback="words"``). Records the kinds it is
+    asked for (``kinds``)."""
+
+    dim = 4
+
+    def __init__(self, fallback: str = "q"):
+        self.table = dict(PLANE_VECTORS)
+        self.words = HashEmbedder(dim=4) if fallback == "words" else None
+        self.kinds: list = []
+
+    def encode(self, texts, kind="passage"):
+        self.kinds.append(kind)
+        return np.stack([self.table[t] if t in self.table else
+                         (self.words.encode([t])[0] if self.words is not None else self.table["q"])
+                         for t in texts]).astype(np.float32)

@@ -11,7 +11,7 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.documents import Document  # noqa: E402
 
-from fakes_embed import HashEmbedder  # noqa: E402
+from fakes_embed import HashEmbedder, PlaneEmbedder  # noqa: E402
 from memkern import MemkernKeyError, MemkernTypeError, MemkernValueError, Reranker  # noqa: E402
 from memkern.integrations.langchain import (  # noqa: E402
     MemkernEmbeddings,
@@ -196,25 +196,6 @@ def test_feedback_rejects_bad_citations(tmp_path):
 
 
 # ------------------------------------------------------------------------------- MMR and relevance
-class PlaneEmbedder:
-    """Fixed unit vectors (d = 4): "q" = e0; "a" (cos 0.95 with q) and "a twin" (0.94) are
-    near-duplicates; "b" (0.8) leans the other way from q than "a" does, "c" (0.7) off the plane;
-    "far" is opposite to q."""
-
-    dim = 4
-
-    def __init__(self):
-        def unit(*x):
-            v = np.asarray(x, dtype=np.float32)
-            return v / np.linalg.norm(v)
-
-        self.table = {"q": unit(1, 0, 0, 0), "a": unit(0.95, 0.312, 0, 0), "a twin": unit(0.94, 0.341, 0, 0),
-                      "b": unit(0.8, -0.6, 0, 0), "c": unit(0.7, 0, 0.714, 0), "far": unit(-1, 0, 0, 0.1)}
-
-    def encode(self, texts, kind="passage"):
-        return np.stack([self.table.get(t, self.table["q"]) for t in texts]).astype(np.float32)
-
-
 PLANE = ["a", "a twin", "b", "c", "far"]
 
 

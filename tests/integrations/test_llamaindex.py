@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
     VectorStoreQueryMode,
 )
 
-from fakes_embed import HashEmbedder, llama_embedding  # noqa: E402
+from fakes_embed import PLANE_VECTORS, HashEmbedder, PlaneEmbedder, llama_embedding  # noqa: E402
 from memkern import MemkernKeyError, MemkernTypeError, MemkernValueError  # noqa: E402
 from memkern.integrations.llamaindex import MemkernVectorStore, to_filter  # noqa: E402
 
@@ -180,28 +180,6 @@ def test_bad_queries_raise_memkern_errors(vs):
 
 
 # ------------------------------------------------------------------------------- query modes
-class PlaneEmbedder:
-    """Fixed unit vectors (d = 4) for a few texts, the hashed bag of words for any other: "q" = e0;
-    "a" (cos 0.95 with q) and "a twin" (0.94) are near-duplicates; "b" (0.8) leans the other way
-    from q than "a", "c" (0.7) off the plane. Records the kinds it is asked for."""
-
-    dim = 4
-
-    def __init__(self):
-        def unit(*x):
-            v = np.asarray(x, dtype=np.float32)
-            return v / np.linalg.norm(v)
-
-        self.table = {"q": unit(1, 0, 0, 0), "a": unit(0.95, 0.312, 0, 0), "a twin": unit(0.94, 0.341, 0, 0),
-                      "b": unit(0.8, -0.6, 0, 0), "c": unit(0.7, 0, 0.714, 0)}
-        self.words = HashEmbedder(dim=4)
-        self.kinds = []
-
-    def encode(self, texts, kind="passage"):
-        self.kinds.append(kind)
-        return np.stack([self.table[t] if t in self.table else self.words.encode([t])[0] for t in texts])
-
-
 def _index(vs, texts, metas=None):
     from llama_index.core import Document, StorageContext, VectorStoreIndex
 
@@ -214,13 +192,13 @@ def _index(vs, texts, metas=None):
 
 @pytest.fixture
 def settings_embed():
-    """Settings.embed_model = MemkernEmbedding(PlaneEmbedder()) for one test."""
+    """Settings.embed_model = MemkernEmbedding(PlaneEmbedder(fallback="words")) for one test."""
     from llama_index.core import Settings
 
     from memkern.integrations.llamaindex import MemkernEmbedding
 
     before = Settings._embed_model
-    emb = MemkernEmbedding(PlaneEmbedder())
+    emb = MemkernEmbedding(PlaneEmbedder(fallback="words"))
     Settings.embed_model = emb
     yield emb
     Settings._embed_model = before
@@ -237,7 +215,7 @@ def test_mmr_through_a_vector_store_index(make_store, settings_embed):
     got = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr").retrieve("q")
     assert _texts(got) == ["a", "b", "c"]                 # the twin of the first pick makes way
     assert got[0].score == pytest.approx(0.5 * 0.95, abs=1e-3)     # MMR scores, as LlamaIndex's stores give
-    assert got[1].score == pytest.approx(0.5 * 0.8 - 0.5 * float(PlaneEmbedder().table["a"] @ PlaneEmbedder().table["b"]), abs=1e-3)
+    assert got[1].score == pytest.approx(0.5 * 0.8 - 0.5 * float(PLANE_VECTORS["a"] @ PLANE_VECTORS["b"]), abs=1e-3)
     one = index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr", vector_store_kwargs={"mmr_threshold": 1.0})
     assert _texts(one.retrieve("q")) == ["a", "a twin", "b"]
     # the candidates are the store's best mmr_prefetch_k, after the filters
@@ -266,7 +244,7 @@ def test_mmr_agrees_with_llamaindex_and_takes_every_pick_into_account():
         li_scores, li_ids = get_top_k_mmr_embeddings(q.tolist(), cands.tolist(), similarity_top_k=2, mmr_threshold=lam)
         picks, scores = mmr(q, cands, 2, lam)
         assert picks.tolist() == li_ids and scores == pytest.approx(li_scores, abs=1e-9)
-    t = PlaneEmbedder().table
+    t = PLANE_VECTORS
     cands = np.stack([t["a"], t["a twin"], t["b"], t["c"]])
     assert get_top_k_mmr_embeddings(t["q"].tolist(), cands.tolist(), similarity_top_k=3)[1] == [0, 2, 1]
     assert mmr(t["q"], cands, 3, 0.5)[0].tolist() == [0, 2, 3]     # the twin is still redundant with "a"
@@ -280,7 +258,7 @@ class MeaningEmbedder(PlaneEmbedder):
     miss): the dense and lexical rankings disagree."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(fallback="words")
         self.table = {"Biscuit": np.asarray([1, 0, 0, 0], np.float32),
                       HYBRID_TEXTS[0]: np.asarray([0, 1, 0, 0], np.float32),
                       HYBRID_TEXTS[1]: np.asarray([0.9, 0.436, 0, 0], np.float32),
@@ -351,7 +329,7 @@ def test_memkern_embedding_is_a_llamaindex_embedding_with_query_and_passage_kind
 
     from memkern.integrations.llamaindex import MemkernEmbedding
 
-    inner = PlaneEmbedder()
+    inner = PlaneEmbedder(fallback="words")
     e = MemkernEmbedding(inner, embed_batch_size=2)
     assert isinstance(e, BaseEmbedding) and e.dim == 4 and e.model_name == "PlaneEmbedder"
     assert e.get_query_embedding("q") == pytest.approx(inner.table["q"].tolist()) and inner.kinds == ["query"]
