@@ -503,8 +503,8 @@ class MemoryStore:
 
     def run(self, call: Any) -> Any:
         """Run a call prepared by :mod:`memkern.store.prepare` (``prepare_add`` etc., checked
-        against this store's ``dim``) in the engine; returns what the matching method returns."""
-        self._n()
+        against this store's ``dim``) in the engine; returns what the matching method returns (a closed
+        store raises as every call does: the call reaches the engine through :attr:`native`)."""
         return call.run(self)
 
     def namespaces(self) -> list[str]:

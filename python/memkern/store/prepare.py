@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from . import checks as _checks
+from . import checks as _checks  # _checks.all_finite: the native check, bound on first use
 from . import reference as _lexical
 from ..base.turns import turn_key
 from ..base.validate import MAX_NAMESPACE_CHARS, MAX_TIME, check_float, check_time, check_utf8, json_text
@@ -36,7 +36,7 @@ from .checks import (DEFAULT_RECENCY_WEIGHT, FUSIONS, LEVELS, MAX_ALPHA, MAX_CAN
                      as_vector, check_event_time, check_id, check_integer, check_meta, check_namespace, check_real,
                      check_summary, check_texts, check_time_range, check_turn_texts, check_turns, compile_filter,
                      event_array, turn_matrix)
-from .native import _LEVELS, native_level, native_module
+from .native import native_level, native_module
 from .record import loads
 
 __all__ = ["AddCall", "VersionCall", "SearchCall", "prepare_add", "prepare_add_batch",
@@ -415,9 +415,7 @@ def dense_args(dim: int, ef_default: int, namespace: Any, queries: Any, k: Any =
     if level != "topic" and level != "turn":
         _check_level(level)
         raise bad_arg("level", '"topic" or "turn" for the plain dense search', level)
-    lv = _LEVELS.get(level)
-    return (namespace, q, k, ef_default if ef is None else ef, bool(include_invalidated),
-            native_level(level) if lv is None else lv)
+    return namespace, q, k, ef_default if ef is None else ef, bool(include_invalidated), native_level(level)
 
 
 def check_search_filters(filter: Any = None, time_range: Any = None, time_field: str = "event",

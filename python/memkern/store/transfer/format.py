@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..engine import MemoryStore
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "OPS", "RERANKER_FILES", "native", "native_enums"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "OPS", "RERANKER_FILES", "native"]
 
 FORMAT = "memkern-export"
 FORMAT_VERSION = 1
@@ -12,14 +12,6 @@ FORMAT_VERSION = 1
 OPS = {"add": 0, "merge": 1, "update": 2}
 #: A reranker line's ``file`` -> the suffix of its file (:func:`memkern.base.paths.reranker_file`).
 RERANKER_FILES = {"state": ".pt", "buffer": ".buffer.pt"}
-
-
-def native_enums():
-    """The native module (its ``Level`` / ``Op`` enums: the typed contract of ``_store.pyi``)."""
-    from ... import _store
-
-    return _store
-
 
 
 def native(store: MemoryStore):

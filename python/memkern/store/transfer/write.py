@@ -11,7 +11,8 @@ from ...errors import MemkernError, MemkernTypeError, bad_arg
 from ...base.validate import json_text
 from ..checks import MAX_NORM, NO_TIMES
 from ..engine import MemoryStore
-from .format import OPS, native, native_enums
+from ..native import native_module
+from .format import OPS, native
 from .parse import ExportRecord, Line, ParsedExport, check_record
 
 __all__ = ["import_records", "embed_missing", "exact_inputs", "write_records"]
@@ -53,7 +54,7 @@ def import_records(store: MemoryStore, namespace: str, records: Sequence[dict]) 
                 placed.add(c)
     order += [r for r in recs if r.id not in placed]
     vecs = np.stack([v.embedding for r in order for v in r.versions]).astype(np.float32)
-    levels = native_enums().Level
+    levels = native_module().Level
     native(store).import_records(
         namespace, np.array([r.id for r in order], np.int64),
         np.array([int(getattr(levels, r.level)) for r in order], np.uint8),
@@ -151,7 +152,7 @@ def write_records(store: MemoryStore, parsed: ParsedExport, renumber: bool = Fal
         times = np.array([math.nan if b.event_time is None else b.event_time for b in batch], np.float64)
         got = n.add(r.namespace, [v.summary for v in first], [json_text(v.turns, "turns") for v in first],
                     [json_text(v.meta, "meta") for v in first], np.stack([v.embedding for v in first]),
-                    np.array([int(getattr(native_enums().Level, b.level)) for b in batch], np.uint8), parents,
+                    np.array([int(getattr(native_module().Level, b.level)) for b in batch], np.uint8), parents,
                     times if not np.isnan(times).all() else NO_TIMES)
         for b, new in zip(batch, got):
             id_map[b.id] = int(new)
@@ -161,7 +162,7 @@ def write_records(store: MemoryStore, parsed: ParsedExport, renumber: bool = Fal
         empty = np.zeros((0, dim), np.float32)
         for b in batch:
             for v in b.versions[1:]:
-                n.new_version(id_map[b.id], getattr(native_enums().Op, v.op), v.summary, v.embedding[None, :], json_text(v.turns, "turns"),
+                n.new_version(id_map[b.id], getattr(native_module().Op, v.op), v.summary, v.embedding[None, :], json_text(v.turns, "turns"),
                               json_text(v.meta, "meta"), [], [], [], empty, False, None, NO_TIMES)
         i = j
     for x in filled:
