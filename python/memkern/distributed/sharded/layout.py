@@ -9,7 +9,7 @@ from typing import Any
 
 from ...base.atomic import atomic_write
 
-__all__ = ["FORMAT", "ID_SHIFT", "MAX_SHARDS", "id_range", "shard_of", "write_atomic", "write_json_atomic"]
+__all__ = ["FORMAT", "ID_SHIFT", "MAX_SHARDS", "id_range", "shard_of", "write_json_atomic"]
 
 
 #: Bits of an id below its home shard's index: shard ``s`` hands out ``[s << ID_SHIFT, (s + 1) << ID_SHIFT)``.
@@ -32,10 +32,5 @@ def id_range(shard: int) -> tuple[int, int]:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_atomic(path, lambda f: f.write(json.dumps(obj).encode("utf-8")))
-
-
-def write_atomic(path: Path, write: Any) -> None:
-    """``write(binary file)`` into ``path``: the one atomic durable write
-    (:func:`memkern.base.atomic.atomic_write`)."""
-    atomic_write(path, write)
+    """``obj`` as JSON into ``path`` by the one atomic durable write (:func:`memkern.base.atomic.atomic_write`)."""
+    atomic_write(path, json.dumps(obj).encode("utf-8"))

@@ -7,7 +7,8 @@ import json
 import numpy as np
 
 from ...errors import bad_arg
-from .layout import ID_SHIFT, MAX_SHARDS, shard_of, write_atomic, write_json_atomic
+from ...base.atomic import atomic_write
+from .layout import ID_SHIFT, MAX_SHARDS, shard_of, write_json_atomic
 
 __all__ = ["RebalanceMixin"]
 
@@ -73,7 +74,7 @@ class RebalanceMixin:
                 if getattr(self, "_crash_after_copy", False):
                     raise RuntimeError("rebalance: simulated crash after a copy (test hook _crash_after_copy)")
                 ids = np.array([r["id"] for r in records], np.int64)
-                write_atomic(parts / f"{mi:08d}.npy", lambda f: np.save(f, ids))
+                atomic_write(parts / f"{mi:08d}.npy", lambda f: np.save(f, ids))
                 mv["state"] = "copied"
                 write_json_atomic(jpath, journal)
             if mv["state"] == "copied":
@@ -97,7 +98,7 @@ class RebalanceMixin:
         order = np.array(sorted(table), np.int64)
         dests = np.array([table[i] for i in order.tolist()], np.int64)
         self._fan("write", {s: ("flush", (), {}) for s in range(len(self._actors))})
-        write_atomic(self._path / "locations.npz", lambda f: np.savez(f, ids=order, shards=dests))
+        atomic_write(self._path / "locations.npz", lambda f: np.savez(f, ids=order, shards=dests))
         self._manifest["shards"] = journal["to"]
         write_json_atomic(self._path / "manifest.json", self._manifest)
         self._moved_ids, self._moved_to = order, dests
