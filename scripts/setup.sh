@@ -46,6 +46,8 @@ if [ "$MODE" = test ]; then
   tools=()
   has scikit_build_core || tools+=("scikit-build-core>=0.10")
   has pybind11 || tools+=("pybind11>=2.12")
+  # the test extra's hnswlib ships only an sdist for some Pythons; built without isolation, it needs numpy
+  has numpy || tools+=(numpy)
   if ! cmake --version 2>/dev/null | "$PY" -c 'import re, sys; m = re.search(r"(\d+)\.(\d+)", sys.stdin.read()); sys.exit(0 if m and (int(m[1]), int(m[2])) >= (3, 18) else 1)'; then
     has cmake || tools+=(cmake)
   fi
