@@ -192,6 +192,20 @@ void register_store(py::module_& m) {
           py::arg("dim"), py::arg("metric"), py::arg("M") = 16, py::arg("ef_construction") = 200,
           py::arg("num_threads") = 1, py::arg("flat_limit") = memkern::kMaxFlatLimit, py::arg("id_base") = 0,
           py::arg("id_end") = INT64_MAX)
+      .def_static(
+          "open_read_only",
+          // A read-only view while another process may write (Store::open_read_only): no LOCK.
+          [](const std::string& path, uint32_t dim, const std::string& metric, int num_threads) {
+            memkern::StoreOptions o;
+            o.dim = dim;
+            o.metric = parse_metric(metric);
+            o.num_threads = num_threads;
+            py::gil_scoped_release nogil;
+            return Store::open_read_only(path, o);
+          },
+          py::arg("path"), py::arg("dim") = 0, py::arg("metric") = "", py::arg("num_threads") = 1)
+      .def("refresh", &Store::refresh, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("read_only", &Store::read_only)
       .def_property_readonly("in_memory_mode", &Store::in_memory)
       .def_property_readonly("next_id", &Store::next_id)
       .def_property_readonly("dim", &Store::dim)

@@ -58,6 +58,15 @@ Store::Store(const std::string& path, const StoreOptions& opt)
     open_in_memory(opt);  // no directory, no LOCK, no log: nothing below runs
     return;
   }
+  if (opt.read_only) {
+    // No LOCK, no directory created, nothing written: open_or_create only reads.
+    read_only_ = true;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw IOError("store " + path + ": no store there (a read-only open needs an existing store)");
+    open_or_create(opt);
+    return;
+  }
   if (::mkdir(path.c_str(), io::kDirMode) != 0 && errno != EEXIST) throw IOError("create directory " + path + ": " + std::strerror(errno));
   std::string lock = path + "/LOCK";
   lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, io::kFileMode);
@@ -84,6 +93,22 @@ Store::Store(const std::string& path, const StoreOptions& opt)
   if (::ftruncate(lock_fd_, 0) == 0) {
     ssize_t w = ::pwrite(lock_fd_, pid.data(), pid.size(), 0);
     (void)w;
+  }
+}
+
+std::unique_ptr<Store> Store::open_read_only(const std::string& path, StoreOptions opt) {
+  opt.read_only = true;
+  opt.in_memory = false;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return std::make_unique<Store>(path, opt);
+    } catch (const CorruptedError&) {
+      if (attempt >= kReadOnlyOpenTries) throw;
+    } catch (const IOError&) {
+      if (attempt >= kReadOnlyOpenTries) throw;
+    }
+    // The writer was switching generations under this open (files renamed or removed): again.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * attempt));
   }
 }
 
@@ -150,12 +175,29 @@ void Store::open_or_create(const StoreOptions& opt) {
     WalHeader h;
     std::vector<std::string> entries;
     WalScan scan;
+    int fd = -1;  // read-only opens: kept open, the last one is followed
   };
   std::vector<LogFile> logs;
+  struct CloseFds {  // read-only opens: every descriptor but the followed one is closed on exit
+    std::vector<LogFile>& logs;
+    ~CloseFds() {
+      for (auto& f : logs)
+        if (f.fd >= 0) ::close(f.fd);
+    }
+  } close_fds{logs};
   for (const auto& n : list_dir(path_)) {
     if (!is_log_file_name(n)) continue;
     LogFile f;
     f.name = n;
+    if (read_only_) {
+      // Through a descriptor: the writer may rename the file (wal-<N>.log -> wal.log) meanwhile.
+      f.fd = ::open((path_ + "/" + n).c_str(), O_RDONLY | O_CLOEXEC);
+      if (f.fd < 0) throw IOError("open " + path_ + "/" + n + ": " + std::strerror(errno));
+      logs.push_back(std::move(f));
+      LogFile& g = logs.back();
+      g.h = Wal::read_fd(g.fd, path_ + "/" + n, &g.entries, &g.scan);
+      continue;
+    }
     f.h = Wal::read(path_ + "/" + n, &f.entries, &f.scan);
     logs.push_back(std::move(f));
   }
@@ -170,6 +212,8 @@ void Store::open_or_create(const StoreOptions& opt) {
       if (n.rfind("snap-", 0) == 0 && n.find(".tmp") == std::string::npos && have_wal == false)
         throw CorruptedError("store " + path_ + ": snapshot directory " + n + " exists but CURRENT is missing");
   }
+  if (read_only_ && !have_snapshot && !have_wal)
+    throw IOError("store " + path_ + ": no store there (a read-only open needs an existing store)");
   if (!have_snapshot && !have_wal && opened_before_)
     throw CorruptedError("store " + path_ + ": the directory held a store (its LOCK file) but wal.log and CURRENT "
                          "are missing (deleted?): its records would be lost, so no new store is created over it; "
@@ -266,6 +310,24 @@ void Store::open_or_create(const StoreOptions& opt) {
     replayed += f->entries.size();
   }
   replayed_ = replayed;
+  if (read_only_) {
+    // Follow the log appends go to (what a snapshot switches to next is found by refresh()).
+    torn_tail_ = false;  // a torn end is an append in progress here, read again by refresh()
+    if (chain.empty()) {
+      tail_gen_ = generation_ - 1;  // the writer's next open creates the log of generation_
+    } else {
+      LogFile& tail = *chain.back();
+      tail_fd_ = tail.fd;
+      tail.fd = -1;  // kept
+      tail_gen_ = tail.h.generation;
+      tail_format_ = tail.h.format;
+      tail_off_ = tail.scan.good_end;
+    }
+    snapshot_every_ = 0;
+    fsync_ = FsyncMode::Never;
+    last_sync_ = now_s();
+    return;
+  }
   std::string active;
   if (chain.empty()) {
     // No log yet, or a log whose content the snapshot already holds (above).
@@ -314,7 +376,7 @@ void Store::close() {
   {
     std::shared_lock<std::shared_mutex> lk(mu_);
     if (closed_) return;
-    want_snapshot = !memory_ && poison_.empty() && (ops_since_snapshot_ > 0 || !chain_.empty());
+    want_snapshot = !memory_ && !read_only_ && poison_.empty() && (ops_since_snapshot_ > 0 || !chain_.empty());
   }
   bool snapped = false;
   if (want_snapshot) {
@@ -331,7 +393,7 @@ void Store::close() {
   }
   std::unique_lock<std::shared_mutex> lk(mu_);
   std::string sync_error;
-  if (!snapped && poison_.empty() && !memory_) {
+  if (!snapped && poison_.empty() && !memory_ && !read_only_) {
     try {
       wal_.sync();
     } catch (const std::exception& e) {
@@ -339,6 +401,10 @@ void Store::close() {
     }
   }
   wal_.close();
+  if (tail_fd_ >= 0) {
+    ::close(tail_fd_);
+    tail_fd_ = -1;
+  }
   if (lock_fd_ >= 0) {
     ::close(lock_fd_);  // releases the flock
     lock_fd_ = -1;
@@ -353,12 +419,88 @@ void Store::close() {
   if (!sync_error.empty()) throw IOError("close " + path_ + ": " + sync_error);
 }
 
+int64_t Store::refresh() {
+  std::unique_lock<std::shared_mutex> lk(mu_);  // searches wait while entries are applied
+  check_open();
+  if (!read_only_) return 0;
+  int64_t applied = 0;
+  bool diverged = false;  // an entry this view could not apply: its state is not the writer's
+  auto apply_all = [&](const std::vector<std::string>& entries) {
+    for (const auto& e : entries) {
+      try {
+        apply(e);
+      } catch (const std::exception&) {
+        diverged = true;
+        return;
+      }
+      ++applied;
+    }
+  };
+  {
+    for (;;) {
+      std::vector<std::string> entries;
+      if (tail_fd_ >= 0) tail_off_ = Wal::follow(tail_fd_, tail_format_, tail_off_, &entries);
+      apply_all(entries);
+      if (diverged) return -1;
+      // Has the writer switched to a newer log? Then the followed one is complete (the switch
+      // syncs it first): read its rest, then go on with the next generation's log.
+      const uint64_t want = tail_gen_ + 1;
+      const Current cur = read_current(path_);
+      bool switched = cur.generation != kNoGeneration && cur.generation > tail_gen_;
+      int next_fd = -1;
+      WalHeader next;
+      for (const auto& n : list_dir(path_)) {
+        if (!is_log_file_name(n)) continue;
+        const std::string file = path_ + "/" + n;
+        int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;  // renamed or removed since the listing: seen on the next refresh
+        uint64_t size = 0;
+        WalHeader h;
+        try {
+          h = Wal::read_header(fd, file, &size);
+        } catch (const std::exception&) {
+          ::close(fd);
+          continue;  // a log being created (written to a temporary name first): not part of the chain
+        }
+        if (h.generation > tail_gen_ && size > kWalHeaderSize) switched = true;
+        if (h.generation == want && next_fd < 0) {
+          next_fd = fd;
+          next = h;
+        } else {
+          ::close(fd);
+        }
+      }
+      if (!switched) {
+        if (next_fd >= 0) ::close(next_fd);
+        return applied;
+      }
+      if (tail_fd_ >= 0) {
+        entries.clear();
+        tail_off_ = Wal::follow(tail_fd_, tail_format_, tail_off_, &entries);
+        apply_all(entries);
+      }
+      if (diverged || next_fd < 0 || next.store_id != store_id_ || next.dim != dim_ ||
+          next.metric != static_cast<uint32_t>(metric_)) {
+        if (next_fd >= 0) ::close(next_fd);
+        return -1;  // the log this view needs next was retired (or the store replaced): reopen
+      }
+      if (tail_fd_ >= 0) ::close(tail_fd_);
+      tail_fd_ = next_fd;
+      tail_gen_ = want;
+      tail_format_ = next.format;
+      tail_off_ = kWalHeaderSize;
+    }
+  }
+}
+
 void Store::check_open() const {
   if (closed_) throw ValueError(where() + " is closed");
 }
 
 void Store::check_writable() const {
   check_open();
+  if (read_only_)
+    throw ValueError(where() + " is open read_only: writes go through the process that opened it for writing");
   if (!poison_.empty())
     throw IOError(where() + (memory_ ? " refuses writes: " : " refuses writes until it is reopened: ") + poison_);
 }

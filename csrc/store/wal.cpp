@@ -29,7 +29,9 @@ struct Framed {
   uint64_t payload = 0, len = 0, end = 0, synced = 0;
 };
 
-bool parse_entry(const char* data, uint64_t size, uint64_t off, uint32_t format, Framed* e, const char** why) {
+// `base`: the file offset of data[0] (watermarks are file offsets).
+bool parse_entry(const char* data, uint64_t size, uint64_t off, uint32_t format, Framed* e, const char** why,
+                 uint64_t base = 0) {
   const size_t hs = Wal::entry_header_size(format);
   if (size - off < hs) {
     *why = "an incomplete entry header";
@@ -43,9 +45,9 @@ bool parse_entry(const char* data, uint64_t size, uint64_t off, uint32_t format,
     *why = "an entry header that fails its checksum";
     return false;
   }
-  uint64_t synced = off;
+  uint64_t synced = base + off;
   if (format >= 3) std::memcpy(&synced, data + off + 8, 8);
-  if (len > kMaxEntry || synced > off) {
+  if (len > kMaxEntry || synced > base + off) {
     *why = "an entry header with impossible values";
     return false;
   }
@@ -148,11 +150,28 @@ void Wal::create(const std::string& dir, const std::string& name, const WalHeade
 
 size_t Wal::entry_header_size(uint32_t format) { return format >= 3 ? 20 : 12; }
 
-WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, WalScan* scan) {
-  std::string data;
-  if (!read_file(file, &data)) throw CorruptedError("write-ahead log " + file + " is missing");
-  *scan = WalScan{};
-  scan->file_size = data.size();
+// Bytes [off, off + n) of an open file (fewer at its end).
+static std::string pread_all(int fd, uint64_t off, uint64_t n, const std::string& file) {
+  std::string out(static_cast<size_t>(n), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t r = ::pread(fd, &out[got], out.size() - got, static_cast<off_t>(off + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw IOError("read " + file + ": " + errno_text());
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+static uint64_t fd_size(int fd, const std::string& file) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw IOError("stat " + file + ": " + errno_text());
+  return static_cast<uint64_t>(st.st_size);
+}
+
+static WalHeader parse_header(const std::string& data, const std::string& file) {
   if (data.size() < kWalHeaderSize) throw CorruptedError("write-ahead log " + file + ": header truncated");
   Reader rd(data.data(), data.size(), "write-ahead log " + file);
   if (std::memcmp(data.data(), kWalMagic, 8) != 0) rd.fail("bad magic (not a memkern log)");
@@ -169,6 +188,50 @@ WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, 
   if (rd.u32() != 0) rd.fail("unknown header flags");
   h.generation = rd.u64();
   h.store_id = rd.u64();  // format 1: a reserved zero
+  return h;
+}
+
+WalHeader Wal::read_header(int fd, const std::string& file, uint64_t* size) {
+  *size = fd_size(fd, file);
+  return parse_header(pread_all(fd, 0, kWalHeaderSize, file), file);
+}
+
+uint64_t Wal::follow(int fd, uint32_t format, uint64_t off, std::vector<std::string>* entries) {
+  const uint64_t size = fd_size(fd, "the followed log");
+  if (size <= off) return off;
+  const std::string data = pread_all(fd, off, size - off, "the followed log");
+  uint64_t at = 0;
+  const char* why = "";
+  Framed e;
+  while (at < data.size() && parse_entry(data.data(), data.size(), at, format, &e, &why, off)) {
+    entries->emplace_back(data.data() + e.payload, e.len);
+    at = e.end;
+  }
+  return off + at;
+}
+
+WalHeader Wal::read(const std::string& file, std::vector<std::string>* entries, WalScan* scan) {
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw CorruptedError("write-ahead log " + file + " is missing");
+    throw IOError("open " + file + ": " + errno_text());
+  }
+  try {
+    WalHeader h = read_fd(fd, file, entries, scan);
+    ::close(fd);
+    return h;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+WalHeader Wal::read_fd(int fd, const std::string& file, std::vector<std::string>* entries, WalScan* scan) {
+  const std::string data = pread_all(fd, 0, fd_size(fd, file), file);
+  *scan = WalScan{};
+  scan->file_size = data.size();
+  WalHeader h = parse_header(data, file);
+  Reader rd(data.data(), data.size(), "write-ahead log " + file);
   const uint64_t size = data.size();
   uint64_t off = kWalHeaderSize;
   const char* why = "";

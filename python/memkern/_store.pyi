@@ -118,6 +118,12 @@ class Store:
         id_base: int = 0,
         id_end: int = 2**63 - 1,
     ) -> Store: ...  # the same engine with persistence off: no directory, log, snapshot or lock
+    @staticmethod
+    def open_read_only(path: str | bytes, dim: int = 0, metric: str = "", num_threads: int = 1) -> Store: ...
+    # a read-only view while another process may write: no LOCK, nothing written, writes raise ValueError
+    def refresh(self) -> int: ...  # log entries applied since the last refresh; -1: reopen; 0 for a writer
+    @property
+    def read_only(self) -> bool: ...
     @property
     def in_memory_mode(self) -> bool: ...  # True for a Store.in_memory(...) (its path is "")
     @property

@@ -68,14 +68,14 @@ def raw_request(url: str, data: bytes, timeout: float = 10.0) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def mcp_session(store, log_dir, command: list[str] | None = None):
+async def mcp_session(store, log_dir, command: list[str] | None = None, extra: tuple[str, ...] = ()):
     """An initialised ``mcp`` ``ClientSession`` over stdio with ``<command> mcp --store STORE`` (default
-    ``python -m memkern``; one thread, offline), the server's stderr kept in ``log_dir/mcp-stderr.log``."""
+    ``python -m memkern``; one thread, offline; ``extra``: more options), the server's stderr kept in ``log_dir/mcp-stderr.log``."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     cmd = command or [sys.executable, "-m", "memkern"]
-    params = StdioServerParameters(command=cmd[0], args=[*cmd[1:], "mcp", "--store", str(store)],
+    params = StdioServerParameters(command=cmd[0], args=[*cmd[1:], "mcp", "--store", str(store), *extra],
                                    env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1"))
     with open(Path(log_dir) / "mcp-stderr.log", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):

@@ -71,6 +71,13 @@
 //   5. once that sync returned (else a power loss could keep this rename but not CURRENT's),
 //      rename wal-<N>.log to wal.log (the fd stays open), sync the directory, remove the older
 //      logs and snapshot directories.
+// Read-only views (Store::open_read_only, another process than the writer's, no LOCK): open reads
+// CURRENT, the snapshot and the chain through descriptors and starts again when the writer's
+// steps 4-5 rename or remove a file under it (or a chain file reads torn before the next one has
+// entries). refresh() reads the followed log from where it stopped; once the writer has switched
+// on (a later log holds entries, or CURRENT names a later generation) that log is complete: its
+// rest is read and the view goes on with the log of the next generation, wal-<N>.log or wal.log.
+// A view whose next log was already removed (two snapshots on) reopens. Views never write.
 // A crash anywhere loses nothing acknowledged: before step 4's rename the store is snapshot G
 // plus the whole chain (the new file included); after it, snapshot N plus wal-<N>.log / wal.log.
 // A failure before the switch removes snap-<N>/ and leaves the chain one file longer (the next

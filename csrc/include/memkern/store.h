@@ -75,6 +75,10 @@ struct StoreOptions {
   // required. Writes take the same encode -> apply path (the entry is applied, never appended);
   // fsync, fsync_interval_s and snapshot_every are ignored. The records live as long as the Store.
   bool in_memory = false;
+  // Open an existing store for reading while another process may write it (Store::open_read_only):
+  // no LOCK is taken, nothing on disk is changed, writes raise ValueError; refresh() follows the
+  // writer's log. fsync, fsync_interval_s and snapshot_every are ignored.
+  bool read_only = false;
 };
 
 // One record to add. parent: -1 none, >= 0 an existing topic id, <= -2 the item at index
@@ -153,6 +157,12 @@ class Store {
  public:
   Store(const std::string& path, const StoreOptions& opt);
   ~Store();
+  // A read-only view of the store at `path` (opt.read_only set): the live snapshot plus every log
+  // entry intact at the time of the open, read without the LOCK while a writer may be snapshotting
+  // (files renamed or removed under it). An open that meets a half-switched state (CORRUPTED or
+  // IO errors) is retried from the start, up to kReadOnlyOpenTries times; what persists is raised.
+  static std::unique_ptr<Store> open_read_only(const std::string& path, StoreOptions opt);
+  static constexpr int kReadOnlyOpenTries = 20;
 
   uint32_t dim() const { return dim_; }
   Metric metric() const { return metric_; }
@@ -160,6 +170,13 @@ class Store {
   uint32_t ef_construction() const { return efc_; }
   const std::string& path() const { return path_; }  // "" in memory mode
   bool in_memory() const { return memory_; }
+  bool read_only() const { return read_only_; }
+  // Read-only views: applies the log entries the writer has appended since the open or the last
+  // refresh, under the writer lock (a reader sees every entry whole or not at all), following the
+  // log chain across the writer's snapshots. Returns the entries applied, or -1 when this view
+  // cannot follow any more (a log it needs was retired by two snapshots, or the store was
+  // replaced): reopen it. A store opened for writing returns 0 (its view is always current).
+  int64_t refresh();
   // How error messages name this store: "store <path>" or "in-memory store".
   std::string where() const { return memory_ ? std::string("in-memory store") : "store " + path_; }
 
@@ -303,6 +320,11 @@ class Store {
   void configure(const StoreOptions& opt);  // checks and takes the options both modes share
   void open_or_create(const StoreOptions& opt);
   void open_in_memory(const StoreOptions& opt);
+  // Read-only views: the log being followed (tail_fd_ open on it; -1 when none yet).
+  int tail_fd_ = -1;
+  uint64_t tail_gen_ = 0, tail_off_ = 0;
+  uint32_t tail_format_ = kWalFormat;
+  bool read_only_ = false;
   void load_snapshot(uint64_t gen);
   void load_snapshot_v2(const std::string& dir, const std::string& data, const std::string& file);
   void check_loaded(const std::string& file);  // records vs indexes vs links; derived indexes

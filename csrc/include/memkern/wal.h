@@ -43,6 +43,15 @@ class Wal {
   // Reads the header and every intact entry; changes nothing on disk. Throws CorruptedError for
   // a bad header, or for damage that a later intact entry proves lay in synced bytes (log_codec.h).
   static WalHeader read(const std::string& file, std::vector<std::string>* entries, WalScan* scan);
+  // read() through a descriptor the caller keeps open (a read-only open follows the log with it,
+  // while the writer may rename or remove the file).
+  static WalHeader read_fd(int fd, const std::string& file, std::vector<std::string>* entries, WalScan* scan);
+  // The header alone (CorruptedError for a bad one) and the file's size, through `fd`.
+  static WalHeader read_header(int fd, const std::string& file, uint64_t* size);
+  // Following a log another process appends to (read-only opens): the intact entries from byte
+  // `off` on, up to the first that is not (an append still in progress: read again later).
+  // Returns the offset after the last entry taken.
+  static uint64_t follow(int fd, uint32_t format, uint64_t off, std::vector<std::string>* entries);
   // Cuts the file to `size` bytes and fsyncs it (drops a torn tail).
   static void cut(const std::string& file, uint64_t size);
   // Bytes of one entry's framing in a log of `format` (12 for formats 1-2, 20 for 3).

@@ -23,6 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=C.positive_int, default=64, help="answer budget (default 64)")
     p.add_argument("--explore", action="store_true", help="the reranker samples the memories shown (paper's exploration)")
     p.add_argument("--json", action="store_true", help="print the response as JSON")
+    p.add_argument("--no-learn", action="store_true",
+                   help="answer only: open the store read-only (beside a running server too), keep no rewards")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top_m > args.top_k:
         raise C.bad_arg("--top-m", f"<= --top-k ({args.top_k})", args.top_m)
     path = C.store_path(args)
-    with C.open_store(path, create=False) as store:
+    with C.open_store(path, create=False, read_only=args.no_learn) as store:
         return _run(args, store)
 
 
@@ -41,14 +43,22 @@ def _run(args: argparse.Namespace, store) -> int:
     chat, emb = C.build_models(args)
     rmm = RMM(store, chat_model=chat, embedder=emb, namespace=args.namespace, top_k=args.top_k, top_m=args.top_m,
               batch_size=args.batch_size, seed=args.seed, answer_max_new_tokens=args.max_new_tokens, explore=args.explore,
-              **C.rmm_retrieval_kwargs(args))
-    if rmm.two_level:
+              persist=not args.no_learn, **C.rmm_retrieval_kwargs(args))
+    if rmm.two_level and args.no_learn:
+        from ..ingest.apply import has_all_turn_records
+        from ..store.bank import namespace_ids
+
+        if not all(has_all_turn_records(store.get(i)) for i in namespace_ids(store, args.namespace)):
+            raise C.bad_arg("--no-learn", "a bank whose turns are indexed (run `memkern ask` once without it)",
+                            "topics without turn records")
+    elif rmm.two_level:
         n = rmm.index_turns()  # a bank written in topic mode gets its turn records once
         if n:
             print(f"(indexed the turns of {n} topics for turn+topic retrieval)", file=sys.stderr)
     resp = rmm.respond(args.question)
-    rmm.close()
-    store.flush()
+    if not args.no_learn:
+        rmm.close()
+        store.flush()
     if args.json:
         print(json.dumps({"answer": resp.answer, "memory_ids": resp.memory_ids, "citations": resp.citations,
                           "rewards": resp.rewards, "timings": resp.timings}, indent=1))

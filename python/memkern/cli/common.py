@@ -168,14 +168,17 @@ def store_exists(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
-def open_store(path: Path, dim: int | None = DEFAULT_DIM, create: bool = True):
-    """Open (or create with ``dim``) the store at ``path``."""
+def open_store(path: Path, dim: int | None = DEFAULT_DIM, create: bool = True, read_only: bool = False):
+    """Open (or create with ``dim``) the store at ``path``; ``read_only``: an existing store as a
+    reader, beside a process that may hold it for writing (``MemoryStore(read_only=True)``)."""
     from ..store.engine import MemoryStore
 
     path = Path(path)
     exists = store_exists(path)
-    if not exists and not create:
+    if not exists and (not create or read_only):
         raise bad_arg("--store", "an existing memkern store directory", str(path))
+    if read_only:
+        return MemoryStore(path=str(path), read_only=True)
     if exists:
         store = MemoryStore(path=str(path))
         if dim is not None and create and store.dim != dim:

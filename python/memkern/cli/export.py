@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ..store.transfer import export_store
 
     path = C.store_path(args)
-    with C.open_store(path, create=False) as store:
+    with C.open_store(path, create=False, read_only=True) as store:  # a backup of a live store too
         stats = export_store(store, args.out, namespaces=args.namespace, embeddings=not args.no_embeddings)
     print(f"exported {stats['records']} records from {len(stats['namespaces'])} namespace(s) and "
           f"{len(stats['rerankers'])} reranker file(s) of {path} to {args.out}")

@@ -16,7 +16,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = C.store_path(args)
-    with C.open_store(path, create=False) as store:
+    with C.open_store(path, create=False, read_only=True) as store:  # beside a running writer too
         return _run(args, store, path)
 
 

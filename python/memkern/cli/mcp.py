@@ -14,6 +14,9 @@ from .serve import add_server_args
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_server_args(p)
+    p.add_argument("--read-only", action="store_true",
+                   help="serve the read tools only, on a read-only view of the store (beside a running "
+                        "`memkern serve` or other writer); each call sees the writer's latest writes")
 
 
 def run(args: argparse.Namespace) -> int:

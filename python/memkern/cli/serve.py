@@ -190,7 +190,8 @@ def service_from_args(args: Any) -> Iterator["MemoryService"]:
     limits = Limits(max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
                     max_text_chars=args.max_text_chars, max_limit=args.max_limit,
                     max_respond_chars=args.max_respond_chars, max_pending_responds=args.max_pending_responds)
-    with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim) as store:
+    with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim,
+                      read_only=getattr(args, "read_only", False)) as store:
         service = MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
         try:
             yield service

@@ -17,6 +17,7 @@ Routes (mem0-shaped; the OpenAPI schema is served at ``/openapi.json``, the docs
 ``GET /v1/memories/{id}/history?...``      every version
 ``POST /v1/respond``                       the RMM loop: answer with cited memories (``filters``?, time fields?)
 ``POST /v1/feedback``                      ``{"response_id", "rewards"}``: train the reranker, once per response
+``GET /v1/export``                         the store as streamed JSON Lines, for backups (:mod:`memkern.server.export_route`)
 =========================================  ==================================================
 
 mem0's SDK (``MemoryClient(api_key=..., host=...)``) and OSS server paths: :mod:`memkern.server.mem0_routes`.
@@ -584,7 +585,10 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
     def feedback(request: Request, req: FeedbackRequest) -> dict:
         return service.feedback(req.response_id, req.rewards, scope=request.scope.get("memkern.key_scope"))
 
+    from .export_route import mount as mount_export
     from .mem0_routes import mount as mount_mem0
+
+    mount_export(app, service, ScopeForbidden)
 
     mount_mem0(app, service, scoped)  # mem0's SDK and OSS server paths (after the routes above, which win)
     service.start_loading()

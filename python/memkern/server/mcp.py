@@ -43,6 +43,8 @@ INSTRUCTIONS = (
 
 TOOL_NAMES = ("add_memory", "search_memories", "list_memories", "get_memory", "update_memory", "delete_memory",
               "memory_history", "respond", "feedback")
+#: The tools that change the store or its rerankers (not served on a read-only store).
+WRITE_TOOLS = frozenset({"add_memory", "update_memory", "delete_memory", "respond", "feedback"})
 
 #: Longest tool error text sent (a rejected large value is not echoed back whole).
 MAX_ERROR_CHARS = 2000
@@ -68,6 +70,9 @@ def build_server(service: MemoryService):
     from mcp_types import CallToolResult, TextContent
 
     tools: dict[str, tuple[Any, frozenset, tuple]] = {}
+    # A read-only store (`memkern mcp --read-only`, beside a process that writes it): the read
+    # tools only, each call on the view brought up to date first (MemoryStore.refresh).
+    read_only = bool(getattr(service.store, "read_only", False))
 
     class StrictServer(MCPServer):
         """Tool arguments checked by the service alone: no coercion, no JSON strings parsed into
@@ -88,6 +93,8 @@ def build_server(service: MemoryService):
             if missing:
                 raise ToolError(f"{missing[0]}: expected a value (a required argument of {name}), got none")
             try:
+                if read_only:
+                    await anyio.to_thread.run_sync(service.store.refresh)
                 result = await anyio.to_thread.run_sync(functools.partial(fn, **arguments))
             except MemkernError as e:
                 msg = e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 else str(e)
@@ -102,6 +109,8 @@ def build_server(service: MemoryService):
 
     def tool(fn):
         """Register ``fn`` (its signature is the tool's schema; :class:`StrictServer` calls it)."""
+        if read_only and fn.__name__ in WRITE_TOOLS:
+            return fn
         sig = inspect.signature(fn)
         required = tuple(p.name for p in sig.parameters.values() if p.default is inspect.Parameter.empty)
         tools[fn.__name__] = (fn, frozenset(sig.parameters), required)
@@ -187,7 +196,7 @@ def build_server(service: MemoryService):
         per response."""
         return service.feedback(response_id, rewards)
 
-    assert sorted(tools) == sorted(TOOL_NAMES)
+    assert sorted(tools) == sorted(set(TOOL_NAMES) - (WRITE_TOOLS if read_only else set()))
     service.start_loading()  # the models load while the client connects; a tool call that needs one waits
     server.memkern_max_message_bytes = service.limits.max_body_bytes
     return server

@@ -5,8 +5,9 @@ write-ahead log (length + CRC32 + sync watermark per entry, format version in th
 is applied; periodic snapshots (the namespaces changed since the last one, packed into one file,
 plus the graphs of large namespaces), written by a background thread while calls go on, bound the
 log; reopening loads the last snapshot and replays the log. One process at a time may open a store
-(a ``LOCK`` file); within that process any number of threads may read while one writes. The
-store's folders are created 0700 and its files 0600.
+for writing (a ``LOCK`` file); any number of processes may open it ``read_only`` meanwhile, each a
+consistent view that :meth:`MemoryStore.refresh` brings up to date. Within a process any number of
+threads may read while one writes. The store's folders are created 0700 and its files 0600.
 
 Scores are "higher is better" for every metric:
 
@@ -21,23 +22,8 @@ lowest finite float32 (``-3.4028235e38``): finite, never NaN, and below every re
 Dtypes and limits: the checks of :mod:`memkern.store.checks` (float32 stored, lossless conversions
 only); every write and search is prepared there and in :mod:`memkern.store.prepare`, then run.
 
-Indexes: each namespace (and level) starts as an exact index (a flat scan, exact results) and is
-promoted to an HNSW graph on the add that takes it past ``flat_limit`` records (default 1,024, where
-the graph starts to search faster than a scan); :meth:`MemoryStore.compact` demotes graphs that
-shrank to ``flat_limit`` or fewer. Memory grows with the records: a namespace of 20 records costs
-its vectors plus ~8 kB (not the ~2.7 MB of a preallocated graph), graphs grow geometrically and are
-shrunk to fit when a store is opened.
-
-Limits (checked before anything is allocated; the native layer checks them again): ``k``, ``ef``
-and ``candidates`` at most :data:`MAX_K`, ``B * k`` at most :data:`MAX_RESULTS`, norms at most
-:data:`MAX_NORM`; ``meta`` and turn dicts nest at most :data:`MAX_JSON_DEPTH` deep; ids are ``0..2**63-1``.
-
-Two-level memory: ``add``/``add_batch``/``merge`` take optional ``turn_embeddings`` (one row per
-turn); each turn is then also stored as its own *turn record* (same namespace, separate index
-level) linked to its topic (``Record.topic_id``; the topic's ``Record.turn_ids``). ``search(...,
-level="turn")`` searches turns, ``level="turn+topic"`` scores each turn as
-``sim(q, turn) + alpha * sim(q, its topic)``. Deleting / invalidating a topic deletes / invalidates
-its turns.
+Indexes (an exact scan up to ``flat_limit`` records, an HNSW graph past it) and two-level memory
+(topic records owning turn records, ``level="turn"`` / ``"turn+topic"``): ``docs/store.md``.
 """
 from __future__ import annotations
 
@@ -113,6 +99,13 @@ class MemoryStore:
         :class:`~memkern.distributed.ShardedStore` gives each shard its own range, so ids are unique
         across shards and a record moved between shards (:func:`memkern.store.transfer.import_records`)
         keeps its id.
+    read_only : bool
+        Open an existing store as a reader while another process may hold it for writing (as
+        SQLite's readers beside its one writer): no ``LOCK`` is taken and nothing on disk changes.
+        The view is the live snapshot plus every log entry intact at the open; :meth:`refresh`
+        applies what the writer logged since, each entry whole (a search never sees half a
+        write), possibly before the writer's fsync of it returned. Writes raise
+        :class:`~memkern.MemkernValueError`; ``dim`` / ``metric``, when given, must match.
 
     Notes
     -----
@@ -125,7 +118,8 @@ class MemoryStore:
     def __init__(self, path: str | os.PathLike | None = None, dim: int | None = None, metric: str | None = None, *,
                  fsync: str = "always", M: int = 16, ef_construction: int = 200, ef_search: int | None = None,
                  snapshot_every: int = 50_000, fsync_interval: float = 1.0, num_threads: int = 1,
-                 flat_limit: int = DEFAULT_FLAT_LIMIT, id_range: tuple[int, int] | None = None) -> None:
+                 flat_limit: int = DEFAULT_FLAT_LIMIT, id_range: tuple[int, int] | None = None,
+                 read_only: bool = False) -> None:
         self._native = None
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise bad_arg("path", "a str or os.PathLike", type(path).__name__, MemkernTypeError)
@@ -140,22 +134,28 @@ class MemoryStore:
         check_int("snapshot_every", snapshot_every, 0, (1 << 64) - 1)
         id_base, id_end = check_engine_options(M, ef_construction, ef_search, num_threads, flat_limit, id_range)
         check_float("fsync_interval", fsync_interval, 0, finite=True, expected="finite seconds >= 0")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
-        if not exists and dim is None:
-            raise bad_arg("dim", f"an int to create a new store at {p}", None)
-        native_metric = metric if metric is not None else ("" if exists else "ip")
-        self._native = native_module().Store(
-            os.fsencode(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync, float(fsync_interval),
-            int(snapshot_every), int(num_threads), int(flat_limit), int(id_base), int(id_end),
-        )
-        self._path = p
+        if not isinstance(read_only, bool):
+            raise bad_arg("read_only", "a bool", type(read_only).__name__, MemkernTypeError)
+        self._path, self._read_only = p, read_only
+        if read_only:
+            self._reader_args = (os.fsencode(p), int(dim or 0), metric or "", int(num_threads))
+            self._native = native_module().Store.open_read_only(*self._reader_args)
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            exists = (p / "CURRENT").exists() or (p / "wal.log").exists()
+            if not exists and dim is None:
+                raise bad_arg("dim", f"an int to create a new store at {p}", None)
+            native_metric = metric if metric is not None else ("" if exists else "ip")
+            self._native = native_module().Store(
+                os.fsencode(p), int(dim or 0), native_metric, int(M), int(ef_construction), fsync,
+                float(fsync_interval), int(snapshot_every), int(num_threads), int(flat_limit), int(id_base), int(id_end),
+            )
         self._dim = int(self._native.dim)  # fixed for the store's life (the search path reads it)
         self.ef_search = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
         logger.info(
-            "memkern store %s opened: dim=%d metric=%s fsync=%s, %d namespace(s), %d log entries replayed, "
+            "memkern store %s opened%s: dim=%d metric=%s fsync=%s, %d namespace(s), %d log entries replayed, "
             "distance kernel %s",
-            p, self._native.dim, self._native.metric, fsync, len(self._native.namespaces()),
+            p, " read_only" if read_only else "", self._native.dim, self._native.metric, fsync, len(self._native.namespaces()),
             getattr(self._native, "replayed_entries", 0), native_module().Store.simd_kernel,
         )
         if getattr(self._native, "recovered_torn_tail", False):
@@ -171,6 +171,32 @@ class MemoryStore:
     @property
     def dim(self) -> int:
         return int(self._native.dim)
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this is a read-only view (``MemoryStore(path, read_only=True)``)."""
+        return self._read_only
+
+    def refresh(self) -> int:
+        """Bring a read-only view up to date with the writer: apply the log entries it wrote since
+        the open or the last refresh, following its log across snapshots. Searches in other threads
+        wait while they are applied. A view two snapshots behind (or whose store was replaced) is
+        reopened, logged at INFO. A store opened for writing is always current.
+
+        Returns
+        -------
+        int
+            Log entries applied (after a reopen: those the new view replayed); ``0`` for a writer.
+        """
+        n = int(self._n().refresh())
+        if n >= 0:
+            return n
+        fresh = native_module().Store.open_read_only(*self._reader_args)
+        old, self._native = self._native, fresh
+        old.close()
+        logger.info("memkern store %s: the read-only view fell behind the writer's snapshots and was reopened",
+                    self._path)
+        return int(fresh.replayed_entries)
 
     @property
     def metric(self) -> str:

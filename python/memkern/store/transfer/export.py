@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from .parse import check_reranker_data
 
 log = logging.getLogger("memkern")
 
-__all__ = ["export_store", "export_records"]
+__all__ = ["export_store", "export_lines", "export_records"]
 
 
 def _b64(vec: np.ndarray) -> str:
@@ -64,24 +64,28 @@ def export_store(store: MemoryStore | str | os.PathLike, out: str | os.PathLike 
     p = Path(store)
     if not ((p / "CURRENT").exists() or (p / "wal.log").exists()):
         raise bad_arg("store", "an existing memkern store directory", str(p))
-    with MemoryStore(p) as s:
+    with MemoryStore(p, read_only=True) as s:  # a consistent view, beside a process writing the store too
         return _export(s, out, namespaces, embeddings)
 
 
-def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embeddings: bool) -> dict:
+def _chosen(store: MemoryStore, namespaces: Sequence[str] | None) -> list[str]:
     have = store.namespaces()
     if namespaces is None:
-        chosen = list(have)
-    else:
-        if isinstance(namespaces, str) or not isinstance(namespaces, Sequence):
-            raise bad_arg("namespaces", "a list of namespace names or None", type(namespaces).__name__,
-                          MemkernTypeError)
-        chosen = []
-        for ns in namespaces:
-            if ns not in have:
-                raise MemkernKeyError(f"namespaces: unknown namespace {ns!r} (the store holds {have})")
-            if ns not in chosen:
-                chosen.append(ns)
+        return list(have)
+    if isinstance(namespaces, str) or not isinstance(namespaces, Sequence):
+        raise bad_arg("namespaces", "a list of namespace names or None", type(namespaces).__name__,
+                      MemkernTypeError)
+    chosen: list[str] = []
+    for ns in namespaces:
+        if ns not in have:
+            raise MemkernKeyError(f"namespaces: unknown namespace {ns!r} (the store holds {have})")
+        if ns not in chosen:
+            chosen.append(ns)
+    return chosen
+
+
+def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embeddings: bool) -> dict:
+    chosen = _chosen(store, namespaces)
     if isinstance(out, (str, os.PathLike)):
         path = check_outside_stores(out, store.path, arg="out")
         stats: dict = {}
@@ -100,13 +104,34 @@ def _export(store: MemoryStore, out: Any, namespaces: Sequence[str] | None, embe
 
 
 def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) -> dict:
+    stats: dict = {}
+    for line in export_lines(store, namespaces, embeddings, stats):
+        f.write(line)
+    return stats
+
+
+def export_lines(store: MemoryStore, namespaces: Sequence[str] | None = None, embeddings: bool = True,
+                 stats: dict | None = None) -> Iterator[str]:
+    """The export of ``store`` (format: :mod:`memkern.store.transfer`) as JSON Lines, one str per
+    line (``"\\n"``-terminated), produced as they are read (what ``GET /v1/export`` streams).
+
+    Parameters
+    ----------
+    namespaces : list of str, optional
+        Only these (default all); as :func:`export_store`.
+    stats : dict, optional
+        Filled at the end with ``records``, ``namespaces`` and ``rerankers``.
+    """
     from ...base.version import __version__
 
+    if not isinstance(embeddings, bool):
+        raise bad_arg("embeddings", "a bool", type(embeddings).__name__, MemkernTypeError)
+    namespaces = _chosen(store, namespaces)
     n = native(store)
     header = {"kind": "header", "format": FORMAT, "format_version": FORMAT_VERSION, "dim": store.dim,
               "metric": store.metric, "embeddings": embeddings, "namespaces": namespaces,
               "memkern_version": __version__}
-    f.write(json.dumps(header, ensure_ascii=False) + "\n")
+    yield json.dumps(header, ensure_ascii=False) + "\n"
     ids = []
     for ns in namespaces:
         for level in ("topic", "turn"):
@@ -115,7 +140,7 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
     count = 0
     for start in range(0, len(ids), 512):
         for rec in export_records(store, ids[start:start + 512], embeddings):
-            f.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
+            yield json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n"
             count += 1
     rerankers = []
     if store.path is not None:
@@ -133,12 +158,13 @@ def _write(store: MemoryStore, f: Any, namespaces: list[str], embeddings: bool) 
                     except MemkernValueError as e:
                         log.warning("export: leaving out %s, not a valid reranker file (%s)", p, e)
                         continue
-                    f.write(json.dumps({"kind": "reranker", "namespace": ns, "file": kind,
-                                        "sha256": hashlib.sha256(data).hexdigest(),
-                                        "data": base64.b64encode(data).decode("ascii")}) + "\n")
+                    yield json.dumps({"kind": "reranker", "namespace": ns, "file": kind,
+                                      "sha256": hashlib.sha256(data).hexdigest(),
+                                      "data": base64.b64encode(data).decode("ascii")}) + "\n"
                     rerankers.append(f"{ns}{suffix}")
-    f.write(json.dumps({"kind": "end", "records": count, "rerankers": len(rerankers)}) + "\n")
-    return {"records": count, "namespaces": list(namespaces), "rerankers": rerankers}
+    yield json.dumps({"kind": "end", "records": count, "rerankers": len(rerankers)}) + "\n"
+    if stats is not None:
+        stats.update({"records": count, "namespaces": list(namespaces), "rerankers": rerankers})
 
 
 def export_records(store: MemoryStore, ids: Sequence[int], embeddings: bool = True) -> list[dict]:
