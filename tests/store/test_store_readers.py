@@ -3,11 +3,11 @@
 load, where a reader must never see part of a write."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-import textwrap
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,71 +116,19 @@ def test_a_torn_tail_is_an_append_in_progress_to_a_view(tmp_path):
     w.close()
 
 
-WRITER = textwrap.dedent("""
-    import sys, time, numpy as np
-    from memkern import MemoryStore
-    path, seconds, batch, every = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    s = MemoryStore(path, dim=8, metric="ip", fsync="never", snapshot_every=every)
-    rng = np.random.default_rng(0)
-    print("ready", flush=True)
-    t_end, b, first = time.time() + seconds, 0, None
-    while time.time() < t_end:
-        v = rng.standard_normal((batch, 8)).astype(np.float32)
-        v[:, 0] = 0
-        ids = s.add_batch("ns", [f"b{b}-{j} v0" for j in range(batch)], v, metas=[{"batch": b, "of": batch}] * batch)
-        first = int(ids[0]) if first is None else first
-        e = rng.standard_normal(8).astype(np.float32)
-        e[0] = b + 1                               # a merge's summary and vector change in one entry
-        s.merge(first, f"merged v{b + 1}", e)
-        b += 1
-    s.close()
-    print("done", b, flush=True)
-""")
-
-
-def check_view(r) -> int:
-    """Every add_batch whole (all ``of`` records of its batch) and every merge whole (the summary
-    names the version the vector's first component carries)."""
-    ids = r.ids("ns")
-    by_batch: dict = {}
-    recs = r.get_batch(ids)
-    for rec in recs:
-        by_batch.setdefault(rec.meta["batch"], []).append(rec)
-    for b, rs in by_batch.items():
-        assert len(rs) == rs[0].meta["of"], (b, len(rs))
-    if len(ids):
-        embs = r.embeddings(ids)
-        for rec, e in zip(recs, embs):
-            assert rec.summary.endswith(f"v{int(round(float(e[0])))}"), (rec.summary, e[0])
-    return len(ids)
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_readers.py"
 
 
 @pytest.mark.slow
 def test_two_processes_a_reader_never_sees_part_of_a_write(tmp_path):
-    path = tmp_path / "s"
-    MemoryStore(path, dim=DIM, metric="ip").close()
-    seconds = float(os.environ.get("MEMKERN_READER_SECONDS", "4"))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(seconds), "8", "40"],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    r = MemoryStore(path, read_only=True)
-    refreshes = opens = 0
-    seen = []
-    while proc.poll() is None:
-        r.refresh()
-        refreshes += 1
-        seen.append(check_view(r))
-        if refreshes % 10 == 0:                    # fresh opens race the writer's snapshots too
-            with MemoryStore(path, read_only=True) as v:
-                check_view(v)
-                opens += 1
-    out = proc.communicate()[0]
-    assert proc.returncode == 0, out
-    assert seen == sorted(seen)                    # the writer only adds: a view never goes back
-    r.refresh()
-    check_view(r)
-    final = MemoryStore(path)
-    assert r.ids("ns").tolist() == final.ids("ns").tolist()
-    assert refreshes > 5 and opens > 0 and len(set(seen)) > 2
-    final.close()
-    r.close()
+    """The short version of ``bench/bench_readers.py``: one writer, two reader processes (each
+    refreshing and checking every batch and merge whole, and opening fresh views that race the
+    writer's snapshots) for a few seconds."""
+    out = tmp_path / "readers.json"
+    seconds = os.environ.get("MEMKERN_READER_SECONDS", "4")
+    r = subprocess.run([sys.executable, str(BENCH), "--seconds", seconds, "--readers", "2", "--snapshot-every", "40",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(out.read_text())
+    assert got["errors"] == 0 and got["torn_reads"] == 0 and got["final_views_equal_store"], got
+    assert got["refreshes"] > 10 and got["fresh_opens"] > 0 and got["writer_batches"] > 20, got
