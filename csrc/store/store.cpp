@@ -59,11 +59,9 @@ Store::Store(const std::string& path, const StoreOptions& opt)
     return;
   }
   if (opt.read_only) {
-    // No LOCK, no directory created, nothing written: open_or_create only reads.
+    // No LOCK, no directory created, nothing written: open_or_create only reads (and refuses a
+    // directory that holds no store).
     read_only_ = true;
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw IOError("store " + path + ": no store there (a read-only open needs an existing store)");
     open_or_create(opt);
     return;
   }
@@ -99,6 +97,9 @@ Store::Store(const std::string& path, const StoreOptions& opt)
 std::unique_ptr<Store> Store::open_read_only(const std::string& path, StoreOptions opt) {
   opt.read_only = true;
   opt.in_memory = false;
+  struct stat st;  // no directory at all is not a writer's switch in progress: refused at once
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw IOError("store " + path + ": no store there (a read-only open needs an existing store)");
   for (int attempt = 1;; ++attempt) {
     try {
       return std::make_unique<Store>(path, opt);

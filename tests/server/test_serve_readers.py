@@ -59,6 +59,10 @@ def test_get_export_streams_a_consistent_backup_while_the_server_writes(tmp_path
             r = httpx.get(f"{url}/v1/export", headers={"Authorization": "Bearer k-admin"}, params={"embeddings": "false"})
             assert r.status_code == 200 and '"embeddings": false' in r.text.splitlines()[0]
         svc.close()
+    mem = MemoryService(memkern.InMemoryStore(64), embedder=HashEmbedder(64))
+    with running(mem) as url:                      # nothing on disk to view: 422, no store opened
+        r = httpx.get(f"{url}/v1/export", headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 422 and "store on disk" in r.text
 
 
 HOLDER = textwrap.dedent(r"""

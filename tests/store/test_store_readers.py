@@ -42,6 +42,10 @@ def test_a_view_is_the_state_at_its_open_until_refresh(tmp_path):
         np.testing.assert_array_equal(a, b)
     assert r.refresh() == 0
     assert w.refresh() == 0                        # a writer is always current
+    from memkern import InMemoryStore
+
+    mem = InMemoryStore(DIM)
+    assert not mem.read_only and mem.refresh() == 0
     r.close()
     w.close()
 

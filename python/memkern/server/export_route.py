@@ -29,7 +29,7 @@ def mount(app: Any, service: Any, forbidden: type) -> None:
             raise forbidden("authorization: expected an API key not bound to a scope (an export holds every "
                             "scope), got a scoped key")
         store = service.store
-        if not isinstance(store, MemoryStore):
+        if not isinstance(store, MemoryStore) or store.path is None:  # an InMemoryStore has no path
             raise MemkernValueError(f"export: expected a store on disk, got {type(store).__name__}")
         view = MemoryStore(store.path, read_only=True)
         try:

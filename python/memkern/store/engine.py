@@ -136,7 +136,7 @@ class MemoryStore:
         check_float("fsync_interval", fsync_interval, 0, finite=True, expected="finite seconds >= 0")
         if not isinstance(read_only, bool):
             raise bad_arg("read_only", "a bool", type(read_only).__name__, MemkernTypeError)
-        self._path, self._read_only = p, read_only
+        self._path = p
         if read_only:
             self._reader_args = (os.fsencode(p), int(dim or 0), metric or "", int(num_threads))
             self._native = native_module().Store.open_read_only(*self._reader_args)
@@ -175,7 +175,7 @@ class MemoryStore:
     @property
     def read_only(self) -> bool:
         """Whether this is a read-only view (``MemoryStore(path, read_only=True)``)."""
-        return self._read_only
+        return self._native is not None and bool(self._native.read_only)
 
     def refresh(self) -> int:
         """Bring a read-only view up to date with the writer: apply the log entries it wrote since
