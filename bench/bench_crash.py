@@ -21,7 +21,12 @@ and checks:
 
 Stores are started afresh every ``--trials-per-store`` trials so that checking stays cheap.
 
+``--writers W`` runs the same kind of trials with W threads writing at once under fsync="always"
+(group commit: one fdatasync covers every write queued meanwhile; a failed one raises in each):
+adds, batch adds and updates, each thread in its own namespace, faults injected alike.
+
     OMP_NUM_THREADS=1 python bench/bench_crash.py --trials 1000
+    OMP_NUM_THREADS=1 python bench/bench_crash.py --trials 300 --writers 8
 """
 from __future__ import annotations
 
@@ -287,25 +292,7 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
             finally:
                 os._exit(1)
         os.close(wfd)
-        deadline = time.monotonic() + float(rng.uniform(0.0, max_kill_s)) + 0.02
-        buf = b""
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))
-            if r:
-                chunk = os.read(rfd, 65536)
-                if not chunk:
-                    break
-                buf += chunk
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        while True:
-            chunk = os.read(rfd, 65536)
-            if not chunk:
-                break
-            buf += chunk
-        os.close(rfd)
-        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
-            stats.problems.append(f"trial {trial}: the writer exited by itself ({status}): {buf[-500:]!r}")
+        buf = _read_until_kill(rfd, pid, time.monotonic() + float(rng.uniform(0.0, max_kill_s)) + 0.02, stats, trial)
         stats.trials += 1
         in_flight = None
         fired = 0
@@ -356,6 +343,221 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
     return stats
 
 
+# ---------------------------------------------------------------------------- several writers
+# ``--writers W`` (W > 1): W threads of one process write at once under fsync="always", so that the
+# store commits them in groups (one fdatasync for every write queued meanwhile). Thread w adds,
+# batch-adds and updates records of its own namespace ``t<w>``; every line on the pipe names its
+# thread, and each thread has at most one call in flight when the kill comes.
+
+
+def _writers_child(path: str, seed: int, start_j: int, fault: str, writers: int, snapshot_every: int,
+                   wfd: int) -> None:
+    import threading
+
+    from memkern import MemkernError, _store
+    from memkern.store import MemoryStore
+
+    def say(line: str) -> None:
+        os.write(wfd, (line + "\n").encode())  # one write() of < PIPE_BUF bytes: never interleaved
+
+    try:
+        s = MemoryStore(path, dim=D, fsync="always", snapshot_every=snapshot_every)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the trial
+        say(f"E - open {type(e).__name__}: {e}".replace("\n", " "))
+        os._exit(3)
+    if fault:
+        _store._test_set_fault(fault)
+
+    def writer(w: int) -> None:
+        rng = np.random.default_rng(seed + w)
+        ns = f"t{w}"
+        live = [int(i) for i in s.ids(ns)]
+        j = start_j + w * 10**7
+        while True:
+            r = rng.random()
+            if r < 0.6 or not live:
+                op, args = "add", (j,)
+            elif r < 0.8:
+                op, args = "batch", (j, int(rng.integers(2, 5)))
+            else:
+                op, args = "update", (live[int(rng.integers(len(live)))], j)
+            say(f"I {w} " + " ".join(map(str, (op, *args))))
+            try:
+                if op == "add":
+                    res = [s.add(ns, f"r{j}", emb(j))]
+                elif op == "batch":
+                    res = [int(x) for x in s.add_batch(ns, [f"r{j + t}" for t in range(args[1])],
+                                                       np.stack([emb(j + t) for t in range(args[1])]))]
+                else:
+                    s.update(args[0], summary=f"u{j}", embedding=emb(j))
+                    res = []
+                live.extend(res)
+                say(f"A {w} " + " ".join(map(str, res)))
+            except MemkernError:
+                say(f"F {w} {_store._test_io_counters()['faults']}")
+                if s._native.poisoned:
+                    say(f"P {w}")
+                    return
+            j += args[1] if op == "batch" else 1
+
+    ts = [threading.Thread(target=writer, args=(w,), daemon=True) for w in range(writers)]
+    for t in ts:
+        t.start()
+    while True:
+        time.sleep(1)
+
+
+def _verify_writers(path: Path, exp: dict[int, Expected], in_flight: dict, stats: Stats, trial: int) -> None:
+    from memkern.store import MemoryStore
+
+    if not any(e.recs for e in exp.values()) and not any((path / n).exists() for n in ("CURRENT", "wal.log")):
+        return
+    try:
+        s = MemoryStore(path)
+    except Exception as e:  # noqa: BLE001
+        stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
+        return
+    try:
+        for w, e in exp.items():
+            fl = in_flight.get(w)
+            uncertain = {fl[1][0]} if fl and fl[0] == "update" else set()
+            present = {int(i) for i in s.ids(f"t{w}")}
+            want = set(e.recs) - uncertain
+            if want - present:
+                stats.problems.append(f"trial {trial}: writer {w}: acknowledged records lost: {sorted(want - present)[:10]}")
+            ids = sorted(want & present)
+            for i, r, v in zip(ids, s.get_batch(ids), s.embeddings(ids) if ids else []):
+                x = e.recs[i]
+                if (r.summary, r.version) != (x.summary, x.version) or not np.array_equal(v, emb(x.j)):
+                    stats.problems.append(f"trial {trial}: record {i} is {(r.summary, r.version)}, "
+                                          f"acknowledged {(x.summary, x.version)}")
+            extra = present - set(e.recs)
+            if extra and not (fl and fl[0] in ("add", "batch")):
+                stats.problems.append(f"trial {trial}: writer {w}: records nobody acknowledged: {sorted(extra)[:10]}")
+            for i in sorted(extra):  # its in-flight add landed whole: expected from now on
+                r = s.get(i)
+                j = int(r.summary[1:])
+                if r.summary != f"r{j}" or not np.array_equal(r.embedding, emb(j)) or j in e.failed_js:
+                    stats.problems.append(f"trial {trial}: in-flight record {i} is damaged or raised")
+                e.recs[i] = Rec(r.summary, j, ns=f"t{w}")
+                stats.in_flight_landed += 1
+            for i in uncertain & present:  # the in-flight update: either version is fine
+                r = s.get(i)
+                j = int(r.summary[1:])
+                if not np.array_equal(r.embedding, emb(j)):
+                    stats.problems.append(f"trial {trial}: in-flight update of {i} is damaged")
+                e.recs[i] = Rec(r.summary, j, version=r.version, ns=f"t{w}")
+    finally:
+        s.close()
+
+
+def run_writers_campaign(trials: int, root: Path, writers: int, *, seed: int = 0, trials_per_store: int = 25,
+                         snapshot_every: tuple[int, ...] = (50, 5000), fault_rate: float = 0.4,
+                         max_kill_s: float = 0.2, log=print) -> Stats:
+    """SIGKILL trials with ``writers`` threads writing at once under fsync="always" (group commit);
+    returns the statistics (problems must be empty). Faults are injected as in
+    :func:`run_campaign`; a failed shared fdatasync makes every write of its group raise."""
+    import memkern.store  # noqa: F401 - imported once, before the forks
+
+    rng = np.random.default_rng(seed)
+    stats = Stats()
+    exp: dict[int, Expected] = {}
+    next_j = 1
+    path = root / "w0"
+    for trial in range(trials):
+        if trial % trials_per_store == 0:
+            path = root / f"w{trial // trials_per_store}"
+            shutil.rmtree(path, ignore_errors=True)
+            exp = {w: Expected() for w in range(writers)}
+            every = snapshot_every[(trial // trials_per_store) % len(snapshot_every)]
+        fault = ""
+        if rng.random() < fault_rate:
+            fault = FAULTS[int(rng.integers(len(FAULTS)))].format(n=int(rng.integers(1, 40)))
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(rfd)
+                _writers_child(str(path), int(rng.integers(2**31)) + trial, next_j, fault, writers, every, wfd)
+            finally:
+                os._exit(1)
+        os.close(wfd)
+        buf = _read_until_kill(rfd, pid, time.monotonic() + float(rng.uniform(0.0, max_kill_s)) + 0.05, stats, trial)
+        stats.trials += 1
+        in_flight: dict[int, tuple[str, list[int]]] = {}
+        fired = 0
+        for ln in buf.decode().split("\n")[:-1]:
+            parts = ln.split()
+            kind = parts[0]
+            if kind == "E":
+                stats.problems.append(f"trial {trial}: {ln}")
+                continue
+            w = int(parts[1])
+            if kind == "I":
+                in_flight[w] = (parts[2], [int(x) for x in parts[3:]])
+                a = in_flight[w][1]
+                next_j = max(next_j, (a[0] + a[1] if parts[2] == "batch" else a[-1] + 1) - w * 10**7)
+            elif kind == "A":
+                op, a = in_flight.pop(w)
+                res = [int(x) for x in parts[2:]]
+                e = exp[w]
+                if op == "add":
+                    e.recs[res[0]] = Rec(f"r{a[0]}", a[0], ns=f"t{w}")
+                elif op == "batch":
+                    for t, i in enumerate(res):
+                        e.recs[i] = Rec(f"r{a[0] + t}", a[0] + t, ns=f"t{w}")
+                else:
+                    r = e.recs[a[0]]
+                    r.summary, r.j, r.version = f"u{a[1]}", a[1], r.version + 1
+                stats.acked += 1
+            elif kind == "F":
+                op, a = in_flight.pop(w)
+                stats.failed += 1
+                if op == "add":
+                    exp[w].failed_js.add(a[0])
+                elif op == "batch":
+                    exp[w].failed_js.update(range(a[0], a[0] + a[1]))
+                fired = max(fired, int(parts[2]))
+            elif kind == "P":
+                stats.poisoned += 1
+        stats.faults_fired += fired
+        stats.killed_in_flight += len(in_flight)
+        _verify_writers(path, exp, in_flight, stats, trial)
+        if stats.problems:
+            if log:
+                log(stats.problems[-1])
+            break
+        if log and (trial + 1) % 100 == 0:
+            log(f"{trial + 1} trials: {stats.acked} acknowledged, {stats.failed} raised, "
+                f"{stats.killed_in_flight} calls in flight at the kills")
+    if stats.trials == trials and stats.acked < 2 * trials:
+        stats.problems.append(f"only {stats.acked} operations were acknowledged in {trials} trials")
+    return stats
+
+
+def _read_until_kill(rfd: int, pid: int, deadline: float, stats: Stats, trial: int) -> bytes:
+    """Reads the child's lines until `deadline`, SIGKILLs it, and returns everything it wrote."""
+    buf = b""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))
+        if r:
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    while True:
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    os.close(rfd)
+    if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+        stats.problems.append(f"trial {trial}: the writer exited by itself ({status}): {buf[-500:]!r}")
+    return buf
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=1000)
@@ -364,18 +566,24 @@ def main() -> None:
     ap.add_argument("--trials-per-store", type=int, default=25)
     ap.add_argument("--fault-rate", type=float, default=0.4)
     ap.add_argument("--gate-rate", type=float, default=0.3, help="share of trials that hold a snapshot at a step")
+    ap.add_argument("--writers", type=int, default=1,
+                    help="threads writing at once (> 1: the group-commit campaign, fsync always)")
     ap.add_argument("--json", help="write the summary here")
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="memkern-crash-"))
     t0 = time.perf_counter()
     try:
-        st = run_campaign(a.trials, root, seed=a.seed, fsync=a.fsync, trials_per_store=a.trials_per_store,
-                          fault_rate=a.fault_rate, gate_rate=a.gate_rate)
+        if a.writers > 1:
+            st = run_writers_campaign(a.trials, root, a.writers, seed=a.seed, trials_per_store=a.trials_per_store,
+                                      fault_rate=a.fault_rate)
+        else:
+            st = run_campaign(a.trials, root, seed=a.seed, fsync=a.fsync, trials_per_store=a.trials_per_store,
+                              fault_rate=a.fault_rate, gate_rate=a.gate_rate)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     dt = time.perf_counter() - t0
     summary = {
-        "trials": st.trials, "fsync": a.fsync, "seed": a.seed, "acknowledged_ops": st.acked,
+        "trials": st.trials, "fsync": "always" if a.writers > 1 else a.fsync, "writers": a.writers, "seed": a.seed, "acknowledged_ops": st.acked,
         "raised_ops": st.failed, "faults_fired": st.faults_fired, "poisoned_stores": st.poisoned,
         "kills_during_a_held_snapshot": st.held_snapshots,
         "kills_mid_call": st.killed_in_flight, "in_flight_that_landed": st.in_flight_landed,

@@ -46,6 +46,7 @@ T_CPP = ("tests/store/test_cpp_unit.py",)
 T_INMEM = ("tests/store/test_inmemory.py", "tests/store/test_store.py", "tests/store/test_store_turns.py")
 T_TRANSFER = ("tests/store/test_transfer.py",)
 T_AIO = ("tests/store/test_aio.py",)
+T_GROUP = ("tests/store/test_group_commit.py",)
 T_LANGGRAPH = ("tests/integrations/test_langgraph.py",)
 T_LANGGRAPH_TTL = ("tests/integrations/test_langgraph_ttl.py",)
 T_LANGGRAPH_FILTERS = ("tests/integrations/test_langgraph_filters.py", "tests/integrations/test_langgraph.py")
@@ -368,6 +369,18 @@ CATALOGUE: list[Mutant] = [
            "        n = int(self._n().refresh())\n        if n >= 0:",
            "        n = int(self._n().refresh())\n        if True:",
            "a view two snapshots behind the writer is never reopened and stays stale", ("tests/store/test_store_readers.py",)),
+    Mutant("group-failed-sync-acknowledged", "durability", "csrc/store/store.cpp",
+           "  if (!why.empty() && wal_.end() > start) {",
+           "  if (false && !why.empty() && wal_.end() > start) {",
+           "a group whose shared fdatasync failed returns its writes as acknowledged", T_GROUP),
+    Mutant("group-no-sync-after-raising-last", "durability", "csrc/store/store.cpp",
+           "  } else if (wal_.synced_end() < wal_.end()) {",
+           "  } else if (false) {",
+           "a group whose last write raised before logging returns the others unsynced", T_GROUP),
+    Mutant("group-lost-state-readable", "durability", "csrc/store/store.cpp",
+           "  if (!lost_.empty()) throw IOError(",
+           "  if (false) throw IOError(",
+           "after a failed group fsync, reads show writes that raised and are not on disk", T_GROUP),
     Mutant("wal-no-fdatasync", "durability", "csrc/store/wal.cpp",
            'if (io::fdatasync(fd_) != 0) throw IOError("fdatasync write-ahead log " + file_ + ": " + errno_text());',
            "(void)0;",

@@ -264,6 +264,7 @@ SECTIONS = (
     "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo
     "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede
     "learning",            # memkern eval memory learning: greedy reads, exploration only to learn (LoCoMo dev)
+    "group-commit",        # bench_group_commit.py --write-section: durable writes from many threads
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
 OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo"})

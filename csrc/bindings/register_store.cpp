@@ -220,6 +220,10 @@ void register_store(py::module_& m) {
       .def_property_readonly("store_id", &Store::store_id)
       .def_property_readonly("last_snapshot_error", &Store::last_snapshot_error)
       .def_property_readonly("snapshot_failures", &Store::snapshot_failures)
+      .def_property_readonly("commit_groups", &Store::commit_groups,
+                             "Group commits led under fsync \"always\" (each one fdatasync).")
+      .def_property_readonly("grouped_writes", &Store::grouped_writes,
+                             "Writes those group commits covered (grouped_writes / commit_groups per fdatasync).")
       .def_property_readonly("poisoned", &Store::poisoned)
       .def("add",
            [](Store& s, const std::string& ns, const std::vector<std::string>& summaries,

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
+#include <optional>
+#include <type_traits>
 #include <thread>
 #include <climits>
 #include <chrono>
@@ -496,6 +499,7 @@ int64_t Store::refresh() {
 
 void Store::check_open() const {
   if (closed_) throw ValueError(where() + " is closed");
+  if (!lost_.empty()) throw IOError(where() + " refuses reads and writes until it is reopened: " + lost_);
 }
 
 void Store::check_writable() const {
@@ -705,16 +709,20 @@ void Store::commit(const std::string& payload, uint64_t ops, uint32_t nsi) {
     return;
   }
   // Validation happened before; from here the operation is logged (and synced), then applied:
-  // if logging or syncing fails, nothing was applied and the entry is not in the log.
+  // if logging or syncing fails, nothing was applied and the entry is not in the log. In a group
+  // (run_grouped) only the group's last write syncs, for every entry of the group.
   before_change(nsi);    // a snapshot copying namespaces gets this one as it was first
   wal_.append(payload);  // a failed or short write is cut back off inside
   dirty_ = true;
-  try {
-    maybe_sync();
-  } catch (...) {
-    wal_.undo_last();  // a write whose sync failed must not come back on reopen
-    if (wal_.poisoned()) poison_ = "the log entry of a write whose fsync failed could not be removed";
-    throw;
+  if (!in_group_ || group_last_) {
+    try {
+      maybe_sync();
+    } catch (...) {
+      wal_.undo_last();  // a write whose sync failed must not come back on reopen
+      if (wal_.poisoned()) poison_ = "the log entry of a write whose fsync failed could not be removed";
+      if (in_group_) group_sync_failed_ = true;
+      throw;
+    }
   }
   try {
     apply(payload);
@@ -726,8 +734,114 @@ void Store::commit(const std::string& payload, uint64_t ops, uint32_t nsi) {
     throw;
   }
   ops_since_snapshot_ += ops;
-  if (snapshot_every_ && ops_since_snapshot_ >= snapshot_every_ && ops_since_snapshot_ >= snapshot_retry_at_ && !job_)
+  if (in_group_) {
+    group_logged_ = true;
+    group_snapshot_ = group_snapshot_ || snapshot_due();  // requested once the group is durable
+  } else if (snapshot_due()) {
     request_snapshot();  // the background thread writes it; this write returns now
+  }
+}
+
+bool Store::snapshot_due() const {
+  return snapshot_every_ && ops_since_snapshot_ >= snapshot_every_ && ops_since_snapshot_ >= snapshot_retry_at_ && !job_;
+}
+
+// ------------------------------------------------------------------------------- group commit
+
+struct Store::GroupWrite {
+  std::function<void()> run;  // the write's body (writer lock held)
+  std::exception_ptr error;
+  bool done = false;          // a leader ran it (group_mu_)
+};
+
+template <class F>
+auto Store::write(F&& body) -> decltype(body()) {
+  using R = decltype(body());
+  if (fsync_ != FsyncMode::Always) {  // nothing to share: "batch" / "never", views, in memory
+    std::unique_lock<std::shared_mutex> lk(mu_);
+    return body();
+  }
+  GroupWrite w;
+  if constexpr (std::is_void_v<R>) {
+    w.run = [&] { body(); };
+    run_grouped(w);
+  } else {
+    std::optional<R> out;
+    w.run = [&] { out.emplace(body()); };
+    run_grouped(w);
+    return std::move(*out);
+  }
+}
+
+void Store::run_grouped(GroupWrite& w) {
+  std::unique_lock<std::mutex> q(group_mu_);
+  group_queue_.push_back(&w);
+  group_cv_.wait(q, [&] { return w.done || group_queue_.front() == &w; });
+  if (!w.done) {
+    // Lead: every write queued now (this one first), in arrival order.
+    std::vector<GroupWrite*> group(group_queue_.begin(),
+                                   group_queue_.begin() + std::min<size_t>(group_queue_.size(), kMaxGroup));
+    q.unlock();
+    lead_group(group);
+    q.lock();
+    for (size_t i = 0; i < group.size(); ++i) {
+      group_queue_.front()->done = true;
+      group_queue_.pop_front();
+    }
+    group_cv_.notify_all();  // the group's writers return; the next in the queue leads
+  }
+  q.unlock();
+  if (w.error) std::rethrow_exception(w.error);
+}
+
+void Store::lead_group(const std::vector<GroupWrite*>& group) {
+  std::unique_lock<std::shared_mutex> lk(mu_);  // readers never see a write before it is durable
+  const uint64_t start = wal_.end();             // every entry before it was synced by its own group
+  std::vector<GroupWrite*> logged;               // applied, durable only once the group's sync succeeds
+  in_group_ = true;
+  group_sync_failed_ = false;
+  group_snapshot_ = false;
+  for (size_t i = 0; i < group.size(); ++i) {
+    group_last_ = i + 1 == group.size();
+    group_logged_ = false;
+    try {
+      group[i]->run();
+    } catch (...) {
+      group[i]->error = std::current_exception();
+    }
+    if (group_logged_) logged.push_back(group[i]);
+  }
+  in_group_ = false;
+  group_last_ = true;
+  std::string why;
+  if (group_sync_failed_) {
+    why = "the fdatasync of its group failed";
+  } else if (wal_.synced_end() < wal_.end()) {
+    // The last write raised before logging: the others still need their sync.
+    try {
+      maybe_sync();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  groups_.fetch_add(1);
+  grouped_writes_.fetch_add(group.size());
+  if (!why.empty() && wal_.end() > start) {
+    // Writes of the group were applied in memory but are not durable: none of them is
+    // acknowledged, their entries leave the log, and the store must be reopened.
+    size_t n = 0;
+    for (GroupWrite* g : logged)
+      if (!g->error) ++n;
+    wal_.cut_back_to(start, n);
+    lost_ = "an fdatasync failed after " + std::to_string(n) + " write(s) of its group were applied in memory (" +
+            why + "); they raised and are not in the log" +
+            (wal_.poisoned() ? " (but could not be cut from it)" : "");
+    poison_ = lost_;
+    for (GroupWrite* g : logged)
+      if (!g->error) g->error = std::make_exception_ptr(IOError(where() + ": " + lost_));
+    return;
+  }
+  if (group_snapshot_ && snapshot_due()) request_snapshot();
 }
 
 void Store::maybe_sync() {
@@ -913,64 +1027,66 @@ void Store::apply(const std::string& payload) {
 // ------------------------------------------------------------------------------- writes
 
 std::vector<int64_t> Store::add(const std::string& ns, const std::vector<NewItem>& items) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
-  if (items.empty()) return {};
-  validate_items(items, 0, true);
-  check_id_room(items.size());
-  Writer w;
-  encode_op_count(w, new_item_ops(items));
-  int64_t first = next_id_;
-  encode_new_items(w, ns, items, first, now_s());
-  commit(w.buf, items.size(), find_ns_index(ns));
-  std::vector<int64_t> ids(items.size());
-  for (size_t i = 0; i < items.size(); ++i) ids[i] = first + static_cast<int64_t>(i);
-  return ids;
+  return write([&]() -> std::vector<int64_t> {
+    check_writable();
+    if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
+    if (items.empty()) return {};
+    validate_items(items, 0, true);
+    check_id_room(items.size());
+    Writer w;
+    encode_op_count(w, new_item_ops(items));
+    int64_t first = next_id_;
+    encode_new_items(w, ns, items, first, now_s());
+    commit(w.buf, items.size(), find_ns_index(ns));
+    std::vector<int64_t> ids(items.size());
+    for (size_t i = 0; i < items.size(); ++i) ids[i] = first + static_cast<int64_t>(i);
+    return ids;
+  });
 }
 
 uint32_t Store::new_version(int64_t id, VersionOp op, const std::string* summary, const float* embedding,
                             const std::string* turns_json, const std::string* meta_json,
                             const std::vector<NewItem>& children, std::vector<int64_t>* child_ids,
                             bool replace_children, const double* event_time) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  if (op != VersionOp::Merge && op != VersionOp::Update)
-    throw ValueError("op: expected merge or update, got " + std::to_string(static_cast<int>(op)));
-  const Record& r = rec_or_throw(id, "id");
-  if (event_time && !time_in_range(*event_time))
-    throw ValueError("event_time: expected " MEMKERN_TIME_RANGE ", got " + num(*event_time));
-  if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
-  if (embedding) {
-    NewItem probe;
-    probe.embedding = embedding;
-    validate_items({probe}, 0, false);
-  }
-  for (const auto& c : children)
-    if (c.level != kTurn || c.parent != id) throw ValueError("children: expected turn records of the topic");
-  validate_items(children, 0, false);
-  check_id_room(children.size());
-  double now = now_s();
-  std::vector<int64_t> old_children = replace_children ? r.children : std::vector<int64_t>{};
-  Writer w;
-  encode_op_count(w, static_cast<uint32_t>(old_children.size() + 1 + (event_time ? 1 : 0)) + new_item_ops(children));
-  for (int64_t c : old_children) encode_delete(w, c);
-  std::vector<float> v;
-  if (embedding) {
-    v.resize(dim_);
-    prepare_vector(embedding, v.data());
-  }
-  encode_version(w, id, op, summary, embedding ? v.data() : nullptr, dim_, turns_json, meta_json, now);
-  if (event_time) encode_event_time(w, id, *event_time);
-  int64_t first = next_id_;
-  encode_new_items(w, ns_[r.ns]->name, children, first, now);
-  uint32_t version = r.version + 1;
-  commit(w.buf, old_children.size() + 1 + children.size(), r.ns);
-  if (child_ids) {
-    child_ids->clear();
-    for (size_t i = 0; i < children.size(); ++i) child_ids->push_back(first + static_cast<int64_t>(i));
-  }
-  return version;
+  return write([&]() -> uint32_t {
+    check_writable();
+    if (op != VersionOp::Merge && op != VersionOp::Update)
+      throw ValueError("op: expected merge or update, got " + std::to_string(static_cast<int>(op)));
+    const Record& r = rec_or_throw(id, "id");
+    if (event_time && !time_in_range(*event_time))
+      throw ValueError("event_time: expected " MEMKERN_TIME_RANGE ", got " + num(*event_time));
+    if (!children.empty() && r.level != kTopic) throw ValueError("turn_embeddings: record " + std::to_string(id) + " is a turn");
+    if (embedding) {
+      NewItem probe;
+      probe.embedding = embedding;
+      validate_items({probe}, 0, false);
+    }
+    for (const auto& c : children)
+      if (c.level != kTurn || c.parent != id) throw ValueError("children: expected turn records of the topic");
+    validate_items(children, 0, false);
+    check_id_room(children.size());
+    double now = now_s();
+    std::vector<int64_t> old_children = replace_children ? r.children : std::vector<int64_t>{};
+    Writer w;
+    encode_op_count(w, static_cast<uint32_t>(old_children.size() + 1 + (event_time ? 1 : 0)) + new_item_ops(children));
+    for (int64_t c : old_children) encode_delete(w, c);
+    std::vector<float> v;
+    if (embedding) {
+      v.resize(dim_);
+      prepare_vector(embedding, v.data());
+    }
+    encode_version(w, id, op, summary, embedding ? v.data() : nullptr, dim_, turns_json, meta_json, now);
+    if (event_time) encode_event_time(w, id, *event_time);
+    int64_t first = next_id_;
+    encode_new_items(w, ns_[r.ns]->name, children, first, now);
+    uint32_t version = r.version + 1;
+    commit(w.buf, old_children.size() + 1 + children.size(), r.ns);
+    if (child_ids) {
+      child_ids->clear();
+      for (size_t i = 0; i < children.size(); ++i) child_ids->push_back(first + static_cast<int64_t>(i));
+    }
+    return version;
+  });
 }
 
 void Store::check_id_room(size_t n) const {
@@ -985,96 +1101,99 @@ int64_t Store::next_id() const {
 }
 
 void Store::import_records(const std::string& ns, const std::vector<ImportItem>& items) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
-  if (items.empty()) return;
-  std::unordered_map<int64_t, uint8_t> batch;  // id -> level of the items before
-  auto check_vec = [&](const std::vector<float>& v, const std::string& what) {
-    if (v.size() != dim_)
-      throw ValueError(what + ": expected " + std::to_string(dim_) + " floats, got " + std::to_string(v.size()));
-    NewItem probe;
-    probe.embedding = v.data();
-    validate_items({probe}, 0, false);
-    if (metric_ == Metric::Cos) {
-      double s = 0;
-      for (float x : v) s += static_cast<double>(x) * x;
-      if (std::fabs(std::sqrt(s) - 1.0) > 1e-3)
-        throw ValueError(what + ": metric \"cos\" stores unit vectors, got norm " + num(std::sqrt(s)));
-    }
-  };
-  for (size_t i = 0; i < items.size(); ++i) {
-    const Record& r = items[i].rec;
-    const std::string at = "records[" + std::to_string(i) + "]";
-    if (r.id < 0 || r.id == INT64_MAX) throw ValueError(at + ".id: expected an id in 0..2**63-2, got " + std::to_string(r.id));
-    if (records_.count(r.id) || batch.count(r.id))
-      throw KeyError(at + ".id: id " + std::to_string(r.id) + " is already in " + where() + " (ids must not collide)");
-    if (tombstones_.count(r.id))
-      throw KeyError(at + ".id: id " + std::to_string(r.id) + " was deleted from " + where() +
-                     " and is not compacted away yet (compact() it first)");
-    if (r.id >= next_id_ && r.id < id_end_)
-      throw ValueError(at + ".id: id " + std::to_string(r.id) + " lies in " + where() + "'s own unused id range [" +
-                       std::to_string(next_id_) + ", " + std::to_string(id_end_) + ") and would collide with an id it hands out");
-    if (r.level >= kNumLevels) throw ValueError(at + ".level: expected topic or turn");
-    if (r.level == kTopic) {
-      if (r.parent != -1) throw ValueError(at + ".parent: topics have no parent");
-    } else {
-      auto b = batch.find(r.parent);
-      bool ok = b != batch.end() && b->second == kTopic;
-      if (!ok) {
-        auto p = records_.find(r.parent);
-        ok = p != records_.end() && p->second.level == kTopic && ns_[p->second.ns]->name == ns;
+  return write([&] {
+    check_writable();
+    if (ns.empty()) throw ValueError("namespace: expected a non-empty string, got ''");
+    if (items.empty()) return;
+    std::unordered_map<int64_t, uint8_t> batch;  // id -> level of the items before
+    auto check_vec = [&](const std::vector<float>& v, const std::string& what) {
+      if (v.size() != dim_)
+        throw ValueError(what + ": expected " + std::to_string(dim_) + " floats, got " + std::to_string(v.size()));
+      NewItem probe;
+      probe.embedding = v.data();
+      validate_items({probe}, 0, false);
+      if (metric_ == Metric::Cos) {
+        double s = 0;
+        for (float x : v) s += static_cast<double>(x) * x;
+        if (std::fabs(std::sqrt(s) - 1.0) > 1e-3)
+          throw ValueError(what + ": metric \"cos\" stores unit vectors, got norm " + num(std::sqrt(s)));
       }
-      if (!ok) throw ValueError(at + ".parent: a turn record needs its topic (in the namespace, or earlier in the batch), got " +
-                                std::to_string(r.parent));
+    };
+    for (size_t i = 0; i < items.size(); ++i) {
+      const Record& r = items[i].rec;
+      const std::string at = "records[" + std::to_string(i) + "]";
+      if (r.id < 0 || r.id == INT64_MAX) throw ValueError(at + ".id: expected an id in 0..2**63-2, got " + std::to_string(r.id));
+      if (records_.count(r.id) || batch.count(r.id))
+        throw KeyError(at + ".id: id " + std::to_string(r.id) + " is already in " + where() + " (ids must not collide)");
+      if (tombstones_.count(r.id))
+        throw KeyError(at + ".id: id " + std::to_string(r.id) + " was deleted from " + where() +
+                       " and is not compacted away yet (compact() it first)");
+      if (r.id >= next_id_ && r.id < id_end_)
+        throw ValueError(at + ".id: id " + std::to_string(r.id) + " lies in " + where() + "'s own unused id range [" +
+                         std::to_string(next_id_) + ", " + std::to_string(id_end_) + ") and would collide with an id it hands out");
+      if (r.level >= kNumLevels) throw ValueError(at + ".level: expected topic or turn");
+      if (r.level == kTopic) {
+        if (r.parent != -1) throw ValueError(at + ".parent: topics have no parent");
+      } else {
+        auto b = batch.find(r.parent);
+        bool ok = b != batch.end() && b->second == kTopic;
+        if (!ok) {
+          auto p = records_.find(r.parent);
+          ok = p != records_.end() && p->second.level == kTopic && ns_[p->second.ns]->name == ns;
+        }
+        if (!ok) throw ValueError(at + ".parent: a turn record needs its topic (in the namespace, or earlier in the batch), got " +
+                                  std::to_string(r.parent));
+      }
+      if (static_cast<uint8_t>(r.status) > 1) throw ValueError(at + ".status: expected active or invalidated");
+      if (r.op > 2) throw ValueError(at + ".op: expected add, merge or update");
+      if (r.version != r.history.size() + 1)
+        throw ValueError(at + ".version: expected len(history) + 1 = " + std::to_string(r.history.size() + 1) + ", got " +
+                         std::to_string(r.version));
+      for (size_t j = 0; j < r.history.size(); ++j) {
+        if (r.history[j].version != j + 1 || r.history[j].op > 2)
+          throw ValueError(at + ".history[" + std::to_string(j) + "]: expected version " + std::to_string(j + 1) +
+                           " with op add, merge or update");
+        check_vec(r.history[j].embedding, at + ".history[" + std::to_string(j) + "].embedding");
+        if (!std::isfinite(r.history[j].updated_at)) throw ValueError(at + ".history: updated_at must be finite");
+      }
+      check_vec(items[i].embedding, at + ".embedding");
+      if (!std::isfinite(r.created_at) || !std::isfinite(r.updated_at))
+        throw ValueError(at + ": created_at / updated_at must be finite");
+      if (!std::isnan(r.event_time) && !time_in_range(r.event_time))
+        throw ValueError(at + ".event_time: expected " MEMKERN_TIME_RANGE " or none, got " + num(r.event_time));
+      batch.emplace(r.id, r.level);
     }
-    if (static_cast<uint8_t>(r.status) > 1) throw ValueError(at + ".status: expected active or invalidated");
-    if (r.op > 2) throw ValueError(at + ".op: expected add, merge or update");
-    if (r.version != r.history.size() + 1)
-      throw ValueError(at + ".version: expected len(history) + 1 = " + std::to_string(r.history.size() + 1) + ", got " +
-                       std::to_string(r.version));
-    for (size_t j = 0; j < r.history.size(); ++j) {
-      if (r.history[j].version != j + 1 || r.history[j].op > 2)
-        throw ValueError(at + ".history[" + std::to_string(j) + "]: expected version " + std::to_string(j + 1) +
-                         " with op add, merge or update");
-      check_vec(r.history[j].embedding, at + ".history[" + std::to_string(j) + "].embedding");
-      if (!std::isfinite(r.history[j].updated_at)) throw ValueError(at + ".history: updated_at must be finite");
-    }
-    check_vec(items[i].embedding, at + ".embedding");
-    if (!std::isfinite(r.created_at) || !std::isfinite(r.updated_at))
-      throw ValueError(at + ": created_at / updated_at must be finite");
-    if (!std::isnan(r.event_time) && !time_in_range(r.event_time))
-      throw ValueError(at + ".event_time: expected " MEMKERN_TIME_RANGE " or none, got " + num(r.event_time));
-    batch.emplace(r.id, r.level);
-  }
-  Writer w;
-  encode_op_count(w, static_cast<uint32_t>(items.size()));
-  for (const auto& it : items) encode_import(w, ns, it.rec, it.embedding.data(), dim_);
-  commit(w.buf, items.size(), find_ns_index(ns));
+    Writer w;
+    encode_op_count(w, static_cast<uint32_t>(items.size()));
+    for (const auto& it : items) encode_import(w, ns, it.rec, it.embedding.data(), dim_);
+    commit(w.buf, items.size(), find_ns_index(ns));
+  });
 }
 
 void Store::invalidate(int64_t id, const std::string& reason) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  const Record& r = rec_or_throw(id, "id");
-  if (r.status == Status::Invalidated) throw ValueError("id: record " + std::to_string(id) + " is already invalidated");
-  Writer w;
-  encode_op_count(w, 1);
-  encode_invalidate(w, id, reason, now_s());
-  commit(w.buf, 1, r.ns);
+  return write([&] {
+    check_writable();
+    const Record& r = rec_or_throw(id, "id");
+    if (r.status == Status::Invalidated) throw ValueError("id: record " + std::to_string(id) + " is already invalidated");
+    Writer w;
+    encode_op_count(w, 1);
+    encode_invalidate(w, id, reason, now_s());
+    commit(w.buf, 1, r.ns);
+  });
 }
 
 std::vector<int64_t> Store::remove(int64_t id) {
-  std::unique_lock<std::shared_mutex> lk(mu_);
-  check_writable();
-  const Record& r = rec_or_throw(id, "id");
-  std::vector<int64_t> ids = r.children;
-  ids.push_back(id);
-  Writer w;
-  encode_op_count(w, 1);
-  encode_delete(w, id);
-  commit(w.buf, 1, r.ns);
-  return ids;
+  return write([&]() -> std::vector<int64_t> {
+    check_writable();
+    const Record& r = rec_or_throw(id, "id");
+    std::vector<int64_t> ids = r.children;
+    ids.push_back(id);
+    Writer w;
+    encode_op_count(w, 1);
+    encode_delete(w, id);
+    commit(w.buf, 1, r.ns);
+    return ids;
+  });
 }
 
 void Store::flush() {

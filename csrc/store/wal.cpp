@@ -378,6 +378,19 @@ void Wal::undo_last() {
   synced_end_ = std::min(synced_end_, end_);
 }
 
+void Wal::cut_back_to(uint64_t to, uint64_t entries) {
+  if (fd_ < 0 || to >= end_) return;
+  if (rewind_to(to)) {
+    bytes_ -= end_ - to;
+    n_ -= std::min(n_, entries);
+  } else {
+    poison_ = "entries whose fsync failed could not be removed: " + errno_text();
+  }
+  end_ = to;
+  last_start_ = to;
+  synced_end_ = std::min(synced_end_, end_);
+}
+
 void Wal::sync() {
   if (fd_ < 0) return;
   if (io::fdatasync(fd_) != 0) throw IOError("fdatasync write-ahead log " + file_ + ": " + errno_text());

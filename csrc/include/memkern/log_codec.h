@@ -17,7 +17,8 @@
 //   entry, format 3: u32 len, u32 crc32(payload), u64 synced, u32 crc32(the first 16 bytes),
 //                    payload[len]. `synced` is the file offset up to which the log was durable
 //                    (its last fdatasync had returned) when the entry was written: under fsync
-//                    "always" the entry's own start, under "batch" / "never" the last sync point.
+//                    "always" the start of the entry's commit group (its own start when it
+//                    committed alone), under "batch" / "never" the last sync point.
 //   entry, formats 1-2: u32 len, u32 crc32(payload), u32 crc32(the first 8 bytes), payload[len]
 //                    (no watermark: read as the entry's own start).
 //   payload: u32 n_ops, then n_ops operations, applied all-or-nothing (one write call = one entry).
@@ -48,7 +49,8 @@
 // What this means. A crash (process kill, OS crash, power loss) can only leave bytes written
 // after the last completed sync in any state: missing, zeroed, a file system's stale blocks, or
 // pages persisted in any order and any subset. Those bytes hold only unacknowledged entries under
-// fsync "always" (an entry is acknowledged after the fdatasync that covers it returns), and the
+// fsync "always" (an entry is acknowledged after the fdatasync that covers it returns: one per
+// commit group, store.h), and the
 // entries of the last interval under "batch"; they are cut back to the last intact entry, so the
 // log replays a prefix of what was written, never an entry after a gap. Synced bytes cannot be
 // changed by a crash: damage to them is reported (above) wherever a later entry proves it; the one

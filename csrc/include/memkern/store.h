@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,7 @@ constexpr uint64_t kMaxEf = 1u << 20;           // ef of a search
 constexpr uint64_t kMaxCandidates = 1u << 20;   // candidates of a turn+topic search
 constexpr uint64_t kMaxResults = 1u << 26;      // B * k result slots of one call (12 bytes each)
 constexpr int kMaxThreads = 256;
+constexpr size_t kMaxGroup = 256;                // writes one group commit covers at most
 constexpr uint64_t kDefaultFlatLimit = 1024;
 constexpr uint64_t kMaxFlatLimit = 1u << 24;
 // Largest L2 norm of a stored vector or query: |<q, x>| <= ||q|| ||x|| <= 1e36 and
@@ -282,6 +284,10 @@ class Store {
   std::string last_snapshot_error() const;
   uint64_t snapshot_failures() const;
   SnapshotStats last_snapshot_stats() const;
+  // Group commit under fsync "always": groups led and the writes they held (writes / groups is the
+  // number of writes one fdatasync covered on average).
+  uint64_t commit_groups() const { return groups_.load(); }
+  uint64_t grouped_writes() const { return grouped_writes_.load(); }
   // True once per failure of an automatic snapshot not reported yet (the bindings log a warning).
   bool take_unreported_snapshot_failure();
   // Files of the log chain (snapshot.h, "Logs"), oldest first; the last one takes the appends.
@@ -368,6 +374,31 @@ class Store {
   };
   void put_vectors(std::vector<PendingPut>& pending);
   void maybe_sync();
+  bool snapshot_due() const;  // an automatic snapshot should start after this write (writer lock held)
+
+  // Group commit (fsync "always"): writers queue, and the one at the front leads. Under the writer
+  // lock it runs every queued write in order, logging and applying each; the last one's fdatasync
+  // covers the whole group before that last write is applied, and no write of the group returns
+  // before it. A lone writer is a group of one: exactly the path without a queue.
+  struct GroupWrite;
+  template <class F>
+  auto write(F&& body) -> decltype(body());  // `body` runs with the writer lock held
+  void run_grouped(GroupWrite& w);
+  void lead_group(const std::vector<GroupWrite*>& group);  // records each write's error, never throws
+  std::mutex group_mu_;                   // guards group_queue_ and each GroupWrite's `done`
+  std::condition_variable group_cv_;
+  std::deque<GroupWrite*> group_queue_;
+  // The group being led (writer lock held).
+  bool in_group_ = false;
+  bool group_last_ = true;                // the write running is the group's last: it syncs
+  bool group_logged_ = false;             // the write running logged and applied its entry
+  bool group_sync_failed_ = false;
+  bool group_snapshot_ = false;           // a write of the group made an automatic snapshot due
+  std::atomic<uint64_t> groups_{0}, grouped_writes_{0};
+  // Set when a group's fsync failed after other writes of it were applied in memory: those
+  // writes raised and are cut from the log, so reads and writes are refused until a reopen.
+  std::string lost_;
+
   void prepare_vector(const float* in, float* out) const;  // copy (+ normalise for cos)
   // Row b of the query matrix q as the indexes compare it: for metric cos an L2-normalised copy
   // in `buf` (prepare_vector, as the stored vectors were), else q's own row (no copy).

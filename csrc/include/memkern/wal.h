@@ -69,6 +69,9 @@ class Wal {
   // Removes the entry the last append() wrote (its sync failed: it must not come back).
   // Poisons the log if the file cannot be cut back; never throws.
   void undo_last();
+  // Removes every entry from byte `to` on (`entries` of them): a group of writes whose shared
+  // fsync failed. Poisons the log if the file cannot be cut back; never throws.
+  void cut_back_to(uint64_t to, uint64_t entries);
   void sync();
   void close();
   bool is_open() const { return fd_ >= 0; }

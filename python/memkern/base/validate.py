@@ -407,6 +407,8 @@ def check_json(value: Any, name: str) -> None:
 def json_text(value: Any, name: str) -> str:
     """``value`` checked (:func:`check_json`) and serialized compactly (UTF-8 kept), at most
     :data:`MAX_JSON_BYTES` bytes."""
+    if value is None or (type(value) in (list, dict) and not value):  # the common empty cases
+        return "null" if value is None else ("[]" if type(value) is list else "{}")
     check_json(value, name)
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -259,14 +259,17 @@ def as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     else:
         raise bad_arg(name, "a float32 array (float16 and exact float64 are converted)", f"dtype {arr.dtype}",
                       MemkernTypeError)
-    if not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
+    norms = None
     if stored and arr.ndim >= 1 and arr.size:
         # |<q, x>| <= ||q|| ||x||: with both norms <= 1e18 every score is finite in float32.
         # (Queries are checked by the native search itself, which names ``queries``: no extra
-        # numpy passes on the search path.)
+        # numpy passes on the search path.) A float32 squared never overflows float64, so the
+        # norms are finite exactly when every value is: one pass checks both.
         norms = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=-1))
+    if not (np.isfinite(norms).all() if norms is not None else np.isfinite(arr).all()):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
+    if norms is not None:
         if norms.max() > MAX_NORM:
             at = np.unravel_index(int(np.argmax(norms)), norms.shape)
             raise bad_arg(name, f"vectors with an L2 norm <= {MAX_NORM:g} (scores must stay finite in float32)",
