@@ -153,6 +153,10 @@ class Store:
     @property
     def snapshot_failures(self) -> int: ...
     @property
+    def commit_groups(self) -> int: ...  # group commits under fsync "always" (one fdatasync each)
+    @property
+    def grouped_writes(self) -> int: ...  # the writes those groups held
+    @property
     def poisoned(self) -> str: ...  # why writes are refused until a reopen ("" if they are not)
     @property
     def log_files(self) -> list[str]: ...  # the log chain, oldest first (the last one takes the appends)
