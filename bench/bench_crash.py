@@ -197,18 +197,26 @@ def _apply(exp: Expected, op: str, args: list[int], res: list[int]) -> None:
         exp.deleted.add(args[0])
 
 
-def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, stats: Stats, trial: int) -> None:
+def _open_checked(path: Path, holds: bool, stats: Stats, trial: int):
+    """The store reopened after a kill, or None: when it cannot open (a problem, recorded), or when
+    the first writer died before creating it and nothing was acknowledged (`holds` False)."""
     from memkern.store import MemoryStore
 
+    if not holds and not any((path / n).exists() for n in ("CURRENT", "wal.log")):
+        return None
+    try:
+        return MemoryStore(path)
+    except Exception as e:  # noqa: BLE001
+        stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
+        return None
+
+
+def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, stats: Stats, trial: int) -> None:
     uncertain: set[int] = set()
     if in_flight and in_flight[0] in ("merge", "update", "invalidate", "delete"):
         uncertain.add(in_flight[1][0])
-    if not exp.recs and not exp.deleted and not any((path / n).exists() for n in ("CURRENT", "wal.log")):
-        return  # the first writer was killed before it had created the store: nothing to hold
-    try:
-        s = MemoryStore(path)
-    except Exception as e:  # noqa: BLE001
-        stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
+    s = _open_checked(path, bool(exp.recs or exp.deleted), stats, trial)
+    if s is None:
         return
     try:
         present = {int(i) for ns in NS for i in s.ids(ns, include_invalidated=True)}
@@ -257,6 +265,18 @@ def _verify(path: Path, exp: Expected, in_flight: tuple[str, list[int]] | None, 
             stats.in_flight_landed += 1
     finally:
         s.close()
+
+
+def _stop_after(stats: Stats, trial: int, log, in_flight_words: str) -> bool:
+    """After a trial's check: logs the first problem (and progress every 100 trials); True to stop."""
+    if stats.problems:
+        if log:
+            log(stats.problems[-1])
+        return True
+    if log and (trial + 1) % 100 == 0:
+        log(f"{trial + 1} trials: {stats.acked} acknowledged, {stats.failed} raised, "
+            f"{stats.killed_in_flight} {in_flight_words}")
+    return False
 
 
 def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: int = 25, fsync: str = "always",
@@ -328,13 +348,8 @@ def run_campaign(trials: int, root: Path, *, seed: int = 0, trials_per_store: in
         if in_flight is not None:
             stats.killed_in_flight += 1
         _verify(path, exp, in_flight, stats, trial)
-        if stats.problems:
-            if log:
-                log(stats.problems[-1])
+        if _stop_after(stats, trial, log, "kills mid-call"):
             break
-        if log and (trial + 1) % 100 == 0:
-            log(f"{trial + 1} trials: {stats.acked} acknowledged, {stats.failed} raised, "
-                f"{stats.killed_in_flight} kills mid-call")
     # A campaign where (almost) nothing succeeds proves nothing: the writes must mostly work.
     if stats.trials == trials and stats.acked < 2 * trials:
         stats.problems.append(f"only {stats.acked} operations were acknowledged in {trials} trials")
@@ -408,14 +423,8 @@ def _writers_child(path: str, seed: int, start_j: int, fault: str, writers: int,
 
 
 def _verify_writers(path: Path, exp: dict[int, Expected], in_flight: dict, stats: Stats, trial: int) -> None:
-    from memkern.store import MemoryStore
-
-    if not any(e.recs for e in exp.values()) and not any((path / n).exists() for n in ("CURRENT", "wal.log")):
-        return
-    try:
-        s = MemoryStore(path)
-    except Exception as e:  # noqa: BLE001
-        stats.problems.append(f"trial {trial}: the store does not open: {type(e).__name__}: {e}")
+    s = _open_checked(path, any(e.recs for e in exp.values()), stats, trial)
+    if s is None:
         return
     try:
         for w, e in exp.items():
@@ -523,13 +532,8 @@ def run_writers_campaign(trials: int, root: Path, writers: int, *, seed: int = 0
         stats.faults_fired += fired
         stats.killed_in_flight += len(in_flight)
         _verify_writers(path, exp, in_flight, stats, trial)
-        if stats.problems:
-            if log:
-                log(stats.problems[-1])
+        if _stop_after(stats, trial, log, "calls in flight at the kills"):
             break
-        if log and (trial + 1) % 100 == 0:
-            log(f"{trial + 1} trials: {stats.acked} acknowledged, {stats.failed} raised, "
-                f"{stats.killed_in_flight} calls in flight at the kills")
     if stats.trials == trials and stats.acked < 2 * trials:
         stats.problems.append(f"only {stats.acked} operations were acknowledged in {trials} trials")
     return stats

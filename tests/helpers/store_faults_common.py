@@ -26,3 +26,17 @@ def _no_fault():
 def emb(j: int, d: int = D) -> np.ndarray:
     """A float32 ``[d]`` vector, the same for the same ``j``."""
     return np.random.default_rng(j).standard_normal(d).astype(np.float32)
+
+
+def bench_crash():
+    """``bench/bench_crash.py`` loaded as a module (its campaigns' short versions run in the tests)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_crash.py"
+    spec = importlib.util.spec_from_file_location("bench_crash", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_crash"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod

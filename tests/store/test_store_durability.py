@@ -23,6 +23,7 @@ import pytest
 
 from memkern import StoreCorruptedError
 from memkern.store import MemoryStore
+from store_faults_common import bench_crash  # noqa: E402
 
 D = 24
 
@@ -176,16 +177,6 @@ def test_sigkill_at_random_points(tmp_path, fsync):
     assert kills_mid_write >= 1  # the kill landed inside an operation at least once
 
 
-def _bench_crash():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_crash", Path(__file__).resolve().parents[2] / "bench" / "bench_crash.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_crash"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.slow
 def test_sigkill_campaign_with_injected_faults(tmp_path):
     """50 trials of bench/bench_crash.py (the 1,000-trial campaign's figures are in RESULTS.md):
@@ -193,7 +184,7 @@ def test_sigkill_campaign_with_injected_faults(tmp_path):
     snapshots and compactions, with short writes / failed writes, fsyncs and renames injected in
     ~40% of the trials, SIGKILLed at a random moment. Every acknowledged write is there, every
     raised one left nothing, and the store always opens."""
-    bc = _bench_crash()
+    bc = bench_crash()
     st = bc.run_campaign(50, tmp_path, seed=3, log=None)
     assert st.problems == []
     assert st.trials == 50 and st.acked > 100
