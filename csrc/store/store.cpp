@@ -734,12 +734,8 @@ void Store::commit(const std::string& payload, uint64_t ops, uint32_t nsi) {
     throw;
   }
   ops_since_snapshot_ += ops;
-  if (in_group_) {
-    group_logged_ = true;
-    group_snapshot_ = group_snapshot_ || snapshot_due();  // requested once the group is durable
-  } else if (snapshot_due()) {
-    request_snapshot();  // the background thread writes it; this write returns now
-  }
+  // The background thread writes it; this write returns now (a group asks once it is durable).
+  if (!in_group_ && snapshot_due()) request_snapshot();
 }
 
 bool Store::snapshot_due() const {
@@ -797,19 +793,19 @@ void Store::run_grouped(GroupWrite& w) {
 void Store::lead_group(const std::vector<GroupWrite*>& group) {
   std::unique_lock<std::shared_mutex> lk(mu_);  // readers never see a write before it is durable
   const uint64_t start = wal_.end();             // every entry before it was synced by its own group
+  const uint64_t entries = wal_.entries_since_open();
   std::vector<GroupWrite*> logged;               // applied, durable only once the group's sync succeeds
   in_group_ = true;
   group_sync_failed_ = false;
-  group_snapshot_ = false;
   for (size_t i = 0; i < group.size(); ++i) {
     group_last_ = i + 1 == group.size();
-    group_logged_ = false;
+    const uint64_t before = wal_.end();
     try {
       group[i]->run();
     } catch (...) {
       group[i]->error = std::current_exception();
     }
-    if (group_logged_) logged.push_back(group[i]);
+    if (!group[i]->error && wal_.end() > before) logged.push_back(group[i]);
   }
   in_group_ = false;
   group_last_ = true;
@@ -829,19 +825,15 @@ void Store::lead_group(const std::vector<GroupWrite*>& group) {
   if (!why.empty() && wal_.end() > start) {
     // Writes of the group were applied in memory but are not durable: none of them is
     // acknowledged, their entries leave the log, and the store must be reopened.
-    size_t n = 0;
-    for (GroupWrite* g : logged)
-      if (!g->error) ++n;
-    wal_.cut_back_to(start, n);
-    lost_ = "an fdatasync failed after " + std::to_string(n) + " write(s) of its group were applied in memory (" +
-            why + "); they raised and are not in the log" +
+    wal_.cut_back_to(start, wal_.entries_since_open() - entries);
+    lost_ = "an fdatasync failed after " + std::to_string(logged.size()) +
+            " write(s) of its group were applied in memory (" + why + "); they raised and are not in the log" +
             (wal_.poisoned() ? " (but could not be cut from it)" : "");
     poison_ = lost_;
-    for (GroupWrite* g : logged)
-      if (!g->error) g->error = std::make_exception_ptr(IOError(where() + ": " + lost_));
+    for (GroupWrite* g : logged) g->error = std::make_exception_ptr(IOError(where() + ": " + lost_));
     return;
   }
-  if (group_snapshot_ && snapshot_due()) request_snapshot();
+  if (snapshot_due()) request_snapshot();
 }
 
 void Store::maybe_sync() {

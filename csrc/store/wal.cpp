@@ -365,17 +365,7 @@ void Wal::append(const std::string& payload) {
 
 void Wal::undo_last() {
   if (fd_ < 0 || last_start_ == end_) return;
-  uint64_t to = last_start_;
-  if (rewind_to(to)) {
-    bytes_ -= end_ - to;
-    end_ = to;
-    --n_;
-  } else {
-    // Bytes of an operation that raised stay in the file: refuse appends until they are cut.
-    poison_ = "an entry whose fsync failed could not be removed: " + errno_text();
-    end_ = to;
-  }
-  synced_end_ = std::min(synced_end_, end_);
+  cut_back_to(last_start_, 1);
 }
 
 void Wal::cut_back_to(uint64_t to, uint64_t entries) {
@@ -384,7 +374,8 @@ void Wal::cut_back_to(uint64_t to, uint64_t entries) {
     bytes_ -= end_ - to;
     n_ -= std::min(n_, entries);
   } else {
-    poison_ = "entries whose fsync failed could not be removed: " + errno_text();
+    // Bytes of operations that raised stay in the file: refuse appends until they are cut.
+    poison_ = std::string(entries == 1 ? "an entry" : "entries") + " whose fsync failed could not be removed: " + errno_text();
   }
   end_ = to;
   last_start_ = to;

@@ -391,9 +391,7 @@ class Store {
   // The group being led (writer lock held).
   bool in_group_ = false;
   bool group_last_ = true;                // the write running is the group's last: it syncs
-  bool group_logged_ = false;             // the write running logged and applied its entry
-  bool group_sync_failed_ = false;
-  bool group_snapshot_ = false;           // a write of the group made an automatic snapshot due
+  bool group_sync_failed_ = false;        // that sync failed (never retried: its pages may be lost)
   std::atomic<uint64_t> groups_{0}, grouped_writes_{0};
   // Set when a group's fsync failed after other writes of it were applied in memory: those
   // writes raised and are cut from the log, so reads and writes are refused until a reopen.

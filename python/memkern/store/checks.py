@@ -269,11 +269,10 @@ def as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     if not (np.isfinite(norms).all() if norms is not None else np.isfinite(arr).all()):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise bad_arg(name, "finite values", f"NaN or inf at index {tuple(int(i) for i in bad)}")
-    if norms is not None:
-        if norms.max() > MAX_NORM:
-            at = np.unravel_index(int(np.argmax(norms)), norms.shape)
-            raise bad_arg(name, f"vectors with an L2 norm <= {MAX_NORM:g} (scores must stay finite in float32)",
-                          f"norm {float(norms.max()):.3g} at row {tuple(int(i) for i in at)}")
+    if norms is not None and norms.max() > MAX_NORM:
+        at = np.unravel_index(int(np.argmax(norms)), norms.shape)
+        raise bad_arg(name, f"vectors with an L2 norm <= {MAX_NORM:g} (scores must stay finite in float32)",
+                      f"norm {float(norms.max()):.3g} at row {tuple(int(i) for i in at)}")
     return np.ascontiguousarray(arr)
 
 
