@@ -1256,8 +1256,8 @@ CATALOGUE: list[Mutant] = [
            "an id-preserving import moves the store's next id past the imported ids (into another shard's range)",
            ("tests/distributed/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("store-import-over-tombstone", "distributed", "csrc/store/store.cpp",
-           "    if (tombstones_.count(r.id))\n      throw KeyError(at + \".id: id \"",
-           "    if (false)\n      throw KeyError(at + \".id: id \"",
+           "      if (tombstones_.count(r.id))\n        throw KeyError(at + \".id: id \"",
+           "      if (false)\n        throw KeyError(at + \".id: id \"",
            "an import of an id deleted and not compacted is not refused up front (the log entry then fails to "
            "apply)", ("tests/distributed/test_distributed.py::test_import_records_refuses_colliding_ids",)),
     Mutant("store-import-loses-created-at", "distributed", "csrc/bindings/register_store.cpp",
