@@ -139,6 +139,29 @@ def test_now_defaults_to_the_latest_session_and_can_be_given(tmp_path):
     r2.close(); r.close(); st.close()
 
 
+def test_an_undated_bank_is_read_once_for_now(tmp_path):
+    """A bank without event times is not re-read on every question (a 10k-record bank made
+    ``respond`` O(N)); a dated session written later still moves ``now``."""
+    store = MemoryStore(tmp_path / "s", dim=DIM, metric="cos", fsync="never")
+    emb = HashEmbedder(DIM)
+    for i in range(40):
+        store.add(NS, f"undated memory {i}", emb.encode([f"undated memory {i}"])[0])
+    r = RMM(store, chat_model=NoChat(), embedder=emb, namespace=NS, persist=False, extractor="embedding",
+            explore=False, top_k=8, top_m=4)
+    sizes = []
+    real = store.get_batch
+    store.get_batch = lambda ids, *a, **k: (sizes.append(len(ids)), real(ids, *a, **k))[1]
+    for q in ("What happened last week?", "Where is the memory?", "What happened last week?"):
+        r.retrieve(q)
+    assert sizes.count(40) == 1, sizes  # the namespace was read for its latest event time once
+    assert r._latest_event_time() is None
+    r.end_session([{"role": "user", "content": "Back from holiday.", "speaker": "Maria", "turn_id": "D5:1"}],
+                  session_id="session_5", date="2023-09-01")
+    assert r._time_now(None) == secs(2023, 9, 1)
+    assert sizes.count(40) == 1
+    r.close(); store.close()
+
+
 def test_respond_reads_now_from_the_session_turns(tmp_path):
     r, st = bank(tmp_path)
     assert r._time_now(None, [{"role": "user", "content": "hi", "date": "2023-06-20"}]) == secs(2023, 6, 20)

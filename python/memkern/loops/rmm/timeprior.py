@@ -55,23 +55,24 @@ class TimeStage:
     and ``config``)."""
 
     _latest_event: float | None = None
+    _latest_event_read: bool = False
 
     def _note_event_time(self, t: float | None) -> None:
         """Keep the namespace's latest event time current (called for each session written)."""
-        if t is not None and self._latest_event is not None:
-            self._latest_event = max(self._latest_event, float(t))
+        if t is not None and self._latest_event_read:
+            self._latest_event = float(t) if self._latest_event is None else max(self._latest_event, float(t))
 
     def _latest_event_time(self) -> float | None:
-        """The latest event time of the namespace's active topics (read once, then kept)."""
-        if self._latest_event is None:
+        """The latest event time of the namespace's active topics: read from the store once (also
+        when there is none), then kept current by :meth:`_note_event_time`."""
+        if not self._latest_event_read:
             from ...store.bank import namespace_ids
 
             ids = namespace_ids(self.store, self.namespace, include_invalidated=False)
             ts = [r.event_time for r in (self.store.get_batch(ids) if ids else [])
                   if getattr(r, "event_time", None) is not None]
-            if not ts:
-                return None
-            self._latest_event = float(max(ts))
+            self._latest_event = float(max(ts)) if ts else None
+            self._latest_event_read = True
         return self._latest_event
 
     def _time_now(self, now: Any, session_turns: Sequence[dict] | None = None) -> float:
