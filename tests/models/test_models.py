@@ -86,23 +86,55 @@ def test_embedder_query_cache_is_exact_and_bounded(embedder):
         M.Embedder(query_cache=-1)
 
 
-@pytest.mark.slow
-def test_embedder_onnx_backend_same_embeddings(embedder, tmp_path, monkeypatch):
+def test_embedder_onnx_backend_same_embeddings(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path))
+    ref = M.Embedder(backend="torch")
+    assert ref._ort is None and ref.backend == "torch"
     e = M.Embedder(backend="onnx")
-    assert e._ort is not None and "backend='onnx'" in repr(e)
+    assert e._ort is not None and e.backend == "onnx" and "backend='onnx'" in repr(e)
     assert len(list((tmp_path / "models" / "embedder-onnx").glob("*.onnx"))) == 1
     texts = ["A cat is sleeping on the sofa.", "short", "The central bank raised interest rates again this year."]
-    np.testing.assert_allclose(e.encode(texts), embedder.encode(texts), atol=1e-5)  # padded batch
-    np.testing.assert_allclose(e.encode(texts[:1], kind="query"), embedder.encode(texts[:1], kind="query"), atol=1e-5)
+    np.testing.assert_allclose(e.encode(texts), ref.encode(texts), atol=1e-5)  # padded batch
+    np.testing.assert_allclose(e.encode(texts[:1], kind="query"), ref.encode(texts[:1], kind="query"), atol=1e-5)
+    np.testing.assert_allclose(e.encode(texts, batch_size=2), ref.encode(texts), atol=1e-5)
+    un = M.Embedder(backend="onnx", normalize=False)
+    np.testing.assert_allclose(un.encode(texts), M.Embedder(backend="torch", normalize=False).encode(texts),
+                               rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.linalg.norm(un.encode(texts), axis=1), 1.0)
     e2 = M.Embedder(backend="onnx")  # reuses the exported file
     np.testing.assert_allclose(e2.encode(texts), e.encode(texts), atol=1e-6)
     with pytest.raises(MemkernValueError, match="backend"):
         M.Embedder(backend="tensorrt")
     with pytest.raises(MemkernValueError, match="quantize"):
         M.Embedder(backend="onnx", quantize="int8")
+
+
+def test_embedder_auto_backend_is_onnx_when_installed(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from memkern.models import embedder as E
+
+    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path))
+    with caplog.at_level("INFO", logger="memkern"):
+        assert M.Embedder().backend == "onnx"
+    assert "backend onnx" in caplog.text
+    assert M.Embedder(quantize="int8").backend == "torch"  # int8 is a torch route
+    monkeypatch.setattr(E, "_onnx_available", lambda: False)
+    assert M.Embedder().backend == "torch"
+    monkeypatch.setattr(E, "_onnx_available", lambda: True)
+
+    def broken(*a, **k):
+        raise RuntimeError("export failed")
+    monkeypatch.setattr(E, "_onnx_session", broken)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memkern"):
+        e = M.Embedder()
+    assert e.backend == "torch" and e._ort is None and "export failed" in caplog.text
+    assert e.encode(["x"]).shape == (1, 384)
+    with pytest.raises(RuntimeError, match="export failed"):  # an explicit "onnx" does not fall back
+        M.Embedder(backend="onnx")
 
 
 def test_embedder_int8_quantize_is_close_but_not_equal(embedder):

@@ -35,6 +35,13 @@ def _check_texts(texts: Any, name: str = "texts") -> list[str]:
     return list(texts)
 
 
+def _onnx_available() -> bool:
+    """Whether ``onnx`` and ``onnxruntime`` are installed (without importing them)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
 def _onnx_session(model: Any, tokenizer: Any, model_name: str) -> tuple[Any, list[str]]:
     """Export ``model`` (float32, CPU) once to ONNX under the model cache and open an ONNX Runtime
     session with the process's torch thread count. Returns ``(session, input names)``.
@@ -89,6 +96,7 @@ def _onnx_session(model: Any, tokenizer: Any, model_name: str) -> tuple[Any, lis
     so = ort.SessionOptions()
     so.intra_op_num_threads = max(1, torch.get_num_threads())
     so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep, not spin
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]), names
 
 
@@ -110,12 +118,14 @@ class Embedder:
         (~10 us instead of a model forward); results are exactly those of the first computation.
         Only ``kind="query"`` is cached. Hits and misses are counted in ``cache_hits`` /
         ``cache_misses``.
-    backend : ``"torch"`` (default: the transformers model in eager PyTorch) or ``"onnx"``: the
-        same float32 model exported once with ``torch.onnx.export`` to
-        ``<model cache>/embedder-onnx/`` and run by ONNX Runtime (CPU only; needs the ``onnx`` and
-        ``onnxruntime`` packages, ``pip install memkern[fast]``). Same embeddings (max abs.
-        difference ~1e-6, identical retrieval on the eval data) at ~3-4x less time per short query
-        on one CPU thread; see ``bench/RESULTS.md`` (query embedding). Logged at INFO.
+    backend : ``"auto"`` (default), ``"torch"`` or ``"onnx"``. ``"torch"``: the transformers model
+        in eager PyTorch. ``"onnx"``: the same float32 model exported once with
+        ``torch.onnx.export`` to ``<model cache>/embedder-onnx/`` (~3 s, once per model) and run by
+        ONNX Runtime (CPU only; needs the ``onnx`` and ``onnxruntime`` packages,
+        ``pip install memkern[fast]``): the same embeddings (max abs. difference ~2e-6) in about
+        half the time per short query on one CPU thread (``bench/RESULTS.md``, query embedding).
+        ``"auto"``: ``"onnx"`` on CPU without ``quantize`` when both packages import, else
+        ``"torch"``. The choice is logged at INFO; ``backend`` holds the one in use.
     quantize : ``None`` (default, float32) or ``"int8"`` (``backend="torch"`` only): dynamic int8
         quantisation of the model's ``nn.Linear`` layers (``torch.ao.quantization.quantize_dynamic``;
         CPU only). ~1.7x faster, but embeddings move (cosine to float32 ~0.95 on short queries) and
@@ -126,7 +136,7 @@ class Embedder:
     def __init__(self, model: str | os.PathLike | None = None, device: str | None = None,
                  batch_size: int = 32, max_length: int = 256, query_prefix: str = "",
                  passage_prefix: str = "", normalize: bool = True, query_cache: int = 0,
-                 backend: str = "torch", quantize: str | None = None):
+                 backend: str = "auto", quantize: str | None = None):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         require("models", "torch", "transformers", feature="memkern.Embedder")
         import torch
@@ -136,10 +146,9 @@ class Embedder:
         self.max_length = check_int("max_length", max_length, 1, expected="a positive int")
         query_cache = check_int("query_cache", query_cache, 0, expected="an int >= 0 (0 disables the cache)")
         check_choice("quantize", quantize, (None, "int8"))
-        check_choice("backend", backend, ("torch", "onnx"))
+        check_choice("backend", backend, ("auto", "torch", "onnx"))
         if backend == "onnx" and quantize is not None:
             raise bad_arg("quantize", "None with backend='onnx'", quantize)
-        self.backend = backend
         self._ort = None
         self.query_cache = int(query_cache)
         self.quantize = quantize
@@ -155,6 +164,9 @@ class Embedder:
             raise bad_arg("model", "None, a local folder or a model id", type(model).__name__, MemkernTypeError)
         self.model_name = str(model)
         self.device = _resolve_device(device)
+        auto = backend == "auto"
+        if auto:
+            backend = "onnx" if self.device == "cpu" and quantize is None and _onnx_available() else "torch"
         if quantize == "int8" and self.device != "cpu":
             raise bad_arg("quantize", "None on a CUDA device ('int8' dynamic quantisation runs on CPU)",
                           f"{quantize!r} with device {self.device!r}")
@@ -172,7 +184,15 @@ class Embedder:
             self.model = quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
         self._torch = torch
         if backend == "onnx":
-            self._ort = _onnx_session(self.model, self.tokenizer, self.model_name)
+            try:
+                self._ort = _onnx_session(self.model, self.tokenizer, self.model_name)
+            except Exception as e:  # noqa: BLE001 - "auto" falls back to eager torch, and says why
+                if not auto:
+                    raise
+                log.warning("Embedder: backend 'auto' uses torch: the ONNX export of %s failed (%s: %s)",
+                            self.model_name, type(e).__name__, e)
+                backend = "torch"
+        self.backend = backend
         log.info("Embedder: %s on %s (dim %d, backend %s, %s weights, query cache %d, loaded in %.1f s)",
                  self.model_name, self.device, self.dim, backend,
                  "int8 dynamic-quantised linear" if quantize else "float32", self.query_cache,
@@ -242,16 +262,25 @@ class Embedder:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="embedding", unit="batch")
+        if self._ort is not None:
+            sess, names = self._ort
+            for s in starts:
+                idx = order[s:s + bs]
+                enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                     max_length=self.max_length, return_tensors="np")
+                hidden = sess.run(None, {n: enc[n].astype(np.int64, copy=False) for n in names})[0]  # [b, L, d]
+                mask = enc["attention_mask"].astype(np.float32)[:, :, None]  # [b, L, 1]
+                pooled = np.einsum("bld,blo->bd", hidden, mask) / np.maximum(mask.sum(1), 1e-9)  # [b, d]
+                if self.normalize:
+                    pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+                out[idx] = pooled
+            return out
         with torch.inference_mode():
             for s in starts:
                 idx = order[s:s + bs]
                 enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
                                      max_length=self.max_length, return_tensors="pt").to(self.device)
-                if self._ort is not None:
-                    sess, names = self._ort
-                    hidden = torch.from_numpy(sess.run(None, {n: enc[n].numpy() for n in names})[0])  # [b, L, d]
-                else:
-                    hidden = self.model(**enc).last_hidden_state  # [b, L, d]
+                hidden = self.model(**enc).last_hidden_state  # [b, L, d]
                 mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [b, L, 1]
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)  # [b, d]
                 if self.normalize:
