@@ -81,6 +81,7 @@ T_HOSTILE_IO = ("tests/store/test_transfer_hostile.py",)
 T_ATOMIC_WRITE = ("tests/base/test_atomic.py",)
 T_TIME = ("tests/text/test_timeexpr.py",)
 T_RMM_TIME = ("tests/loops/test_rmm_timeprior.py",)
+T_EMBED = ("tests/models/test_models.py",)
 T_CONTRA = ("tests/text/test_contradict.py",)
 T_EXPLORE = ("tests/loops/test_rmm_explore.py", "tests/loops/test_rmm_learning.py")
 T_TURN_SEARCH = ("tests/store/test_store_turn_search.py",)
@@ -1465,6 +1466,18 @@ CATALOGUE: list[Mutant] = [
            "            self._latest_event = float(t) if self._latest_event is None else",
            "            self._latest_event = self._latest_event if self._latest_event is None else",
            "a dated session written after an undated bank was read does not move now", T_RMM_TIME),
+    Mutant("embedder-auto-never-onnx", "models", "python/memkern/models/embedder.py",
+           'backend = "onnx" if self.device == "cpu" and quantize is None and _onnx_available() else "torch"',
+           'backend = "torch"',
+           "backend='auto' never picks ONNX Runtime, though it is installed", T_EMBED),
+    Mutant("embedder-auto-no-fallback", "models", "python/memkern/models/embedder.py",
+           "                if not auto:\n                    raise",
+           "                if True:\n                    raise",
+           "backend='auto' fails when the ONNX export fails, instead of running eager torch", T_EMBED),
+    Mutant("embedder-onnx-unnormalised", "models", "python/memkern/models/embedder.py",
+           "                    pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)",
+           "                    pass",
+           "the ONNX route returns unnormalised vectors", T_EMBED),
     Mutant("rmm-time-explicit-filter-ignored", "time", "python/memkern/loops/rmm/timeprior.py",
            "if mode == \"off\" or \"time_range\" in search_kw or \"recency\" in search_kw:",
            "if mode == \"off\":",
