@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 KEY = "bench-key"
 MIX = (("search", 6), ("add_raw", 3), ("add_infer", 1))  # operation, weight (per 10 requests)
+MIXES = {"default": MIX, "search": (("search", 1),)}
 
 # mem0's published latency figures (their paper, arXiv:2504.19413, Table 2: LOCOMO, gpt-4o-mini,
 # total = search + answer generation); see bench/sections/serve.md for what could and could not be verified.
@@ -66,13 +67,19 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs, dtype=float), q)) if xs else float("nan")
 
 
-def start_server(store: Path, port: int, embed_batch: int = 64) -> subprocess.Popen:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(store: Path, port: int, embed_batch: int = 64, threads: int = 1, extra: tuple = ()) -> subprocess.Popen:
     import httpx
 
     env = dict(os.environ, MEMKERN_API_KEY=KEY, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-m", "memkern", "serve", "--store", str(store), "--port", str(port),
-                             "--threads", "1", "--log-level", "warning", "--embed-batch", str(embed_batch)], env=env,
+                             "--threads", str(threads), "--log-level", "warning", "--embed-batch", str(embed_batch), *extra], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 180
     while True:
@@ -87,23 +94,29 @@ def start_server(store: Path, port: int, embed_batch: int = 64) -> subprocess.Po
         time.sleep(0.2)
 
 
-async def run_load(url: str, clients: int, requests: int, users: int, seed: int) -> dict:
-    """``clients`` tasks, each doing ``requests`` operations of :data:`MIX`; returns latencies,
-    the adds acknowledged per user and the wall time."""
-    import httpx
+async def run_load(url: str, clients: int, requests: int, users: int, seed: int, mix=MIX,
+                   distinct: bool = False) -> dict:
+    """``clients`` tasks, each doing ``requests`` operations of ``mix``; returns latencies,
+    the adds acknowledged per user and the wall time.
 
-    lat: dict[str, list[float]] = {op: [] for op, _ in MIX}
+    The clients share one aiohttp session (``clients`` keep-alive connections): httpx's async pool
+    costs about a core of client CPU at 32 clients on these machines, so the load generator, not the
+    server, set the pace."""
+    import aiohttp
+
+    lat: dict[str, list[float]] = {op: [] for op, _ in mix}
     acked: dict[str, int] = {}
-    cycle = [op for op, w in MIX for _ in range(w)]
+    cycle = [op for op, w in mix for _ in range(w)]
     errors: list[str] = []
 
-    async def client(c: int, http: httpx.AsyncClient):
+    async def client(c: int, http: "aiohttp.ClientSession"):
         for r in range(requests):
             op = cycle[(r + 3 * c + seed) % len(cycle)]
             user = f"user{(c * 7 + r) % users}"
             i = c * 100_000 + r
             if op == "search":
-                body = {"query": _fact(i + 1).split(" (")[0] + "?", "user_id": user, "limit": 5}
+                text = _fact(i + 1).split(" (")[0] + (f" ({seed}.{i})?" if distinct else "?")
+                body = {"query": text, "user_id": user, "limit": 5}
                 path = "/v1/memories/search"
             elif op == "add_raw":
                 body = {"messages": _fact(i), "user_id": user, "infer": False}
@@ -114,11 +127,12 @@ async def run_load(url: str, clients: int, requests: int, users: int, seed: int)
                         "user_id": user}
                 path = "/v1/memories"
             t0 = time.perf_counter()
-            resp = await http.post(path, json=body)
-            out = resp.json()
+            async with http.post(url + path, json=body) as resp:
+                out = await resp.json()
+                status = resp.status
             dt = time.perf_counter() - t0
-            if resp.status_code != 200:
-                errors.append(f"{op}: {resp.status_code} {out}")
+            if status != 200:
+                errors.append(f"{op}: {status} {out}")
                 continue
             lat[op].append(dt)
             if op == "search":
@@ -129,8 +143,9 @@ async def run_load(url: str, clients: int, requests: int, users: int, seed: int)
                 new = sum(1 for x in out["results"] if x["event"] in ("ADD", "INVALIDATE"))
                 acked[user] = acked.get(user, 0) + new
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": KEY}, timeout=300, limits=limits) as http:
+    conn = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(headers={"X-API-Key": KEY}, connector=conn,
+                                     timeout=aiohttp.ClientTimeout(total=300)) as http:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(c, http) for c in range(clients)))
         wall = time.perf_counter() - t0
@@ -174,6 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--preload", type=int, default=100, help="memories per user stored before the load")
     ap.add_argument("--quick", action="store_true", help="--clients 1,4 --requests 10 --preload 20")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="default",
+                    help="default: 6 search, 3 add infer=false, 1 add infer=true per 10 requests; search: search only")
+    ap.add_argument("--threads", type=int, default=1, help="the server's --threads (CPU threads of the models)")
+    ap.add_argument("--distinct-queries", action="store_true",
+                    help="every search query text is new (no query-cache hits); default: the texts repeat across "
+                         "clients, as an agent's recurring questions do")
+    ap.add_argument("--compare", choices=("embed-batch", "route"), default="embed-batch",
+                    help="the second server: --embed-batch 1 (embed-batch), or the eager-torch embedder without "
+                         "a query cache (route)")
     ap.add_argument("--no-compare", dest="embed_batch_compare", action="store_false",
                     help="only the default server (else also one with --embed-batch 1, interleaved, for the ratio)")
     ap.add_argument("--write-section", action="store_true", help="refresh bench/sections/serve.md")
@@ -182,20 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.clients, args.requests, args.preload, args.repeats = "1,4", 10, 20, 1
     client_counts = [int(x) for x in args.clients.split(",")]
+    mix = MIXES[args.mix]
 
     import harness
 
     machine = harness.machine_info()
-    configs = {"batched": 64, "one-at-a-time": 1} if args.embed_batch_compare else {"batched": 64}
+    second = ({"one-at-a-time": (1, ())} if args.compare == "embed-batch" else
+              {"torch, no cache": (64, ("--embedder-backend", "torch", "--query-cache", "0"))})
+    configs = {"batched": (64, ()), **(second if args.embed_batch_compare else {})}
+    # admission (--max-concurrent, default 64) would shed clients beyond it with 503s
+    admit = ("--max-concurrent", str(max(64, max(client_counts))))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         servers = {}
         try:
-            for name, eb in configs.items():
+            for name, (eb, extra) in configs.items():
                 port = _free_port()
                 url = f"http://127.0.0.1:{port}"
                 store = Path(tmp) / name
-                servers[name] = {"proc": start_server(store, port, eb), "url": url, "store": store, "embed_batch": eb}
+                servers[name] = {"proc": start_server(store, port, eb, args.threads, extra + admit), "url": url, "store": store, "embed_batch": eb}
             for name, sv in servers.items():
                 t0 = time.perf_counter()
                 preload(sv["url"], args.users, args.preload)
@@ -205,14 +234,20 @@ def main(argv: list[str] | None = None) -> int:
             import statistics
 
             for k, n in enumerate(client_counts):
-                pooled = {name: {op: [] for op, _ in MIX} for name in servers}
+                pooled = {name: {op: [] for op, _ in mix} for name in servers}
                 rps = {name: [] for name in servers}
+                cores = {name: [] for name in servers}
+                client_cores = {name: [] for name in servers}
                 for rep in range(args.repeats):
                     # interleaved: the order alternates, so neither side always runs first
                     order = list(servers) if (k + rep) % 2 == 0 else list(servers)[::-1]
                     for name in order:
                         sv = servers[name]
-                        res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n + 1000 * rep))
+                        c0, p0 = cpu_seconds(sv["proc"].pid), time.process_time()
+                        res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n + 1000 * rep,
+                                                   mix=mix, distinct=args.distinct_queries))
+                        cores[name].append((cpu_seconds(sv["proc"].pid) - c0) / res["wall_s"])
+                        client_cores[name].append((time.process_time() - p0) / res["wall_s"])
                         for u, c in res["acked"].items():
                             sv["expected"][u] += c
                         got = count_via_api(sv["url"], args.users)
@@ -223,15 +258,18 @@ def main(argv: list[str] | None = None) -> int:
                 for name, sv in servers.items():
                     row = {"config": name, "embed_batch": sv["embed_batch"], "clients": n, "repeats": args.repeats,
                            "requests": sum(len(v) for v in pooled[name].values()),
-                           "throughput_rps": statistics.median(rps[name]), "throughput_runs": rps[name]}
+                           "throughput_rps": statistics.median(rps[name]), "throughput_runs": rps[name],
+                           "server_cores": statistics.median(cores[name]),
+                           "client_cores": statistics.median(client_cores[name])}
                     for op, xs in pooled[name].items():
                         row[op] = {"n": len(xs), "p50_ms": 1e3 * _pct(xs, 50), "p95_ms": 1e3 * _pct(xs, 95),
                                    "p99_ms": 1e3 * _pct(xs, 99)}
                     rows.append(row)
                     print(f"{name:>13} clients {n:>3}: {row['requests']} requests, median {row['throughput_rps']:.1f} req/s "
-                          f"(runs {', '.join(f'{x:.1f}' for x in rps[name])}); "
+                          f"(runs {', '.join(f'{x:.1f}' for x in rps[name])}), server {row['server_cores']:.2f} cores, "
+                          f"clients {row['client_cores']:.2f} cores; "
                           + "; ".join(f"{op} p50 {row[op]['p50_ms']:.0f} / p95 {row[op]['p95_ms']:.0f} / "
-                                      f"p99 {row[op]['p99_ms']:.0f} ms" for op, _ in MIX), flush=True)
+                                      f"p99 {row[op]['p99_ms']:.0f} ms" for op, _ in mix), flush=True)
         finally:
             for sv in servers.values():
                 sv["proc"].terminate()

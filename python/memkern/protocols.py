@@ -44,6 +44,8 @@ a store which has it, as :class:`memkern.distributed.ShardedStore` does):
 from __future__ import annotations
 
 import inspect
+import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence, Union, runtime_checkable
 
@@ -111,7 +113,25 @@ SEARCH_FILTER_KEYWORDS = ("filter", "time_range", "time_field", "recency", "rece
 def accepts_keyword(fn: Any, name: str) -> bool:
     """Whether callable ``fn`` takes keyword argument ``name``: a parameter of that name (not
     positional-only), or a ``**kwargs``. ``False`` for a callable without an inspectable
-    signature (some builtins)."""
+    signature (some builtins). Answers for Python functions and their bound methods are kept per
+    function (``inspect.signature`` costs ~20 us, and hot paths ask on every call)."""
+    bound = isinstance(fn, types.MethodType)
+    func = fn.__func__ if bound else fn
+    if not isinstance(func, types.FunctionType):
+        return _accepts_keyword(fn, name)
+    known = _ACCEPTS.get(func)
+    if known is None:
+        known = _ACCEPTS[func] = {}
+    hit = known.get((bound, name))
+    if hit is None:
+        hit = known[(bound, name)] = _accepts_keyword(fn, name)
+    return hit
+
+
+_ACCEPTS: "weakref.WeakKeyDictionary[types.FunctionType, dict[tuple[bool, str], bool]]" = weakref.WeakKeyDictionary()
+
+
+def _accepts_keyword(fn: Any, name: str) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

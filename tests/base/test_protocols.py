@@ -211,3 +211,24 @@ def test_readme_plug_in_example_runs():
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "memkern.RMM(" in code and "decider=AlwaysAdd()" in code
     exec(compile(code, "docs/rmm.md#how-to-plug-in-your-own", "exec"), {"__name__": "readme_example"})
+
+
+def test_accepts_keyword_answers_per_function_and_binding():
+    from memkern.protocols import accepts_keyword
+
+    class A:
+        def f(self, x, *, y=0):
+            return x
+
+        def g(self, **kw):
+            return kw
+
+    a = A()
+    for _ in range(2):  # the second round is answered from what the first one learned
+        assert accepts_keyword(A.f, "self") and not accepts_keyword(a.f, "self")  # bound: no self
+        assert accepts_keyword(a.f, "x") and accepts_keyword(a.f, "y") and not accepts_keyword(a.f, "z")
+        assert accepts_keyword(a.g, "anything")
+        assert not accepts_keyword(len, "obj") and accepts_keyword(lambda *, k: k, "k")
+    b = A()
+    b.f = lambda x: x  # an instance attribute: a different function, asked afresh
+    assert not accepts_keyword(b.f, "y") and accepts_keyword(a.f, "y")

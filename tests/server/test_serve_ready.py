@@ -115,11 +115,12 @@ def test_a_failed_load_and_a_closed_store_are_not_ready(tmp_path):
 
 
 def test_the_default_embedder_is_built_by_the_load_not_by_a_request(store, monkeypatch):
-    built = []
+    built, options = [], []
 
     class Default(HashEmbedder):
-        def __init__(self):
+        def __init__(self, **kw):
             built.append(threading.current_thread().name)
+            options.append(kw)
             super().__init__(64)
 
     monkeypatch.setattr("memkern.models.Embedder", Default)
@@ -127,8 +128,11 @@ def test_the_default_embedder_is_built_by_the_load_not_by_a_request(store, monke
     assert svc.start_loading() and not svc.start_loading()  # once
     assert svc.readiness.wait(10) and svc.readiness.state == "ready"
     assert built == ["memkern-load"]
+    assert options == [{"query_cache": 4096}]  # repeated queries are answered from the exact cache
     svc.search("x", user_id="a")
     assert len(built) == 1
+    MemoryService(store, embedder_options={"query_cache": 0, "backend": "torch"}).load()
+    assert options[1] == {"query_cache": 0, "backend": "torch"}
 
 
 def test_mcp_server_starts_loading(store):

@@ -152,11 +152,11 @@ def test_mcp_tools_take_date_and_time_arguments(service):
 
 
 # ------------------------------------------------------------------------- one service set-up
-def _args(command, store):
+def _args(command, store, *extra):
     from memkern.cli.main import build_parser
 
     return build_parser(load=f"memkern.cli.{command}").parse_args(
-        [command, "--store", str(store), "--max-messages", "7", "--max-limit", "9"])
+        [command, "--store", str(store), "--max-messages", "7", "--max-limit", "9", *extra])
 
 
 @pytest.mark.parametrize("command", ["serve", "mcp"])
@@ -168,7 +168,10 @@ def test_from_args_builds_the_service_of_both_commands(tmp_path, command):
         assert svc.limits.max_messages == 7 and svc.limits.max_limit == 9 and svc.store.dim == 384
         assert not svc.store.closed
         store = svc.store
+        assert svc.embedder_options == {"backend": "auto", "query_cache": 4096}
     assert store.closed
+    with service_from_args(_args(command, tmp_path / "st", "--embedder-backend", "torch", "--query-cache", "0")) as svc:
+        assert svc.embedder_options == {"backend": "torch", "query_cache": 0}
 
 
 @pytest.mark.parametrize("command", ["serve", "mcp"])

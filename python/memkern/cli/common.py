@@ -196,11 +196,14 @@ def get_record(store, rid: int, arg: str = "--id"):
         raise bad_arg(arg, f"the id of a record in {store.path}", rid, MemkernKeyError) from None
 
 
-def set_threads(args) -> int:
-    """Pin torch's CPU threads (``--threads``, default ``clamp(cores // 2, 1, 4)``)."""
+def set_threads(args, all_cores: bool = False) -> int:
+    """Pin torch's CPU threads (``--threads``; default ``clamp(cores // 2, 1, 4)``, or
+    ``clamp(cores, 1, 8)`` with ``all_cores``, as the server uses: its embedder batches concurrent
+    requests and its idle model threads sleep)."""
     import torch
 
-    n = getattr(args, "threads", None) or max(1, min(4, (os.cpu_count() or 1) // 2))
+    cores = os.cpu_count() or 1
+    n = getattr(args, "threads", None) or (max(1, min(8, cores)) if all_cores else max(1, min(4, cores // 2)))
     torch.set_num_threads(int(n))
     return int(n)
 

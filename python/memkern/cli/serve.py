@@ -38,14 +38,19 @@ def is_loopback(host: str) -> bool:
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``memkern serve`` and ``memkern mcp``: store, models, limits."""
-    from ..server.service import Limits
+    from ..server.service import DEFAULT_QUERY_CACHE, Limits
 
     C.add_store_args(p, namespace=None)
     p.add_argument("--embedder", default=None, metavar="ID_OR_PATH",
                    help="embedding model folder or id (default: the offline all-MiniLM-L6-v2)")
     p.add_argument("--chat-model", default=None, metavar="ID_OR_PATH",
                    help="chat model of /v1/respond (default: the offline SmolLM2-135M-Instruct, loaded on first use)")
-    p.add_argument("--threads", type=C.positive_int, default=None, help="torch CPU threads (default: half the cores, 1-4)")
+    p.add_argument("--threads", type=C.positive_int, default=None,
+                   help="CPU threads of the models (default: every core, at most 8)")
+    p.add_argument("--embedder-backend", choices=("auto", "torch", "onnx"), default="auto",
+                   help="the embedder's route (default auto: ONNX Runtime on CPU when installed, else torch)")
+    p.add_argument("--query-cache", type=C.nonneg_int, default=DEFAULT_QUERY_CACHE,
+                   help=f"query embeddings kept in an exact LRU (default {DEFAULT_QUERY_CACHE}; 0: none)")
     d = Limits()
     p.add_argument("--max-messages", type=C.positive_int, default=d.max_messages,
                    help=f"messages in one add (default {d.max_messages})")
@@ -176,12 +181,13 @@ def service_from_args(args: Any) -> Iterator["MemoryService"]:
     """
     from ..server.service import Limits, MemoryService
 
-    C.set_threads(args)
+    C.set_threads(args, all_cores=True)
     emb = None
+    opts = {"backend": args.embedder_backend, "query_cache": args.query_cache}
     if args.embedder:
         from ..models import Embedder
 
-        emb = Embedder(args.embedder)
+        emb = Embedder(args.embedder, **opts)
     chat = None
     if args.chat_model:
         from ..models import ChatModel
@@ -192,7 +198,8 @@ def service_from_args(args: Any) -> Iterator["MemoryService"]:
                     max_respond_chars=args.max_respond_chars, max_pending_responds=args.max_pending_responds)
     with C.open_store(C.store_path(args), dim=C.DEFAULT_DIM if emb is None else emb.dim,
                       read_only=getattr(args, "read_only", False)) as store:
-        service = MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch)
+        service = MemoryService(store, embedder=emb, chat_model=chat, limits=limits, embed_batch=args.embed_batch,
+                                embedder_options=opts)
         try:
             yield service
         finally:

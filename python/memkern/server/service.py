@@ -45,6 +45,9 @@ from .shared_models import BatchingEmbedder, LockedChatModel
 
 log = logging.getLogger("memkern")
 
+#: Query embeddings the served default embedder keeps (an exact LRU; ``--query-cache``).
+DEFAULT_QUERY_CACHE = 4096
+
 __all__ = ["BusyError", "ConflictError", "Limits", "MemoryService"]
 
 
@@ -79,7 +82,8 @@ class MemoryService:
     store : memkern.MemoryStore
         Served for the service's lifetime (the caller closes it, after :meth:`close`).
     embedder : memkern.protocols.Embedder, optional
-        ``None``: the offline default (all-MiniLM-L6-v2), built on first use.
+        ``None``: the offline default (all-MiniLM-L6-v2) built with ``embedder_options``, by
+        :meth:`load` or on first use.
     chat_model : memkern.protocols.ChatModel, optional
         Used by :meth:`respond` only. ``None``: the offline default (SmolLM2-135M-Instruct),
         built on first use.
@@ -89,6 +93,10 @@ class MemoryService:
     embed_batch : int
         Most texts embedded in one model call when concurrent requests share the embedder (1: every
         request embedded on its own, still first come first served).
+    embedder_options : dict, optional
+        :class:`memkern.Embedder` arguments of the default embedder (default
+        ``{"query_cache": 4096}``: repeated search queries are answered from an exact LRU of
+        their embeddings).
     max_rmms : int
         RMM instances (one per namespace that responded; each holds a reranker) kept in memory;
         the least recently used one beyond that is saved and dropped.
@@ -96,10 +104,11 @@ class MemoryService:
 
     def __init__(self, store: Any, embedder: Any = None, chat_model: Any = None, *, limits: Limits | None = None,
                  rmm_kwargs: dict | None = None, embed_batch: int = 64, max_rmms: int = 64,
-                 max_responses: int = 4096):
+                 max_responses: int = 4096, embedder_options: dict | None = None):
         if isinstance(embed_batch, bool) or not isinstance(embed_batch, int) or embed_batch < 1:
             raise bad_arg("embed_batch", "an int >= 1", embed_batch)
         self.embed_batch = embed_batch
+        self.embedder_options = {"query_cache": DEFAULT_QUERY_CACHE, **(embedder_options or {})}
         self.store = store
         self.limits = limits or Limits()
         self._embedder_raw = embedder
@@ -132,7 +141,7 @@ class MemoryService:
                     from ..models import Embedder
 
                     log.info("serve: building the offline default embedder")
-                    emb = Embedder()
+                    emb = Embedder(**self.embedder_options)
                     if emb.dim != self.store.dim:
                         raise bad_arg("embedder.dim", f"store.dim ({self.store.dim})", emb.dim)
                     self._embedder = BatchingEmbedder(emb, self.embed_batch)
