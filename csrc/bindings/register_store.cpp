@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -24,6 +25,10 @@ namespace {
 
 using F32 = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+// Searches of at most this many queries keep the GIL unless they must wait for a writer.
+constexpr size_t kHoldGilRows = 1;
+// How often such a call found a writer and released the GIL to wait (_test_gil_waits).
+std::atomic<uint64_t> g_gil_waits{0};
 using U8 = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 using F64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
@@ -364,7 +369,19 @@ void register_store(py::module_& m) {
              return out;
            })
       // Records come back as StoredRecord / StoredVersion objects (register_records.cpp).
-      .def("get", &Store::get, py::call_guard<py::gil_scoped_release>())
+      // A single get / small search is microseconds: it first tries the store's lock with the GIL
+      // held, and releases the GIL only to wait for a writer. (Releasing it around every call made
+      // each one wait for the GIL again, up to a switch interval, behind busy Python threads.)
+      .def("get",
+           [](const Store& s, int64_t id) {
+             memkern::RecordView v;
+             if (!s.try_get(id, v)) {
+               g_gil_waits.fetch_add(1, std::memory_order_relaxed);
+               py::gil_scoped_release nogil;
+               v = s.get(id);
+             }
+             return v;
+           })
       .def("get_batch",
            [](const Store& s, const I64& ids) {
              std::vector<int64_t> v(ids.data(), ids.data() + ids.size());
@@ -395,7 +412,8 @@ void register_store(py::module_& m) {
              py::array_t<float> sc({B, k});
              int64_t* pi = ids.mutable_data();
              float* ps = sc.mutable_data();
-             {
+             if (B > kHoldGilRows || !s.try_search_into(ns, q.data(), B, k, ef, include_invalidated, level, pi, ps)) {
+               if (B <= kHoldGilRows) g_gil_waits.fetch_add(1, std::memory_order_relaxed);
                py::gil_scoped_release nogil;
                s.search_into(ns, q.data(), B, k, ef, include_invalidated, level, pi, ps);
              }
@@ -549,6 +567,9 @@ void register_store(py::module_& m) {
         "TEST ONLY: whether a snapshot reached the armed gate within timeout_s seconds.");
   m.def("_test_release_snapshot_gate", &memkern::release_snapshot_gate,
         "TEST ONLY: let the snapshot held at the gate go on.");
+  m.def("_test_gil_waits", [] { return g_gil_waits.load(); },
+        "TEST ONLY: how many single gets / one-query searches found a writer holding the store and released "
+        "the GIL to wait for it (the others ran with the GIL held).");
   m.def("_test_io_counters", [] {
     auto c = memkern::io::counters();
     py::dict d;

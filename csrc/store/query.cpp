@@ -18,17 +18,32 @@
 
 namespace memkern {
 
+namespace {
+// One record's current version (the caller holds mu_ shared).
+template <class S>
+void fill_view(const S& s, const Record& r, int64_t id, size_t dim, RecordView& v) {
+  v.rec = r;
+  v.rec.history.clear();
+  v.ns_name = s[r.ns]->name;
+  v.embedding.resize(dim);
+  s[r.ns]->index[r.level]->vector(id, v.embedding.data());
+}
+}  // namespace
+
 RecordView Store::get(int64_t id) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
-  const Record& r = rec_or_throw(id, "id");
   RecordView v;
-  v.rec = r;
-  v.rec.history.clear();
-  v.ns_name = ns_[r.ns]->name;
-  v.embedding.resize(dim_);
-  ns_[r.ns]->index[r.level]->vector(id, v.embedding.data());
+  fill_view(ns_, rec_or_throw(id, "id"), id, dim_, v);
   return v;
+}
+
+bool Store::try_get(int64_t id, RecordView& out) const {
+  std::shared_lock<std::shared_mutex> lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  check_open();
+  fill_view(ns_, rec_or_throw(id, "id"), id, dim_, out);
+  return true;
 }
 
 std::vector<RecordView> Store::get_batch(const std::vector<int64_t>& ids) const {
@@ -134,6 +149,19 @@ SearchResult Store::search(const std::string& ns_name, const float* q, size_t B,
 void Store::search_into(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
                         bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
+  search_locked(ns_name, q, B, k, ef, include_invalidated, level, ids, scores);
+}
+
+bool Store::try_search_into(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
+                            bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const {
+  std::shared_lock<std::shared_mutex> lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  search_locked(ns_name, q, B, k, ef, include_invalidated, level, ids, scores);
+  return true;
+}
+
+void Store::search_locked(const std::string& ns_name, const float* q, size_t B, size_t k, size_t ef,
+                          bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const {
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
   check_query(q, B, k, ef);

@@ -104,3 +104,42 @@ def test_search_releases_gil(tmp_path):
         t.join()
     assert elapsed > 0.05
     assert ticks[0] >= 0.2 * elapsed / 0.0005 * 0.5, (ticks[0], elapsed)
+
+
+def test_small_reads_keep_the_gil_unless_a_writer_holds_the_store(tmp_path):
+    """A single get / one-query search runs with the GIL held (no GIL hand-off per call); only when
+    a writer holds the store does it release the GIL to wait, and then it still returns the right
+    record."""
+    from memkern import _store
+
+    rng = np.random.default_rng(3)
+    s = MemoryStore(tmp_path / "g", dim=D, fsync="always")
+    vecs = rng.standard_normal((50, D)).astype(np.float32)
+    ids = s.add_batch("u", [f"t{i}" for i in range(50)], vecs).tolist()
+    w0 = _store._test_gil_waits()
+    for i in ids:
+        assert s.get(i).summary == f"t{ids.index(i)}"
+        assert int(s.search("u", vecs[ids.index(i)], k=1)[0][0][0]) == i
+    assert _store._test_gil_waits() == w0  # quiet store: nothing released, nothing waited
+
+    stop = threading.Event()
+
+    def writer():
+        w = np.random.default_rng(4)
+        while not stop.is_set():
+            s.add("v", "w", w.standard_normal(D).astype(np.float32))  # durable: holds the store over its sync
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(3000):
+            j = int(rng.integers(0, 50))
+            assert s.get(ids[j]).summary == f"t{j}"
+            assert int(s.search("u", vecs[j], k=1)[0][0][0]) == ids[j]
+            if _store._test_gil_waits() > w0 + 5:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert _store._test_gil_waits() > w0  # some reads met the writer and waited with the GIL released
+    s.close()

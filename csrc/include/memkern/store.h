@@ -200,6 +200,11 @@ class Store {
   std::vector<int64_t> remove(int64_t id);  // the id and its turn records; returns them
 
   RecordView get(int64_t id) const;
+  // get / search_into without waiting: false, and nothing done, when a writer holds the store (the
+  // Python binding tries these with the GIL held and releases the GIL only to wait).
+  bool try_get(int64_t id, RecordView& out) const;
+  bool try_search_into(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
+                       bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const;
   std::vector<RecordView> get_batch(const std::vector<int64_t>& ids) const;
   std::vector<Version> history(int64_t id) const;  // all versions, oldest first, current last
   void embeddings(const int64_t* ids, size_t n, float* out) const;
@@ -362,6 +367,9 @@ class Store {
                                              uint8_t level, size_t extra) const;
   void check_query(const float* q, size_t B, size_t k, size_t ef) const;
   const Record& rec_or_throw(int64_t id, const char* what) const;
+  // search_into's body; the caller holds mu_ shared.
+  void search_locked(const std::string& ns, const float* q, size_t B, size_t k, size_t ef,
+                     bool include_invalidated, uint8_t level, int64_t* ids, float* scores) const;
   Version current_version(const Record& r) const;
   // Log, apply, maybe request a snapshot; `nsi`: the namespace the entry changes (UINT32_MAX: a new one).
   void commit(const std::string& payload, uint64_t ops, uint32_t nsi);
