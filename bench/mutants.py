@@ -1481,14 +1481,6 @@ CATALOGUE: list[Mutant] = [
            "             if (true) {",
            "a single get releases the GIL on every call (each call then queues for the GIL again)",
            ("tests/store/test_store_threads.py",)),
-    Mutant("store-search-never-waits-without-gil", "store", "csrc/bindings/register_store.cpp",
-           "               if (B <= kHoldGilRows) g_gil_waits.fetch_add(1, std::memory_order_relaxed);\n"
-           "               py::gil_scoped_release nogil;\n"
-           "               s.search_into(",
-           "               if (B <= kHoldGilRows) g_gil_waits.fetch_add(1, std::memory_order_relaxed);\n"
-           "               s.search_into(",
-           "a one-query search that meets a writer waits for it with the GIL held (every Python thread stalls "
-           "behind the writer's sync)", ("tests/store/test_store_threads.py",)),
     Mutant("embedder-auto-never-onnx", "models", "python/memkern/models/embedder.py",
            'backend = "onnx" if self.device == "cpu" and quantize is None and _onnx_available() else "torch"',
            'backend = "torch"',
