@@ -103,6 +103,11 @@ def test_embedder_onnx_backend_same_embeddings(tmp_path, monkeypatch):
     np.testing.assert_allclose(un.encode(texts), M.Embedder(backend="torch", normalize=False).encode(texts),
                                rtol=1e-5, atol=1e-5)
     assert not np.allclose(np.linalg.norm(un.encode(texts), axis=1), 1.0)
+    import pickle
+
+    e3 = pickle.loads(pickle.dumps(e))  # Ray ships embedders to its workers
+    assert e3.backend == "onnx" and e3._ort is not None
+    np.testing.assert_array_equal(e3.encode(texts), e.encode(texts))
     e2 = M.Embedder(backend="onnx")  # reuses the exported file
     np.testing.assert_allclose(e2.encode(texts), e.encode(texts), atol=1e-6)
     with pytest.raises(MemkernValueError, match="backend"):

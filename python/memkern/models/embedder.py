@@ -198,6 +198,21 @@ class Embedder:
                  "int8 dynamic-quantised linear" if quantize else "float32", self.query_cache,
                  time.perf_counter() - t0)
 
+    def __getstate__(self) -> dict:
+        # An ONNX Runtime session does not pickle (Ray ships embedders to its workers): it is
+        # opened again from the exported file in the model cache.
+        state = dict(self.__dict__)
+        state["_ort"] = state["_torch"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        import torch
+
+        self.__dict__.update(state)
+        self._torch = torch
+        if self.backend == "onnx":
+            self._ort = _onnx_session(self.model, self.tokenizer, self.model_name)
+
     @property
     def dim(self) -> int:
         """Embedding width ``d`` (384 for MiniLM)."""
