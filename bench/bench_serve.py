@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-section", action="store_true", help="refresh bench/sections/serve.md")
     ap.add_argument("--json", default=str(HERE / "results" / "serve.json"))
     args = ap.parse_args(argv)
+    if args.write_section and (args.mix != "default" or args.compare != "embed-batch"):
+        ap.error("--write-section: expected the default --mix and --compare (the section's table is the mixed "
+                 f"workload against --embed-batch 1), got --mix {args.mix} --compare {args.compare}")
     if args.quick:
         args.clients, args.requests, args.preload, args.repeats = "1,4", 10, 20, 1
     client_counts = [int(x) for x in args.clients.split(",")]
