@@ -16,6 +16,7 @@ Exit 1 with one line per problem.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import shlex
@@ -54,7 +55,8 @@ def check_compile_commands(path: Path) -> list[str]:
 
 def expected_files() -> dict[str, str]:
     """wheel path -> source path of every tracked file in the mapped package folders."""
-    mapping = _toml(ROOT / "pyproject.toml")["tool"]["scikit-build"]["wheel"]["packages"]
+    wheel = _toml(ROOT / "pyproject.toml")["tool"]["scikit-build"]["wheel"]
+    mapping, exclude = wheel["packages"], wheel.get("exclude", [])
     out = {}
     for dest, src in mapping.items():
         files = subprocess.run(["git", "ls-files", "--", src], cwd=ROOT, capture_output=True, text=True,
@@ -63,6 +65,9 @@ def expected_files() -> dict[str, str]:
             wpath = f"{dest}/{Path(f).relative_to(src).as_posix()}"
             if any(len(d) > len(dest) and wpath.startswith(d + "/") for d in mapping):
                 continue  # a folder mapped on its own (memkern/kernels) comes from its own source
+            if any(wpath.startswith(p) if p.endswith("/") else fnmatch.fnmatch(wpath, p.replace("**/", "*"))
+                   for p in exclude):
+                continue  # left out on purpose (wheel.exclude)
             out[wpath] = f
     return out
 

@@ -45,7 +45,7 @@ EXTRA_OF_MODULE = {
     "accelerate": "models", "triton": "triton", "onnx": "fast", "onnxruntime": "fast",
     "fastapi": "serve", "uvicorn": "serve", "mcp": "serve", "pydantic": "serve", "langgraph": "langgraph",
     "langmem": "langgraph", "langchain_core": "langchain", "llama_index": "llamaindex", "mem0": "mem0",
-    "opentelemetry": "otel", "ray": "ray", "matplotlib": "eval",
+    "opentelemetry": "otel", "ray": "ray", "matplotlib": "eval", "pytest": "bench", "pytest_benchmark": "bench",
 }
 
 

@@ -74,6 +74,32 @@ def test_bench_part_without_peers_is_skipped_not_failed(tmp_path, monkeypatch, c
     assert "## Many small namespaces vs peers (`bench/bench_namespaces.py`): skipped" in text
     assert "not measured" not in text
 
+def test_bench_runs_from_an_installed_copy_of_the_suite(tmp_path, monkeypatch, capsys):
+    """The wheel carries the suite's scripts as ``memkern/bench/`` (no sections): it is found there,
+    its report goes to ``./memkern-bench/`` (not into the package) and ``--assemble`` is refused."""
+    from memkern.cli import bench as B
+
+    site = tmp_path / "site" / "memkern"
+    (site / "cli").mkdir(parents=True)
+    shutil.copytree(BENCH, site / "bench", ignore=shutil.ignore_patterns("*.md", "results", "__pycache__"))
+    user = tmp_path / "user"
+    user.mkdir()
+    monkeypatch.chdir(user)
+    monkeypatch.setattr(B, "__file__", str(site / "cli" / "bench.py"))
+    assert B.find_bench_dir(None) == site / "bench" and B.is_installed_suite(site / "bench")
+    assert not B.is_installed_suite(BENCH)
+    monkeypatch.setenv("MEMKERN_BENCH_PEERS", "no-such-peer")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    rc = cli.main(["bench", "--parts", "namespaces", "--namespaces", "12"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert (user / "memkern-bench" / "REPORT.md").is_file() and "RESULTS.md" not in out
+    assert not list((site / "bench").glob("*.md")) and not (site / "bench" / "results").exists()
+    assert cli.main(["bench", "--assemble"]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "--assemble: expected a source checkout" in out[0], out
+
+
 def _report_module():
     return _bench_module("report")
 

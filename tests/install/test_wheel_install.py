@@ -328,3 +328,32 @@ def test_each_adapter_extra_brings_what_its_example_needs(extra, wheel, torch_en
     v.sh(_with_wheel(f"pip install -q 'memkern[{extra}]'", wheel.parent), cwd=user, **env)
     _record(f"{extra} install", time.perf_counter() - t0)
     _adapter_example(v, extra, user, env)
+
+
+# ------------------------------------------------------------------------------------------ bench
+
+def test_bench_runs_from_the_installed_package(wheel, torch_env, tmp_path, user):
+    """``memkern bench`` from the wheel's copy of the suite (``memkern/bench/``): a missing peer is
+    skipped with the extra to install, an installed one (faiss) is measured, and the report goes to
+    ``./memkern-bench/`` in the user's folder, not into site-packages."""
+    env = dict(_user_env(user), MEMKERN_BENCH_PEERS="faiss")
+    v = _fresh(tmp_path, torch_env)
+    v.sh(_with_wheel("pip install -q memkern", wheel.parent), cwd=user, **env)
+    r = v.sh("memkern bench", cwd=user, check=False, **env)  # the suite itself needs pytest(-benchmark)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(err) == 1 and "pip install 'memkern[bench]'" in err[0], r.stdout + r.stderr
+    v.sh("pip install -q 'pytest>=8' 'pytest-benchmark>=4'", cwd=user, **env)
+    small = "--n 300 --queries 20 --namespaces 12"
+    r = v.sh(f"memkern bench --parts peers,namespaces {small}", cwd=user, timeout=600, **env)
+    assert "no peer installed to compare with (pip install 'memkern[bench]'" in r.stdout, r.stdout
+    report = user / "memkern-bench" / "REPORT.md"
+    assert "skipped" in report.read_text()
+    v.sh("pip install -q faiss-cpu", cwd=user, **env)
+    t0 = time.perf_counter()
+    r = v.sh(f"memkern bench --parts namespaces {small}", cwd=user, timeout=600, **env)
+    _record("bench from the installed package (namespaces part, 12 namespaces)", time.perf_counter() - t0)
+    text = report.read_text()
+    assert "12 namespaces x 20 records" in text and "faiss" in text and "not measured" not in text, text[-3000:]
+    assert not list((v.path / "lib").glob("python*/site-packages/memkern/bench/REPORT.md"))
+    r = v.sh("memkern bench --assemble", cwd=user, check=False, **env)
+    assert r.returncode == 2 and "--assemble: expected a source checkout" in r.stdout + r.stderr, r.stdout + r.stderr

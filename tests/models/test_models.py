@@ -170,6 +170,27 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     assert M.model_cache_dir() == tmp_path / "mk" / "models"
 
 
+@pytest.mark.slow
+def test_gguf_conversion_parses_the_file_once_and_gives_the_same_folder(monkeypatch, tmp_path):
+    """The default chat model converted again into an empty cache: gguf parses the file once (not
+    once each for tokenizer, config and weights), and every file equals the cached conversion's."""
+    from memkern.models import gguf as G
+
+    cached = G.default_chat_model_path(progress=False)
+    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path / "mk"))
+    before = G.GGUF_PARSES
+    fresh = G.default_chat_model_path(progress=False)
+    assert fresh != cached and fresh.parent == tmp_path / "mk" / "models"
+    assert G.GGUF_PARSES - before == 1
+    names = sorted(p.name for p in cached.iterdir())
+    assert names == sorted(p.name for p in fresh.iterdir()) and "model.safetensors" in names
+    for name in names:
+        assert (cached / name).read_bytes() == (fresh / name).read_bytes(), name
+    import gguf
+
+    assert gguf.GGUFReader.__name__ == "GGUFReader"  # restored after the conversion
+
+
 # ------------------------------------------------------------------ JSON scanning / stopping
 @pytest.mark.parametrize("text,expected", [
     ('{"a": 1} trailing {"b": 2}', '{"a": 1}'),

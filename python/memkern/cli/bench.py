@@ -4,8 +4,10 @@ regenerate ``bench/RESULTS.md`` (fragments in ``bench/sections/`` + the report).
 ``memkern bench --assemble`` runs nothing: it only regenerates RESULTS.md (``--check``: exit 1 if
 the file on disk differs, i.e. it was edited by hand or a fragment changed without reassembling).
 
-The suite lives in the repository's ``bench/`` folder (``bench/report.py`` drives it), so this
-command needs a source checkout (an editable install finds it; otherwise pass ``--bench-dir``).
+The suite is the repository's ``bench/`` folder (``bench/report.py`` drives it). A source checkout
+(or an editable install) runs it in place and writes ``bench/REPORT.md`` and ``bench/RESULTS.md``. An
+installed wheel carries the suite's scripts as ``memkern/bench/`` and writes the report and charts to
+``./memkern-bench/`` (``--out`` to change); ``--assemble`` needs the checkout's ``bench/sections/``.
 Peers come from ``pip install memkern[bench]`` (a missing one is skipped with a message).
 """
 from __future__ import annotations
@@ -29,7 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=None, help="queries for the store comparison")
     parser.add_argument("--namespaces", type=int, default=None, help="namespaces of 20 records for the many-small-"
                         "namespaces comparison (default 300 with --quick, else 2,000)")
-    parser.add_argument("--out", default=None, help="report path (default <bench-dir>/REPORT.md)")
+    parser.add_argument("--out", default=None, help="report path (default <bench-dir>/REPORT.md "
+                        "in a checkout, ./memkern-bench/REPORT.md from an installed package)")
     parser.add_argument("--bench-dir", default=None, help="the repository's bench/ folder (found "
                         "automatically for a source checkout)")
     parser.add_argument("--threads", type=int, default=1, help="OMP/MKL/torch threads of the process (default 1)")
@@ -41,6 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def find_bench_dir(explicit: str | None) -> Path | None:
+    """The suite's folder: ``explicit``; else a source checkout's ``bench/`` (this file's or the cwd's);
+    else the copy an installed wheel carries (``memkern/bench/``, see :func:`is_installed_suite`)."""
     if explicit:
         p = Path(explicit).expanduser()
         return p if (p / "report.py").is_file() else None
@@ -48,7 +53,14 @@ def find_bench_dir(explicit: str | None) -> Path | None:
     for base in (here.parents[3], Path.cwd()):  # <repo>/python/memkern/cli/bench.py; or the cwd
         if (base / "bench" / "report.py").is_file():
             return base / "bench"
-    return None
+    installed = here.parents[1] / "bench"  # <site-packages>/memkern/bench
+    return installed if (installed / "report.py").is_file() else None
+
+
+def is_installed_suite(bench: Path) -> bool:
+    """True for the wheel's copy of the suite: scripts only, no ``sections/`` to assemble RESULTS.md
+    from, inside the installed package (not a place to write reports)."""
+    return not any((bench / "sections").glob("*.md"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +83,17 @@ def run(args: argparse.Namespace) -> int:
     if args.check and not args.assemble:
         print("memkern bench: --check: expected together with --assemble")
         return 2
+    installed = is_installed_suite(bench)
     if args.assemble:
+        if installed:
+            print(f"memkern bench: --assemble: expected a source checkout's bench/ with sections/, got the "
+                  f"installed suite {bench} (pass --bench-dir <repo>/bench)")
+            return 2
         return _assemble(args, bench)
+    from ..errors import require
+
+    # the suite is a pytest-benchmark suite that pins torch's threads and times torch paths
+    require("bench", "torch", "pytest", "pytest_benchmark", feature="memkern bench")
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[k] = str(args.threads)
     import torch
@@ -80,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(bench))
     report = _load_report(bench)
-    out = Path(args.out) if args.out else bench / "REPORT.md"
+    out = Path(args.out) if args.out else (Path.cwd() / "memkern-bench" if installed else bench) / "REPORT.md"
     cmd = "memkern bench" + " ".join(
         [""] + (["--quick"] if args.quick else []) + ([f"--parts {args.parts}"] if args.parts != ",".join(PARTS) else [])
         + ([f"--n {args.n}"] if args.n else []) + ([f"--queries {args.queries}"] if args.queries else [])
@@ -88,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
         + ([f"--threads {args.threads}"] if args.threads != 1 else []))
     path, raw = report.run_suite(quick=args.quick, parts=parts, out=out, n=args.n, queries=args.queries, command=cmd,
                                  namespaces=args.namespaces,
-                                 results=Path(args.results) if args.results else None)
-    print(f"memkern bench: wrote {path} (charts beside it, raw numbers in {raw['json']}) and {raw['results']}")
+                                 results=False if installed else Path(args.results) if args.results else None)
+    also = "" if installed else f" and {raw['results']}"
+    print(f"memkern bench: wrote {path} (charts beside it, raw numbers in {raw['json']}){also}")
     if raw["failures"]:
         print(f"memkern bench: parts not measured: {', '.join(raw['failures'])} (see the report)")
         return 1

@@ -2,6 +2,7 @@
 in the model cache (:func:`convert_gguf`), under a file lock, renamed into place."""
 from __future__ import annotations
 
+import contextlib
 import json as _json
 import logging
 import os
@@ -16,6 +17,36 @@ from .paths import (SMOLLM2_CACHE_NAME, SMOLLM2_TOKENIZER_CACHE_NAME, _SOURCE_MA
 log = logging.getLogger("memkern")
 
 __all__ = ["convert_gguf", "default_chat_model_path", "default_tokenizer_path"]
+
+
+#: how many times :func:`convert_gguf` had gguf parse a file (one per conversion; a test counts them)
+GGUF_PARSES = 0
+
+
+@contextlib.contextmanager
+def _one_gguf_parse():
+    """Share one ``gguf.GGUFReader`` per file while this block runs.
+
+    transformers parses the file anew for the tokenizer, the config and the weights; each parse of
+    SmolLM2's 49k-token vocabulary takes ~6 s in gguf's Python field reader, most of the conversion.
+    The reader is read-only (a memory map), so the three loads can share it."""
+    import gguf as gguf_pkg
+
+    original, readers = gguf_pkg.GGUFReader, {}
+
+    def shared_reader(path, mode="r"):
+        global GGUF_PARSES
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+            GGUF_PARSES += 1
+        return readers[key]
+
+    gguf_pkg.GGUFReader = shared_reader
+    try:
+        yield
+    finally:
+        gguf_pkg.GGUFReader = original
 
 
 def convert_gguf(gguf: str | os.PathLike, name: str | None = None, progress: bool = True,
@@ -64,7 +95,7 @@ def convert_gguf(gguf: str | os.PathLike, name: str | None = None, progress: boo
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            with _transformers_progress(progress):
+            with _transformers_progress(progress), _one_gguf_parse():
                 tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
                 tok.save_pretrained(str(tmp))
                 if not tokenizer_only:
