@@ -9,12 +9,6 @@ adds what only the tests need (a throw-away data folder).
 from __future__ import annotations
 
 import os
-import sys
-
-# The repository's kernels/ folder (installed as memkern.kernels) would shadow transformers' own
-# `kernels` dependency as a top-level package while the root is on sys.path: keep it off.
-_ROOT = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")

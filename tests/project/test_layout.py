@@ -222,3 +222,27 @@ def test_tests_mirror_the_package():
     assert folders - stages - other == set(), "test folders that are not a stage of the package"
     for p in tests.rglob("test_*.py"):
         assert p.parent.name in stages | {"project", "install"}, p
+
+
+def test_the_kernels_folder_never_shadows_a_top_level_kernels_package():
+    """``kernels/`` installs as ``memkern.kernels``; with an ``__init__.py`` it would also be a
+    regular top-level package ``kernels`` wherever the repository root is on ``sys.path`` (a
+    ``python -c`` or a Ray worker started there), hiding transformers' own ``kernels`` dependency.
+    Without one it is only a namespace portion, which any installed package of that name beats."""
+    import subprocess
+    import sys
+
+    assert not (KERNELS / "__init__.py").exists()
+    code = ("import importlib.util, json; s = importlib.util.find_spec('kernels'); "
+            "print(json.dumps(None if s is None else [s.origin, list(s.submodule_search_locations or [])]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    got = json.loads(r.stdout)
+    if got is not None and got[0] not in (None, "namespace"):  # a regular package: never the repository's
+        assert not str(got[0]).startswith(str(KERNELS)), got
+    import memkern
+    import memkern.kernels.rerank as rerank
+
+    assert Path(rerank.__file__).resolve().parent in (KERNELS.resolve(), Path(memkern.__file__).resolve().parent / "kernels")
