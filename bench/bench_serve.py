@@ -1,8 +1,8 @@
 """Load benchmark of ``memkern serve``: N concurrent clients doing add / search over HTTP.
 
 The real command runs in its own process (``memkern serve --threads 1``, the offline default
-MiniLM embedder, a fresh store preloaded through the API); the clients are ``httpx.AsyncClient``
-tasks in this process, each doing a mix of operations back to back:
+MiniLM embedder, a fresh store preloaded through the API); the clients are tasks in this process
+sharing one ``aiohttp`` session, each doing a mix of operations back to back:
 ``search`` (``POST /v1/memories/search``, limit 5), ``add_raw`` (``POST /v1/memories``,
 ``infer=false``: one message embedded and stored) and ``add_infer`` (``infer=true``: a two-turn
 conversation through prospective reflection with the embedding extractor and decider).
@@ -15,6 +15,10 @@ searching user.
 
     .venv/bin/python bench/bench_serve.py --quick                     # ~1 min
     .venv/bin/python bench/bench_serve.py --clients 1,4,16 --requests 20 --repeats 3 --write-section
+    .venv/bin/python bench/bench_serve.py --mix search --compare route --queries both \
+        --clients 1,8,32,128 --requests 10 --repeats 3 --write-section   # the search curve, serve-search.md
+
+Server CPU (cores: its CPU seconds per wall second) and the load generator's are reported per round.
 """
 from __future__ import annotations
 
@@ -192,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", choices=sorted(MIXES), default="default",
                     help="default: 6 search, 3 add infer=false, 1 add infer=true per 10 requests; search: search only")
     ap.add_argument("--threads", type=int, default=1, help="the server's --threads (CPU threads of the models)")
-    ap.add_argument("--distinct-queries", action="store_true",
-                    help="every search query text is new (no query-cache hits); default: the texts repeat across "
-                         "clients, as an agent's recurring questions do")
+    ap.add_argument("--queries", choices=("repeated", "distinct", "both"), default="repeated",
+                    help="repeated: search texts recur across clients, as an agent's recurring questions do; "
+                         "distinct: every text is new (no query-cache hits); both: each client count with both")
     ap.add_argument("--compare", choices=("embed-batch", "route"), default="embed-batch",
                     help="the second server: --embed-batch 1 (embed-batch), or the eager-torch embedder without "
                          "a query cache (route)")
@@ -203,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-section", action="store_true", help="refresh bench/sections/serve.md")
     ap.add_argument("--json", default=str(HERE / "results" / "serve.json"))
     args = ap.parse_args(argv)
-    if args.write_section and (args.mix != "default" or args.compare != "embed-batch"):
-        ap.error("--write-section: expected the default --mix and --compare (the section's table is the mixed "
-                 f"workload against --embed-batch 1), got --mix {args.mix} --compare {args.compare}")
+    if args.write_section and (args.mix, args.compare) not in (("default", "embed-batch"), ("search", "route")):
+        ap.error("--write-section: expected --mix default --compare embed-batch (serve.md) or --mix search "
+                 f"--compare route (serve-search.md), got --mix {args.mix} --compare {args.compare}")
+    if args.write_section and not args.embed_batch_compare:
+        ap.error("--write-section: expected the second server for the ratio, got --no-compare")
     if args.quick:
         args.clients, args.requests, args.preload, args.repeats = "1,4", 10, 20, 1
     client_counts = [int(x) for x in args.clients.split(",")]
@@ -236,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                 sv["expected"] = count_via_api(sv["url"], args.users)
             import statistics
 
-            for k, n in enumerate(client_counts):
+            kinds = ["repeated", "distinct"] if args.queries == "both" else [args.queries]
+            for k, (kind, n) in enumerate((kind, n) for kind in kinds for n in client_counts):
                 pooled = {name: {op: [] for op, _ in mix} for name in servers}
                 rps = {name: [] for name in servers}
                 cores = {name: [] for name in servers}
@@ -248,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                         sv = servers[name]
                         c0, p0 = cpu_seconds(sv["proc"].pid), time.process_time()
                         res = asyncio.run(run_load(sv["url"], n, args.requests, args.users, seed=n + 1000 * rep,
-                                                   mix=mix, distinct=args.distinct_queries))
+                                                   mix=mix, distinct=kind == "distinct"))
                         cores[name].append((cpu_seconds(sv["proc"].pid) - c0) / res["wall_s"])
                         client_cores[name].append((time.process_time() - p0) / res["wall_s"])
                         for u, c in res["acked"].items():
@@ -259,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                             pooled[name][op] += xs
                         rps[name].append(sum(len(v) for v in res["latency_s"].values()) / res["wall_s"])
                 for name, sv in servers.items():
-                    row = {"config": name, "embed_batch": sv["embed_batch"], "clients": n, "repeats": args.repeats,
+                    row = {"config": name, "embed_batch": sv["embed_batch"], "queries": kind, "clients": n,
+                           "repeats": args.repeats,
                            "requests": sum(len(v) for v in pooled[name].values()),
                            "throughput_rps": statistics.median(rps[name]), "throughput_runs": rps[name],
                            "server_cores": statistics.median(cores[name]),
@@ -268,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                         row[op] = {"n": len(xs), "p50_ms": 1e3 * _pct(xs, 50), "p95_ms": 1e3 * _pct(xs, 95),
                                    "p99_ms": 1e3 * _pct(xs, 99)}
                     rows.append(row)
-                    print(f"{name:>13} clients {n:>3}: {row['requests']} requests, median {row['throughput_rps']:.1f} req/s "
+                    print(f"{name:>15} {kind} queries, clients {n:>3}: {row['requests']} requests, median {row['throughput_rps']:.1f} req/s "
                           f"(runs {', '.join(f'{x:.1f}' for x in rps[name])}), server {row['server_cores']:.2f} cores, "
                           f"clients {row['client_cores']:.2f} cores; "
                           + "; ".join(f"{op} p50 {row[op]['p50_ms']:.0f} / p95 {row[op]['p95_ms']:.0f} / "
@@ -290,8 +298,54 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1))
     if args.write_section:
-        write_section(result, " ".join(["bench/bench_serve.py"] + (argv if argv is not None else sys.argv[1:])))
+        command = " ".join(["bench/bench_serve.py"] + (argv if argv is not None else sys.argv[1:]))
+        (write_search_section if args.mix == "search" else write_section)(result, command)
     return 0
+
+
+def write_search_section(result: dict, command: str) -> None:
+    """``bench/sections/serve-search.md``: search-only load, the default server (ONNX Runtime query
+    embedding, query cache, batching) against the eager-torch embedder without a cache, per client count."""
+    import report
+
+    a = result["args"]
+    rows = result["rows"]
+    L = [f"`memkern serve` (uvicorn, one process, `--threads {a['threads']}`, offline MiniLM embedder on CPU) over a "
+         f"store preloaded with {a['preload']} memories for each of {a['users']} users; only `search` requests "
+         f"(`POST /v1/memories/search`, limit 5) from concurrent clients (tasks sharing one aiohttp session in "
+         f"another process, {a['requests']} requests each, back to back). Every search result was checked to "
+         f"belong to the searching user. Queries: *repeated* texts recur across clients (an agent's recurring "
+         f"questions: the query cache answers most), *distinct* texts are all new (every one is embedded).", "",
+         "Two servers on identical stores, run interleaved (the order alternates): the default "
+         "(`--embedder-backend auto`: ONNX Runtime when installed, query cache of "
+         "4,096 texts, batched embedding) and `--embedder-backend torch --query-cache 0` (eager torch, every "
+         f"query embedded). Each client count ran {a['repeats']} time(s) per server; req/s is the median of "
+         "the rounds, latency percentiles pool them; server cores = the server's CPU seconds per second of wall "
+         "time, client cores the load generator's.", "",
+         "| queries | server | clients | req/s | p50 / p95 / p99 (ms) | server cores | client cores |",
+         "|---|---|---|---|---|---|---|"]
+    label = {"batched": "default", "torch, no cache": "torch, no cache"}
+    for r in sorted(rows, key=lambda r: (r["queries"] != "repeated", r["clients"], r["config"] != "batched")):
+        s = r["search"]
+        L.append(f"| {r['queries']} | {label[r['config']]} | {r['clients']} | {r['throughput_rps']:.1f} | "
+                 f"{s['p50_ms']:.0f} / {s['p95_ms']:.0f} / {s['p99_ms']:.0f} | {r['server_cores']:.2f} | "
+                 f"{r['client_cores']:.2f} |")
+    by = {(r["queries"], r["config"], r["clients"]): r for r in rows}
+    ratio_txt, headline = [], []
+    for (kind, cfg, n), r in sorted(by.items()):
+        base = by.get((kind, "torch, no cache", n))
+        if cfg != "batched" or base is None:
+            continue
+        x = r["throughput_rps"] / base["throughput_rps"]
+        ratio_txt.append(f"{kind} {n} clients {x:.2f}x")
+        if n == 32:
+            headline.append([f"search, 32 clients, {kind} queries", f"{r['throughput_rps']:.1f} req/s",
+                             f"torch, no cache {base['throughput_rps']:.1f} req/s", f"{x:.2f}x"])
+    if ratio_txt:
+        L += ["", "Throughput of the default server over the eager-torch, uncached one: " + ", ".join(ratio_txt) + "."]
+    report.write_section("serve-search", "memkern serve: search under load (1 to 128 clients)", "\n".join(L),
+                         command, machine=result["machine"], raw_json="bench/results/serve.json",
+                         headline=headline or None)
 
 
 def write_section(result: dict, command: str) -> None:
@@ -300,7 +354,7 @@ def write_section(result: dict, command: str) -> None:
     a = result["args"]
     L = [f"`memkern serve` (uvicorn, one process, `--threads 1`, offline MiniLM embedder on CPU) over a store "
          f"preloaded with {a['preload']} memories for each of {a['users']} users; clients are concurrent "
-         f"`httpx.AsyncClient` tasks in another process, each sending {a['requests']} requests back to back "
+         f"tasks sharing one aiohttp session in another process, each sending {a['requests']} requests back to back "
          f"(mix per 10 requests: 6 `search` limit 5, 3 `add` with `infer=false` (one message), 1 `add` with "
          f"`infer=true` (two turns through prospective reflection)). Latency is client-side; throughput is "
          f"completed requests per second of wall time. Every acknowledged add was verified present through "

@@ -260,6 +260,8 @@ SECTIONS = (
     "ray",                 # bench_ray.py --write-section: Ray scale-out
     "adapters",            # bench_adapters.py --write-section: telemetry hook cost, LangGraph store vs InMemoryStore
     "serve",               # bench_serve.py --write-section: memkern serve under concurrent HTTP load
+    "serve-search",        # bench_serve.py --mix search --compare route --write-section: the search curve
+    "scaling",             # bench_scaling.py --write-section: store, RMM, MemReread cost against size
     "retrieval-hybrid",    # bench_retrieval_hybrid.py --write-section: hybrid turn score + a * parent
     "time-retrieval",      # bench_time.py --write-section: the time term on LoCoMo
     "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede
@@ -267,7 +269,7 @@ SECTIONS = (
     "group-commit",        # bench_group_commit.py --write-section: durable writes from many threads
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
-OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo"})
+OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo", "serve-search", "scaling"})
 
 RESULTS_INTRO = """How the figures are made: every comparison runs its sides interleaved in one process on one
 machine (the project's machine kind: 2 shared x86_64 cores, no GPU, unless an area says

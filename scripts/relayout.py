@@ -207,14 +207,16 @@ class Tree:
             name = "memkern.kernels" if f.stem == "__init__" else f"memkern.kernels.{f.stem}"
             self.files[name] = f
         self.native = {"memkern._store"} if any(PKG.glob("_store*")) else set()
+        # kernels/ without an __init__.py installs as the namespace package memkern.kernels
+        self.namespaces = {"memkern.kernels"} if (REPO / "kernels").is_dir() and "memkern.kernels" not in self.files else set()
         self._names: dict[str, tuple[set[str], bool]] = {}
 
     def is_module(self, mod: str) -> bool:
-        return mod in self.files or mod in self.native
+        return mod in self.files or mod in self.native or mod in self.namespaces
 
     def is_package(self, mod: str) -> bool:
         f = self.files.get(mod)
-        return f is not None and f.name == "__init__.py"
+        return mod in self.namespaces or (f is not None and f.name == "__init__.py")
 
     def names(self, mod: str) -> tuple[set[str], bool]:
         """Top-level names a module binds, and whether it may bind more (``__getattr__``, ``*``)."""
