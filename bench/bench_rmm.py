@@ -10,7 +10,7 @@ Two parts:
    and for ``end_session``: candidate search + decisions + store writes. Each is also compared with
    a bare ``store.search`` of the same queries (ratio inside one run), and results are checked.
 2. ``python bench/bench_rmm.py --respond-split``: ``respond`` with the REAL default embedder
-   (MiniLM, default torch backend vs ``Embedder(backend="onnx")``) and no LLM, split by stage,
+   (MiniLM, ``Embedder(backend="torch")`` vs ``"onnx"``, which ``"auto"`` picks) and no LLM, split by stage,
    interleaved through ``bench/harness.py`` (same memories shown on both sides, asserted).
 3. ``python bench/bench_rmm.py --real``: the same split with the offline default models
    (MiniLM + SmolLM2-135M on CPU) on the bundled sample conversation; prints a table and writes
@@ -224,7 +224,9 @@ def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("
             store = build_store(os.path.join(d, b), n=n_memories)
             stores.append(store)
             rmm = RMM(store, chat_model=FixedChat(), embedder=emb, namespace="bench", seed=0)
-            name = "MiniLM torch (default)" if b == "torch" else f"MiniLM {b}"
+            # backend="auto" (the default) is ONNX Runtime when onnx + onnxruntime are installed, else torch
+            name = {"torch": "MiniLM torch (auto without onnxruntime)",
+                    "onnx": "MiniLM onnx (auto, the default)"}.get(b, f"MiniLM {b}")
             rows[name] = []
             it = iter(qs)
 
