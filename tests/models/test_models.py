@@ -170,25 +170,51 @@ def test_cache_dir_env(monkeypatch, tmp_path):
     assert M.model_cache_dir() == tmp_path / "mk" / "models"
 
 
+def test_a_folder_converted_by_another_transformers_major_is_converted_again(tmp_path):
+    """transformers 4 writes tokenizer settings that 5 reads differently (a BOS token is added), so
+    a converted folder counts as ready only for the major version that wrote it."""
+    from memkern.models import paths as P
+
+    gguf_file = tmp_path / "m.gguf"
+    gguf_file.write_bytes(b"GGUF" + bytes(60))
+    folder = tmp_path / "conv"
+    folder.mkdir()
+    for name in ("tokenizer_config.json", "config.json", "model.safetensors"):
+        (folder / name).write_text("{}")
+    info = P._gguf_source_info(gguf_file)
+    assert info["transformers_major"] == __import__("transformers").__version__.split(".")[0]
+    (folder / P._SOURCE_MARKER).write_text(json.dumps(info))
+    assert P._cached_folder_ok(folder, info)
+    (folder / P._SOURCE_MARKER).write_text(json.dumps(dict(info, transformers_major="3")))
+    assert not P._cached_folder_ok(folder, info)
+    old = {k: v for k, v in info.items() if k != "transformers_major"}  # written before the key existed
+    (folder / P._SOURCE_MARKER).write_text(json.dumps(old))
+    assert not P._cached_folder_ok(folder, info)
+
+
 @pytest.mark.slow
 def test_gguf_conversion_parses_the_file_once_and_gives_the_same_folder(monkeypatch, tmp_path):
-    """The default chat model converted again into an empty cache: gguf parses the file once (not
-    once each for tokenizer, config and weights), and every file equals the cached conversion's."""
-    from memkern.models import gguf as G
+    """The default chat model converted into two empty caches, once as shipped and once with every
+    load parsing the file itself (as transformers does alone): gguf parses the file once, not once
+    each for tokenizer, config and weights, and both folders hold the same bytes."""
+    import contextlib
 
-    cached = G.default_chat_model_path(progress=False)
-    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path / "mk"))
-    before = G.GGUF_PARSES
-    fresh = G.default_chat_model_path(progress=False)
-    assert fresh != cached and fresh.parent == tmp_path / "mk" / "models"
-    assert G.GGUF_PARSES - before == 1
-    names = sorted(p.name for p in cached.iterdir())
-    assert names == sorted(p.name for p in fresh.iterdir()) and "model.safetensors" in names
-    for name in names:
-        assert (cached / name).read_bytes() == (fresh / name).read_bytes(), name
     import gguf
 
+    from memkern.models import gguf as G
+
+    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path / "shared"))
+    before = G.GGUF_PARSES
+    shared = G.default_chat_model_path(progress=False)
+    assert G.GGUF_PARSES - before == 1 and shared.parent == tmp_path / "shared" / "models"
     assert gguf.GGUFReader.__name__ == "GGUFReader"  # restored after the conversion
+    monkeypatch.setattr(G, "_one_gguf_parse", contextlib.nullcontext)
+    monkeypatch.setenv("MEMKERN_CACHE", str(tmp_path / "alone"))
+    alone = G.default_chat_model_path(progress=False)
+    names = sorted(p.name for p in shared.iterdir())
+    assert names == sorted(p.name for p in alone.iterdir()) and "model.safetensors" in names
+    for name in names:
+        assert (shared / name).read_bytes() == (alone / name).read_bytes(), name
 
 
 # ------------------------------------------------------------------ JSON scanning / stopping

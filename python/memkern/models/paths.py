@@ -103,9 +103,23 @@ def _file_lock(path: Path):
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+def _transformers_major() -> str | None:
+    """The installed transformers' major version (read from its metadata, without importing it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers").split(".")[0]
+    except PackageNotFoundError:
+        return None
+
+
 def _gguf_source_info(gguf: Path) -> dict:
+    """What a converted folder was made from, and by which transformers major version: a folder
+    written by transformers 4 loads under 5 with other tokenizer settings (a BOS token added), so a
+    folder of another major version is converted again."""
     st = gguf.stat()
-    return {"gguf_file": gguf.name, "gguf_size": st.st_size, "source_dir": str(gguf.parent)}
+    return {"gguf_file": gguf.name, "gguf_size": st.st_size, "source_dir": str(gguf.parent),
+            "transformers_major": _transformers_major()}
 
 
 def _cached_folder_ok(folder: Path, info: dict, need_model: bool = True) -> bool:
@@ -118,7 +132,7 @@ def _cached_folder_ok(folder: Path, info: dict, need_model: bool = True) -> bool
         saved = _json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
-    return saved.get("gguf_file") == info["gguf_file"] and saved.get("gguf_size") == info["gguf_size"]
+    return all(saved.get(k) == info[k] for k in ("gguf_file", "gguf_size", "transformers_major"))
 
 
 @contextlib.contextmanager
