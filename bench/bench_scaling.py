@@ -47,18 +47,13 @@ def slope(xs, ys) -> float:
     return float(np.polyfit(lx, ly, 1)[0])
 
 
-def _recall(got: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.mean([len(set(g.tolist()) & set(e.tolist())) / len(e) for g, e in zip(got, exact)]))
-
-
 # ------------------------------------------------------------------------------------------ store
 def run_store(max_n: int = 300_000, n_queries: int = 200, log=print) -> dict:
     import hnswlib
 
+    from bench_peers import exact_top, recall
     from harness import Side, interleaved_add_vs_hnswlib, latencies
     from memkern import MemoryStore
-
-    from bench_peers import exact_top
     from memkern.data.vectors import clustered_vectors
 
     sizes = [n for n in STORE_SIZES if n <= max_n]
@@ -78,27 +73,21 @@ def run_store(max_n: int = 300_000, n_queries: int = 200, log=print) -> dict:
         for n in sizes:
             part = slice(done, n)
             before = store.count("bench")
-            res = interleaved_add_vs_hnswlib(store, _Offset(ix, done), x[part], texts[part], chunk=5000)
+            res = interleaved_add_vs_hnswlib(store, ix, x[part], texts[part], chunk=5000, start=done)
             ids = np.sort(store.ids("bench"))
             pos[ids[before:]] = np.arange(done, n)  # ids grow with insertion: the new ones map to the new rows
             t_store += res["t_store"]
             t_base += res["t_base"]
             done = n
             exact = exact_top(q, x[:n], K)
-
-            def mk(j, _q=q):
-                return store.search("bench", _q[j:j + 1], k=K)
-
-            def hl(j, _q=q):
-                return ix.knn_query(_q[j:j + 1], k=K, num_threads=1)
-
             lat = latencies(Side("memkern", None, threads=1), Side("hnswlib", None, threads=1),
-                            calls=[lambda s, j: mk(j), lambda s, j: hl(j)], n=n_queries, warmup=10,
-                            label=f"single query, {n:,} records")
+                            calls=[lambda s, j: store.search("bench", q[j:j + 1], k=K),
+                                   lambda s, j: ix.knn_query(q[j:j + 1], k=K, num_threads=1)],
+                            n=n_queries, warmup=10, label=f"single query, {n:,} records")
             sid = store.search("bench", q, k=K)[0]
             got_m = np.where(sid >= 0, pos[np.maximum(sid, 0)], -1)
             got_h = ix.knn_query(q, k=K, num_threads=1)[0].astype(np.int64)
-            rm, rh = _recall(got_m, exact), _recall(got_h, exact)
+            rm, rh = recall(got_m, exact, K), recall(got_h, exact, K)
             assert min(rm, rh) >= 0.8 and abs(rm - rh) <= 0.03, f"{n}: recall@10 memkern {rm:.4f} vs hnswlib {rh:.4f}"
             row = {"n": n, "add_s": {"memkern": t_store, "hnswlib": t_base},
                    "search_p50_ms": {s: 1e3 * lat[s]["p50_s"] for s in ("memkern", "hnswlib")},
@@ -116,16 +105,6 @@ def run_store(max_n: int = 300_000, n_queries: int = 200, log=print) -> dict:
                          for what, key in (("add", "add_s"), ("search p50", "search_p50_ms"))
                          for side in ("memkern", "hnswlib")}
     return out
-
-
-class _Offset:
-    """An hnswlib index seen from ``interleaved_add_vs_hnswlib`` (labels from 0) with labels ``start + i``."""
-
-    def __init__(self, ix, start: int):
-        self.ix, self.start = ix, start
-
-    def add_items(self, e, labels, num_threads=1):
-        self.ix.add_items(e, labels + self.start, num_threads=num_threads)
 
 
 # ------------------------------------------------------------------------------------------ rmm

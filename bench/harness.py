@@ -287,7 +287,8 @@ def latencies(*sides: Side, calls: Sequence[Callable[[Side, int], Any]] | None =
     return out
 
 
-def interleaved_add_vs_hnswlib(store, index, x, texts: Sequence[str], chunk: int, namespace: str = "bench") -> dict:
+def interleaved_add_vs_hnswlib(store, index, x, texts: Sequence[str], chunk: int, namespace: str = "bench",
+                               start: int = 0) -> dict:
     """Fill ``store`` (a :class:`memkern.MemoryStore`) and ``index`` (an initialised
     ``hnswlib.Index`` with room for ``len(x)``) with the same records, chunk by chunk, alternating
     the sides per chunk (``store.add_batch`` of ``x[s:s+chunk]`` with their ``texts``, then
@@ -296,7 +297,8 @@ def interleaved_add_vs_hnswlib(store, index, x, texts: Sequence[str], chunk: int
 
     Parameters
     ----------
-    x : float32 ``[n, d]``; texts : ``n`` str; chunk : records per call.
+    x : float32 ``[n, d]``; texts : ``n`` str; chunk : records per call; start : hnswlib label of
+    ``x[0]`` (an index grown over several calls continues its labels).
 
     Returns
     -------
@@ -315,7 +317,7 @@ def interleaved_add_vs_hnswlib(store, index, x, texts: Sequence[str], chunk: int
         t0 = time.perf_counter()
         store.add_batch(namespace, tx, e)
         t1 = time.perf_counter()
-        labels = np.arange(s0, s0 + len(e))
+        labels = np.arange(start + s0, start + s0 + len(e))
         index.add_items(e, labels, num_threads=1)
         for j, lab in enumerate(labels.tolist()):
             records[lab] = {"namespace": namespace, "summary": tx[j], "turns": [], "meta": {}}

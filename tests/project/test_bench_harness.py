@@ -127,12 +127,18 @@ def test_interleaved_add_vs_hnswlib(tmp_path):
     x = np.random.default_rng(0).standard_normal((250, 8)).astype(np.float32)
     texts = [f"t{i}" for i in range(250)]
     index = hnswlib.Index(space="ip", dim=8)
-    index.init_index(max_elements=250, M=8, ef_construction=50, random_seed=100)
+    index.init_index(max_elements=300, M=8, ef_construction=50, random_seed=100)
+    more = np.random.default_rng(1).standard_normal((50, 8)).astype(np.float32)
     with MemoryStore(tmp_path / "s", dim=8, metric="ip", fsync="never") as store:
         r = harness.interleaved_add_vs_hnswlib(store, index, x, texts, chunk=100, namespace="ns")
-        assert store.count("ns") == 250
+        assert store.count("ns") == 250 and index.get_current_count() == 250
         ids, _ = store.search("ns", x[:5], k=1)
-    assert index.get_current_count() == 250
+        # a second call grows the same index: its labels continue from ``start``
+        r2 = harness.interleaved_add_vs_hnswlib(store, index, more, texts[:50], chunk=100, namespace="ns", start=250)
+        assert store.count("ns") == 300 and sorted(r2["records"]) == list(range(250, 300))
+    assert index.get_current_count() == 300
+    assert sorted(index.get_ids_list()) == list(range(300))
+    assert np.allclose(index.get_items([260])[0], more[10])
     assert sorted(r["records"]) == list(range(250)) and r["records"][120]["summary"] == "t120"
     assert len(r["store_s"]) == len(r["hnswlib_s"]) == 3  # chunks of 100, 100, 50
     assert r["t_store"] == pytest.approx(sum(r["store_s"])) and r["t_base"] == pytest.approx(sum(r["hnswlib_s"]))

@@ -135,5 +135,4 @@ def test_two_processes_a_reader_never_sees_part_of_a_write(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(out.read_text())
     assert got["errors"] == 0 and got["torn_reads"] == 0 and got["final_views_equal_store"], got
-    # a loaded 2-core CI machine gives each reader only a handful of passes: enough to race the writer
-    assert got["refreshes"] > 4 and got["fresh_opens"] > 0 and got["writer_batches"] > 20, got
+    assert got["refreshes"] > 10 and got["fresh_opens"] > 0 and got["writer_batches"] > 20, got
