@@ -75,6 +75,7 @@ T_HARDEN = ("tests/server/test_serve_hardening.py",)
 T_READY = ("tests/server/test_serve_ready.py",)
 T_SEARCH = ("tests/server/test_serve_search.py",)
 T_MEM0SDK = ("tests/server/test_mem0_client.py",)
+T_MEM0PLATFORM = ("tests/server/test_mem0_platform.py",)
 T_ASYNC = ("tests/loops/test_rmm_async.py",)
 T_EDGE = ("tests/base/test_edge_bounds.py",)
 T_HOSTILE_IO = ("tests/store/test_transfer_hostile.py",)
@@ -1739,4 +1740,21 @@ CATALOGUE: list[Mutant] = [
            '            ("slow" if mk == "slow" else "by") in kinds]',
            "the docs' unmarked examples are never run (the page tests find nothing to run)",
            ("tests/project/test_docs.py",)),
+    Mutant("platform-export-keeps-unknown-keys", "server", "python/memkern/server/platform.py",
+           "            return {k: _property(value.get(k, _BAD), sub, root) for k, sub in props.items()}",
+           "            return {**value, **{k: _property(value.get(k, _BAD), sub, root) for k, sub in props.items()}}",
+           "an export or profile keeps keys the schema does not have (the model's noise reaches the user)",
+           T_MEM0PLATFORM),
+    Mutant("platform-no-webhook-on-delete", "server", "python/memkern/server/service.py",
+           "        self._emit(\"DELETE\", S.decode(rec.namespace), [(int(memory_id), rec.summary)])\n",
+           "",
+           "deleting a memory calls no memory_delete webhook", T_MEM0PLATFORM),
+    Mutant("platform-state-not-saved", "server", "python/memkern/server/platform.py",
+           "            try:\n                self._save()\n",
+           "            try:\n                pass\n",
+           "project settings, webhooks and profiles are lost when the server restarts", T_MEM0PLATFORM),
+    Mutant("platform-scoped-key-reaches-project", "server", "python/memkern/server/mem0_platform.py",
+           "        if request.scope.get(\"memkern.key_scope\") is not None:\n            raise forbidden(",
+           "        if request.scope.get(\"memkern.key_scope\") is None and False:\n            raise forbidden(",
+           "a key bound to one user changes the project's settings and webhooks", T_MEM0PLATFORM),
 ]

@@ -25,8 +25,8 @@ import memkern  # noqa: E402
 from memkern.server.scopes import KeyRing, Scope  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "servers.md"
-#: The memory methods of mem0's client; the platform's project / webhook / export / summary /
-#: profile / feedback methods have no counterpart here.
+#: The memory methods of mem0's client (the platform's project / webhook / export / summary /
+#: profile / feedback methods: test_mem0_platform.py).
 MEMORY_METHODS = ("add", "get", "get_all", "search", "update", "delete", "delete_all", "history", "users",
                   "delete_users", "reset", "batch_update", "batch_delete")
 
@@ -214,8 +214,8 @@ def test_client_errors_and_scopes(tmp_path):
             with pytest.raises(MemoryNotFoundError, match="999999"):   # one bad id: nothing deleted
                 admin.batch_delete([{"memory_id": mine["id"]}, {"memory_id": "999999"}])
             assert admin.get(mine["id"])["id"] == mine["id"]
-            with pytest.raises(Exception, match="not served"):       # not redirected to /v1/feedback
-                admin.feedback(mine["id"], "POSITIVE")
+            # mem0's memory feedback, not redirected to memkern's /v1/feedback (response rewards)
+            assert admin.feedback(mine["id"], "POSITIVE")["feedback"] == "POSITIVE"
             # memkern's own routes keep their shape without the slash
             with httpx.Client(base_url=url, headers={"Authorization": f"Token {KEY}"}) as http:
                 assert http.get(f"/v1/memories/{mine['id']}").status_code == 422      # needs a scope

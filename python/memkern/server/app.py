@@ -586,10 +586,12 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
         return service.feedback(req.response_id, req.rewards, scope=request.scope.get("memkern.key_scope"))
 
     from .export_route import mount as mount_export
+    from .mem0_platform import mount as mount_mem0_platform
     from .mem0_routes import mount as mount_mem0
 
     mount_export(app, service, ScopeForbidden)
 
+    mount_mem0_platform(app, service, scoped, ScopeForbidden)  # before the slash-less fallbacks of mount_mem0
     mount_mem0(app, service, scoped)  # mem0's SDK and OSS server paths (after the routes above, which win)
     service.start_loading()
     guarded = _Guard(app, keys, service.limits.max_body_bytes, allowed_hosts=allowed_hosts,

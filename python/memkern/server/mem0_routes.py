@@ -31,8 +31,10 @@ different: 422). ``filters`` hold entity ids, flat or as ``{"AND": [{...}, ...]}
 (one server is one project: the ping names it :data:`ORG_ID` / :data:`PROJECT_ID`). The id routes need no entity id: an unbound key reaches every
 server scope, a key bound to a scope only its own. Ids are returned as strings, as mem0 does.
 Options of mem0's platform that steer its LLM extraction (``custom_instructions``,
-``custom_categories``, ``rerank``, ...) are accepted and have no effect; one that would change
-what is kept (``expiration_date``) is refused with 422.
+``custom_categories``, ``rerank``, ...) are accepted on these routes and have no effect; one that
+would change what is kept (``expiration_date``) is refused with 422. The platform's other methods
+(project, webhooks, memory feedback, exports, summary, profiles) are
+:mod:`memkern.server.mem0_platform`'s.
 """
 
 import ast
@@ -153,7 +155,7 @@ def mem0_item(d: dict) -> dict:
 def mount(app: Any, service: Any, scoped: Callable[..., dict]) -> None:
     """Add the mem0 routes to the FastAPI ``app`` serving ``service``; ``scoped(request,
     user_id, agent_id, run_id)`` holds ids to the request's API key (app.py's)."""
-    from fastapi import Body, HTTPException, Query, Request
+    from fastapi import Body, Query, Request
 
     native = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ())}
 
@@ -310,12 +312,6 @@ def mount(app: Any, service: Any, scoped: Callable[..., dict]) -> None:
         # none left is no error: reset deletes a user and then the agents of its scopes
         n = service.delete_scope(**ids)["deleted"]
         return {"message": "Entity deleted successfully.", "deleted": n}
-
-    @app.post("/v1/feedback/", tags=["mem0"], include_in_schema=False)
-    def memory_feedback(request: Request) -> dict:
-        # without this route the slash would redirect to memkern's own /v1/feedback (response rewards)
-        raise HTTPException(501, "mem0's memory feedback is not served (memkern's reranker learns from "
-                                 "POST /v1/feedback with a response_id and rewards)")
 
     @route("POST", "/reset", oss=True)
     def reset(request: Request) -> dict:

@@ -38,6 +38,7 @@ from ..text.template import event_seconds
 from ..base.validate import check_text, iso_time
 from . import scopes as S
 from .ledger import FeedbackLedger
+from .platform import Platform
 from .readiness import Readiness
 from .search_args import DEFAULT_FUSION, DEFAULT_LEXICAL_WEIGHT, check_json_size, filter_kw, mode_kw
 from .limits import BusyError, ConflictError, Limits
@@ -131,6 +132,15 @@ class MemoryService:
         self._respond_slots = threading.BoundedSemaphore(self.limits.max_pending_responds)
         self._counter = itertools.count()
         self.readiness = Readiness()
+        #: mem0's platform features (project settings, webhooks, exports, profiles); :meth:`_emit` feeds its webhooks
+        self.platform = Platform(self)
+
+    def _emit(self, event: str, scope: S.Scope, rows: list[tuple[int, str | None]]) -> None:
+        """Tell the platform (webhooks) of an applied write: ``event`` ADD / UPDATE / DELETE, ``rows``
+        ``(memory id, text)``."""
+        if rows and self.platform.state["webhooks"]:
+            ids = scope.as_dict()
+            self.platform.memory_event(event, [{"id": i, "memory": t, **ids} for i, t in rows])
 
     # ------------------------------------------------------------------ components
     @property
@@ -297,7 +307,9 @@ class MemoryService:
             ids = self.store.add_batch(ns, [t["content"] for t in turns], embs, turns=[[t] for t in turns],
                                        metas=[dict(metadata or {}) for _ in turns],
                                        **({"event_times": [et] * len(turns)} if et is not None else {}))
-            return {"results": [{"id": int(i), "memory": t["content"], "event": "ADD"} for i, t in zip(ids, turns)]}
+            out = [{"id": int(i), "memory": t["content"], "event": "ADD"} for i, t in zip(ids, turns)]
+            self._emit("ADD", scope, [(r["id"], r["memory"]) for r in out])
+            return {"results": out}
         if metadata:
             raise bad_arg("metadata", "no metadata with infer=true (pass infer=false to keep it on raw messages)",
                           metadata)
@@ -308,7 +320,10 @@ class MemoryService:
             rmm = RMM(self.store, embedder=self.embedder, chat_model=self._chat, namespace=ns, extractor="embedding",
                       decider="embedding", persist=False)
             results = rmm.end_session(turns, session_id=run_id, date=date)
-        return {"results": [{"id": int(r.id), "memory": r.summary, "event": r.action} for r in results]}
+        out = [{"id": int(r.id), "memory": r.summary, "event": r.action} for r in results]
+        for action, event in (("ADD", "ADD"), ("MERGE", "UPDATE"), ("UPDATE", "UPDATE"), ("INVALIDATE", "UPDATE")):
+            self._emit(event, scope, [(r["id"], r["memory"]) for r in out if r["event"] == action])
+        return {"results": out}
 
     def search(self, query: Any, *, user_id=None, agent_id=None, run_id=None, limit: int = 10,
                filters: dict | None = None, threshold: float | None = None, time_range: Any = None,
@@ -386,13 +401,16 @@ class MemoryService:
         scope = S.make_scope(user_id, agent_id, run_id)
         n = 0
         for ns in S.matching(self.store.namespaces(), scope):
+            gone = []
             with self.ns_lock(ns):
                 for rid in np.asarray(self.store.ids(ns, include_invalidated=True), dtype=np.int64).tolist():
                     try:
                         self.store.delete(int(rid))
-                        n += 1
+                        gone.append((int(rid), None))
                     except KeyError:  # deleted meanwhile
                         continue
+            n += len(gone)
+            self._emit("DELETE", S.decode(ns), gone)
         return {"deleted": n}
 
     def entities(self, within: S.Scope | None = None) -> list[dict]:
@@ -451,7 +469,9 @@ class MemoryService:
                 self.store.update(memory_id, summary=text, embedding=emb, meta=metadata)
             except KeyError:  # deleted meanwhile
                 raise _unknown_memory(memory_id) from None
-        return self.get(memory_id, **scope)
+        out = self.get(memory_id, **scope)
+        self._emit("UPDATE", S.decode(rec.namespace), [(int(memory_id), out["memory"])])
+        return out
 
     def delete(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None, any_scope: bool = False) -> dict:
         """Delete the memory (of the caller's scope, :meth:`owned`): gone from search and get at
@@ -462,6 +482,7 @@ class MemoryService:
                 self.store.delete(memory_id)
             except KeyError:  # deleted meanwhile
                 raise _unknown_memory(memory_id) from None
+        self._emit("DELETE", S.decode(rec.namespace), [(int(memory_id), rec.summary)])
         return {"id": int(memory_id), "deleted": True}
 
     def history(self, memory_id: int, *, user_id=None, agent_id=None, run_id=None, any_scope: bool = False) -> dict:
@@ -583,7 +604,8 @@ class MemoryService:
         return {"response_id": response_id, "applied": True, "pending": rmm.pending}
 
     def close(self) -> None:
-        """Save every kept RMM's reranker and reward buffer."""
+        """Finish the platform's jobs and webhook calls; save every kept RMM's reranker and reward buffer."""
+        self.platform.close()
         with self._rmms_guard:
             for ns, rmm in list(self._rmms.items()):
                 with self.ns_lock(ns):
