@@ -1,7 +1,8 @@
 // The store's derived per-record state that lexical / filtered search (query.cpp, search_ex)
 // reads: the BM25 index and the filterable meta of each (namespace, level). Never persisted:
-// apply() keeps it in step on every write (add, version, delete; log replay included) and
-// load_snapshot() rebuilds it from the records' texts when the store opens.
+// apply() keeps it in step on every write (add, version, delete; log replay included) once it is
+// built; a store opened from a snapshot builds it from the records' texts on the first call that
+// reads it (ensure_derived), so an open and a plain vector search never pay for it.
 #include <algorithm>
 #include <atomic>
 
@@ -19,7 +20,24 @@ std::atomic<bool> g_derived{true};
 void set_derived_indexes(bool on) { g_derived = on; }
 bool derived_indexes() { return g_derived; }
 
+void Store::ensure_derived() const {
+  if (derived_ready_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> g(derived_mu_);
+  if (derived_ready_.load(std::memory_order_relaxed)) return;
+  // Under mu_ (held by the caller): no writer runs, and readers of the derived state wait above.
+  Store* self = const_cast<Store*>(this);
+  for (const auto& kv : records_) {
+    self->build_derived(kv.second);
+    if (g_derived) self->ns_[kv.second.ns]->times[kv.second.level].put(kv.second);
+  }
+  derived_ready_.store(true, std::memory_order_release);
+}
+
 void Store::index_derived(const Record& r) {
+  if (derived_ready_.load(std::memory_order_relaxed)) build_derived(r);
+}
+
+void Store::build_derived(const Record& r) {
   if (!g_derived) return;
   Namespace& ns = *ns_[r.ns];
   ns.lex[r.level].put(r.id, r.summary);
@@ -37,12 +55,14 @@ std::vector<std::string> Store::meta_values(const std::string& ns, const std::st
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
   if (!g_derived) throw ValueError("meta_values: the derived indexes are off (set_derived_indexes)");
+  ensure_derived();
   const Namespace* n = find_ns(ns);
   if (!n) return {};
   return n->meta[level].values(key);
 }
 
 void Store::unindex_derived(const Record& r) {
+  if (!derived_ready_.load(std::memory_order_relaxed)) return;
   Namespace& ns = *ns_[r.ns];
   ns.lex[r.level].remove(r.id);
   auto it = meta_scalars_.find(r.id);
@@ -52,10 +72,12 @@ void Store::unindex_derived(const Record& r) {
 }
 
 void Store::index_times(const Record& r) {
-  if (g_derived) ns_[r.ns]->times[r.level].put(r);
+  if (g_derived && derived_ready_.load(std::memory_order_relaxed)) ns_[r.ns]->times[r.level].put(r);
 }
 
-void Store::unindex_times(const Record& r) { ns_[r.ns]->times[r.level].remove(r); }
+void Store::unindex_times(const Record& r) {
+  if (derived_ready_.load(std::memory_order_relaxed)) ns_[r.ns]->times[r.level].remove(r);
+}
 
 // Every clause holds on the record's own meta, or (turn records) on its topic's where its own
 // meta lacks the key.

@@ -307,6 +307,7 @@ SearchResult Store::search_ex(const std::string& ns_name, const float* q, const 
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
   if (level >= kNumLevels) throw ValueError("level: expected topic or turn");
+  ensure_derived();
   if (spec.mode > 2) throw ValueError("mode: expected dense, lexical or hybrid");
   if (spec.fusion > 2) throw ValueError("fusion: expected rrf, weighted or coverage");
   check_query(q, B, k, ef);

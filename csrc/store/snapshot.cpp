@@ -552,11 +552,9 @@ void Store::check_loaded(const std::string& file) {
       if (ns->index[l] && ns->index[l]->live() != ns->n[l])
         throw CorruptedError("snapshot " + file + ": graph of namespace '" + ns->name + "' holds " +
                              std::to_string(ns->index[l]->live()) + " vectors for " + std::to_string(ns->n[l]) + " records");
-  // Derived state: BM25 postings and filterable meta, rebuilt from the records' texts.
-  for (auto& kv : records_) {
-    index_derived(kv.second);
-    index_times(kv.second);
-  }
+  // Derived state (BM25 postings, filterable meta, time order): built from the records' texts by
+  // the first call that reads it (ensure_derived); log replay and writes until then skip it.
+  derived_ready_.store(records_.empty(), std::memory_order_release);
 }
 
 // ------------------------------------------------------------------------------- Store: write

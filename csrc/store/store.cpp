@@ -1246,6 +1246,7 @@ void Store::compact() {
 
 size_t Store::memory_bytes() const {
   std::shared_lock<std::shared_mutex> lk(mu_);
+  ensure_derived();  // what the store holds once used
   size_t b = 0;
   for (const auto& ns : ns_)
     for (int l = 0; l < kNumLevels; ++l)

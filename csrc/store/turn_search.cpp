@@ -85,6 +85,7 @@ SearchResult Store::search_turn_topic_ex(const std::string& ns_name, const float
                                          const TurnSearchSpec& spec) const {
   std::shared_lock<std::shared_mutex> lk(mu_);
   check_open();
+  ensure_derived();
   const SearchSpec& first = spec.first;
   check_first_stage(first);
   check_query(q, B, k, ef);

@@ -187,6 +187,49 @@ def test_lexical_index_survives_reopen_log_and_snapshot(tmp_path):
         assert _all_lexical(s) == before
 
 
+def _derived_view(s: MemoryStore) -> list:
+    """Everything the derived indexes answer: BM25, a metadata filter, a time range."""
+    out = _all_lexical(s)
+    for ns in s.namespaces():
+        ids, _ = s.search(ns, emb(3), k=50, filter={"tag": {"$in": ["a", "b"]}}, include_invalidated=True)
+        out.append((ns, "filter", sorted(ids[0][ids[0] >= 0].tolist())))
+        ids, _ = s.search(ns, emb(3), k=50, time_range=(0, 2e9), time_field="created", include_invalidated=True)
+        out.append((ns, "time", sorted(ids[0][ids[0] >= 0].tolist())))
+    return out
+
+
+def _writes_after_open(s: MemoryStore) -> None:
+    s.add("u", "caroline dog berlin again", emb(700), meta={"tag": "a"})
+    s.add_batch("v", ["lake painting 2023 once more", "東京 support"], np.stack([emb(701), emb(702)]),
+                metas=[{"tag": "b"}, {"tag": "c"}])
+    s.update(12, summary="caroline lake", meta={"tag": "b"})
+    s.invalidate(14, "stale")
+    s.delete(16)
+
+
+def test_a_reopened_store_builds_its_derived_indexes_on_first_use(tmp_path):
+    """Opened from a snapshot, a store builds its BM25 / meta / time indexes on the first call that
+    reads them: log replay and writes before that call are in them, deletes are not, exactly as
+    in a copy of the store that built them first and wrote after."""
+    p = tmp_path / "s"
+    with MemoryStore(p, dim=D, snapshot_every=0) as s:
+        _fill(s)
+        s.update(10, meta={"tag": "a"})
+    with MemoryStore(p, snapshot_every=0) as s:    # a snapshot, then log entries after it
+        s.update(20, meta={"tag": "b"})
+        for name in ("first-use-now", "first-use-later"):
+            shutil.copytree(p, tmp_path / name)      # as if killed now: the log is replayed
+    with MemoryStore(tmp_path / "first-use-now", snapshot_every=0) as a:
+        _derived_view(a)                             # built now, before the writes
+        _writes_after_open(a)
+        want = _derived_view(a)
+    with MemoryStore(tmp_path / "first-use-later", snapshot_every=0) as b:
+        assert b._native.replayed_entries > 0
+        _writes_after_open(b)                        # before anything reads the derived state
+        assert _derived_view(b) == want
+    assert any(x[2] for x in want if x[1] == "filter") and any(x[2] for x in want if x[1] == "time")
+
+
 @pytest.mark.parametrize("spec", ["write:1", "short:1", "fsync:1"])
 @pytest.mark.parametrize("op", ["add", "update", "merge", "delete"])
 def test_failed_write_leaves_the_lexical_index_unchanged(tmp_path, op, spec):

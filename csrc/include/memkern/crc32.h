@@ -1,4 +1,6 @@
-// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), slicing-by-8 table implementation.
+// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320, the zlib checksum): carry-less multiplication
+// folding on x86-64 CPUs with PCLMULQDQ (checked at run time), a slicing-by-8 table otherwise and
+// for the last 0-15 bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +9,9 @@ namespace memkern {
 
 // Continue a CRC-32 over `n` bytes. Start with crc = 0; the result of one call feeds the next.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
+
+// Whether crc32_update folds with PCLMULQDQ on this CPU (else the table).
+bool crc32_uses_clmul();
 
 inline uint32_t crc32(const void* data, size_t n) { return crc32_update(0, data, n); }
 

@@ -319,11 +319,18 @@ class Store {
   };
 
   // Derived state of one record: index (after it is in records_) / unindex (before it changes or goes).
+  // No-ops until ensure_derived() has built the derived state (a store opened from a snapshot
+  // builds it on the first call that reads it; the build reads every record, so writes before it
+  // are covered).
   void index_derived(const Record& r);
   void unindex_derived(const Record& r);
   // The time index is kept apart: timestamps change on more operations (invalidate, event time).
   void index_times(const Record& r);
   void unindex_times(const Record& r);
+  // Builds the derived state (BM25 postings, meta and time indexes) from the records, once.
+  // The caller holds mu_ (shared or unique); concurrent callers wait for the one that builds.
+  void ensure_derived() const;
+  void build_derived(const Record& r);
   bool meta_matches(const Record& r, const SearchFilter& f) const;
 
   void check_open() const;
@@ -462,6 +469,9 @@ class Store {
   std::unordered_map<int64_t, Record> records_;
   std::unordered_set<int64_t> tombstones_;  // deleted ids (until compaction)
   std::unordered_map<int64_t, MetaScalars> meta_scalars_;  // derived: filterable meta of records that have any
+  // Whether the derived state is built (set false by a snapshot load; ensure_derived sets it)
+  mutable std::atomic<bool> derived_ready_{true};
+  mutable std::mutex derived_mu_;
   Wal wal_;
   mutable std::shared_mutex mu_;
 };
