@@ -35,6 +35,7 @@ T_UPDATE = ("tests/ingest/test_update.py", "tests/loops/test_rmm.py", "tests/loo
 T_MEMREREAD = ("tests/loops/test_memreread.py",)
 T_TRAINER = ("tests/score/test_trainer.py", "tests/score/test_reranker.py")
 T_OPS = ("tests/score/test_rerank.py", "tests/score/test_rerank_scores.py")
+T_NATIVE = ("tests/score/test_rerank_native.py",)
 T_KERNELS = ("tests/kernels/test_rerank_kernels.py", "tests/score/test_rerank.py", "tests/score/test_rerank_scores.py", "tests/score/test_reranker.py")
 T_DURABLE = ("tests/store/test_store_faults.py", "tests/store/test_store_durability.py")
 T_STORE = ("tests/store/test_store.py", "tests/store/test_store_turns.py", "tests/store/test_store_tenants.py")
@@ -1757,4 +1758,32 @@ CATALOGUE: list[Mutant] = [
            "        if request.scope.get(\"memkern.key_scope\") is not None:\n            raise forbidden(",
            "        if request.scope.get(\"memkern.key_scope\") is None and False:\n            raise forbidden(",
            "a key bound to one user changes the project's settings and webhooks", T_MEM0PLATFORM),
+    Mutant("rr-native-gram-cross-terms", "reranker", "csrc/score/rerank.cpp",
+           "const double w = x == y ? 1.0 : 2.0;",
+           "const double w = 1.0;",
+           "the fused path's Gram gradient norm drops the cross-row terms (wrong clip and grad_norm)", T_NATIVE),
+    Mutant("rr-native-ring-pos-frozen", "reranker", "python/memkern/score/trainer.py",
+           "            self._rpos = (self._rpos + B_new) % cap\n            self._rlen = min(cap, self._rlen + B_new)\n        if apply:",
+           "            self._rpos = self._rpos % cap\n            self._rlen = min(cap, self._rlen + B_new)\n        if apply:",
+           "the fused step writes every batch over the same replay-ring rows", T_NATIVE),
+    Mutant("crc-clmul-wrong-fold-constant", "durability", "csrc/store/crc32.cpp",
+           "k1k2[2] = {0x0154442bd4ull, 0x01c6e41596ull};",
+           "k1k2[2] = {0x0154442bd5ull, 0x01c6e41596ull};",
+           "the carry-less CRC-32 path folds 64-byte blocks with a wrong constant (every checksum of 128+ bytes is wrong)",
+           T_CPP),
+    Mutant("graph-finite-check-off", "durability", "csrc/store/hnsw_index.cpp",
+           "    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);",
+           "    bad |= 0u * u;",
+           "a graph file whose checksum matches but which holds a NaN vector is loaded",
+           ("tests/store/test_store_faults.py",)),
+    Mutant("derived-never-built-on-reopen", "store", "csrc/store/snapshot.cpp",
+           "  derived_ready_.store(records_.empty(), std::memory_order_release);",
+           "  derived_ready_.store(true, std::memory_order_release);",
+           "a store opened from a snapshot never builds its BM25 / meta / time indexes (lexical search finds nothing)",
+           ("tests/store/test_store_lexical.py",)),
+    Mutant("derived-build-skips-times", "store", "csrc/store/derived_index.cpp",
+           "    if (g_derived) self->ns_[kv.second.ns]->times[kv.second.level].put(kv.second);\n",
+           "",
+           "the first-use build of a reopened store leaves its time index empty (time_range finds only new writes)",
+           ("tests/store/test_store_lexical.py",)),
 ]

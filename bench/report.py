@@ -248,6 +248,7 @@ SECTIONS = (
     "mutation",            # bench/mutation.py --write-section: the mutation score and survivors
     "reranker-trainer",    # the reranker trainer: sync-free step, op counts
     "reranker-capture",    # capture mode, learning rerun, harness comparisons
+    "reranker-native",     # bench_reranker.py --select-update --write-section: the fused CPU path at small batches
     "suite",               # suite summary: peers, embedder, respond split, MemReread
     "peers",               # bench_peers.py --write-section: the full-size peers tables
     "embedder",            # bench_embedder.py --write-section (optional until first written)

@@ -11,6 +11,7 @@ namespace py = pybind11;
 void register_records(py::module_& m);
 void register_store(py::module_& m);
 void register_lexical(py::module_& m);
+void register_rerank(py::module_& m);
 
 namespace {
 // Messages may quote stored text (namespace names): decode leniently so a damaged name can never
@@ -53,4 +54,5 @@ PYBIND11_MODULE(_store, m) {
   register_records(m);  // the enums and record classes the Store's methods take and return
   register_store(m);
   register_lexical(m);
+  register_rerank(m);  // the reranker's fused CPU path (memkern.score.ops.native)
 }

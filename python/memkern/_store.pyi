@@ -299,6 +299,29 @@ class Store:
 
 def all_finite(a: npt.NDArray[np.float32]) -> bool: ...  # C-contiguous float32: no NaN / inf (the query check)
 
+# The reranker's fused CPU path (csrc/score/rerank.cpp; called by memkern.score.ops.native).
+def rerank_kernel() -> str: ...  # "avx512", "avx2+fma" or "scalar"
+def rerank_philox(seed: int, offset: int) -> float: ...  # Philox4x32-10 uniform (triton.language.rand's bits)
+def rerank_select(
+    q: npt.NDArray[np.float32], Wq: npt.NDArray[np.float32], Wm: npt.NDArray[np.float32],
+    dense: npt.NDArray[np.float32] | None, table: npt.NDArray[np.float32] | None, ids: npt.NDArray[np.int64] | None,
+    mask: npt.NDArray[np.bool_] | None, prior: npt.NDArray[np.float32] | None, K: int, m: int, tau: float, seed: int,
+    offset: int, greedy: bool, plackett_luce: bool,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32],
+           npt.NDArray[np.float32] | None, float]: ...  # idx, logp, scores, q', drawn scores, |Wq|^2 + |Wm|^2
+def rerank_step(
+    Wq: npt.NDArray[np.float32], Wm: npt.NDArray[np.float32], q: npt.NDArray[np.float32],
+    dense: npt.NDArray[np.float32] | None, table: npt.NDArray[np.float32] | None, ids: npt.NDArray[np.int64] | None,
+    mask: npt.NDArray[np.bool_] | None, idx: npt.NDArray[np.int64], R: npt.NDArray[np.float32],
+    prior: npt.NDArray[np.float32] | None, qp_cached: npt.NDArray[np.float32] | None,
+    s_cached: npt.NDArray[np.float32] | None, w_sq_cached: float, pick: npt.NDArray[np.int64] | None,
+    replay_size: int, replay_len: int, replay_seed: int, replay_draws: int, ring: tuple | None, use_P: bool,
+    write_ring: bool, rpos: int, baseline_mode: int, baseline: float, running: npt.NDArray[np.float32] | None,
+    running_first: bool, momentum: float, normalize: bool, tau: float, plackett_luce: bool,
+    gWq: npt.NDArray[np.float32], gWm: npt.NDArray[np.float32], apply: bool, clip: float, lr: float, decay: float,
+    max_norm: float, scale: bool, win: npt.NDArray[np.float32] | None, loss: npt.NDArray[np.float32],
+) -> tuple[float, float, float, float, float, bool, bool]: ...  # grad_norm, adapter_norm, baseline, n_pos, n_valid, finite, grads_written
+
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
 def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)

@@ -425,7 +425,8 @@ def test_capturable_path_reads_its_state_on_the_device_and_equals_the_eager_path
         kw.update(replay_capacity=16, guard_window=4, guard_every=3)
     if preset == "running_mean":
         preset, kw["baseline"] = "stable", "running_mean"
-    eager = Reranker.from_preset(preset, 12, **kw)
+    # the eager torch path (capture mode never takes the fused CPU path, which equals it to float rounding)
+    eager = Reranker.from_preset(preset, 12, backend="torch", **kw)
     capt = Reranker.from_preset(preset, 12, capture=True, **kw)
     capt._graphs = None                    # the capturable path itself (the graphs are tested on CUDA)
     sa = _online(eager, task, 40, 5, form)
@@ -454,7 +455,8 @@ def test_capture_mode_round_trips_and_switches_off(tmp_path, device):
     assert all(torch.equal(x, y) for x, y in zip(sa, sb)) and torch.equal(a.Wm, b.Wm)
     b.set_capture(False)
     assert b.trainer._rpos_t is None and b._offset_t is None and not b.capture
-    c = Reranker.load(tmp_path / "r.pt", map_location=device, device=device)   # eager, from the same file
+    # eager (the torch path: the fused CPU path equals it to float rounding only), from the same file
+    c = Reranker.load(tmp_path / "r.pt", map_location=device, device=device, backend="torch")
     _online(c, task, 4, 3, "ids", gen_seed=9)
     assert torch.equal(c.Wm, a.Wm)
 
@@ -544,7 +546,7 @@ def test_graph_runner_bookkeeping_follows_the_eager_path(preset, monkeypatch, ca
     kw = dict(top_m=3)
     if preset == "stable":
         kw.update(replay_capacity=8, guard_window=4, guard_every=3)
-    eager = Reranker.from_preset(preset, 12, **kw)
+    eager = Reranker.from_preset(preset, 12, backend="torch", **kw)     # the eager torch path, bit for bit
     capt = Reranker.from_preset(preset, 12, capture=True, **kw)
     runner = _emulated_runner(capt, monkeypatch)
     sa = _online(eager, task, 30, 4, "ids")

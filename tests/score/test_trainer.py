@@ -163,9 +163,9 @@ class _Count(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _steady_state(preset, B, d=16, K=20, steps=16, device="cpu"):
+def _steady_state(preset, B, d=16, K=20, steps=16, device="cpu", backend="auto"):
     g = torch.Generator().manual_seed(0)
-    rr = Reranker.from_preset(preset, d, device=device)
+    rr = Reranker.from_preset(preset, d, device=device, backend=backend)
     q = torch.randn(B, d, generator=g).to(device)
     C = torch.randn(B, K, d, generator=g).to(device)
     R = (torch.rand(B, 5, generator=g) > 0.5).float().mul(2).sub(1).to(device)
@@ -195,11 +195,18 @@ def _steady_state(preset, B, d=16, K=20, steps=16, device="cpu"):
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["paper", "stable"])
 def test_dispatched_ops_per_step_are_few_and_do_not_depend_on_B(preset, device):
-    c64, _ = _steady_state(preset, 64, device=device)
-    c256, _ = _steady_state(preset, 256, device=device)
+    # the torch path (backend="torch"; "auto" on CUDA or beyond 64 rows)
+    c64, _ = _steady_state(preset, 64, device=device, backend="torch")
+    c256, _ = _steady_state(preset, 256, device=device, backend="torch")
     n64, n256 = sum(c64.ops.values()), sum(c256.ops.values())
     assert n64 == n256, (n64, n256)                       # no per-row Python work
     assert n64 <= 150 * 16, n64 / 16                       # <= 150 aten ops per select+update
+    if device.type == "cpu":                              # the fused CPU path (B <= 64): one native call each
+        c16, _ = _steady_state(preset, 16, device=device)
+        c64, _ = _steady_state(preset, 64, device=device)
+        n16, n64 = sum(c16.ops.values()), sum(c64.ops.values())
+        assert n16 == n64, (n16, n64)
+        assert n16 <= 40 * 16, n16 / 16                    # <= 40 aten ops per select+update
 
 
 @pytest.mark.parametrize("preset", ["paper", "stable"])

@@ -87,10 +87,11 @@ from torch import nn
 
 from ..base.atomic import atomic_write
 from ..errors import MemkernError, MemkernValueError, StoreCorruptedError, bad_arg
-from ..base.validate import check_choice, check_float, check_int
+from ..base.validate import check_choice, check_float, check_int, is_int
 from ..base.telemetry import traced
 from .ops.backend import resolve_backend
-from .ops.checks import LOGP_MODES, seed_int
+from .ops import native
+from .ops.checks import LOGP_MODES, check_m, check_offset, prepare_inputs, seed_int
 from .ops.functional import gumbel_topm, rerank_scores
 from .presets import PRESETS, TRAINER_KEYS
 from .selection import Selection, _as_prior, _as_rewards, _forward_key, _residual
@@ -121,7 +122,10 @@ class Reranker(nn.Module):
     logp : ``"softmax"`` (paper) or ``"plackett_luce"`` (exact ordered log-probability)
     optimizer : None/"sgd" (SGD(lr)), "adam", "adamw", an optimizer class (called with
         ``(params, lr=lr)``) or a callable ``params -> Optimizer``
-    backend : ``"auto" | "triton" | "torch"`` (see :func:`memkern.ops.resolve_backend`)
+    backend : ``"auto" | "triton" | "torch" | "native"``: ``"auto"`` runs ``select``/``update`` on CPU
+        float32 batches of up to 64 rows through the fused C++ path (:mod:`memkern.score.ops.native`),
+        other inputs on :func:`memkern.ops.resolve_backend`'s choice; ``"native"`` asks for the fused
+        path (other inputs fall back to the torch path), ``"torch"`` and ``"triton"`` never take it
     seed : base Philox seed of the draws when ``select`` gets no seed; each such draw advances an
         internal counter by ``B*K`` so successive draws differ and the sequence is reproducible
     normalize_advantages, clip_grad_norm, weight_decay, replay_capacity, replay_size,
@@ -146,7 +150,7 @@ class Reranker(nn.Module):
         top_m = check_int("top_m", top_m, 1, expected="a positive int")
         check_float("tau", tau, 0, low_open=True, expected="a positive float")
         check_choice("logp", logp, LOGP_MODES, expected="'softmax' or 'plackett_luce'")
-        check_choice("backend", backend, ("auto", "triton", "torch"))
+        check_choice("backend", backend, ("auto", "triton", "torch", "native"))
         seed_int(seed)
         self.dim = dim
         self.top_m = top_m
@@ -208,6 +212,11 @@ class Reranker(nn.Module):
         return super().__getattr__(name)
 
     @property
+    def _ops_backend(self) -> str:
+        """The backend of the functional ops (``"native"`` is the reranker's own fused path)."""
+        return "auto" if self.backend == "native" else self.backend
+
+    @property
     def optimizer(self) -> torch.optim.Optimizer:
         """The trainer's optimizer."""
         return self.trainer.optimizer
@@ -246,14 +255,14 @@ class Reranker(nn.Module):
         module trains with any loss and optimizer (e.g. a supervised warm start).
         """
         cands, ids = self._split(candidates)
-        return rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend)
+        return rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self._ops_backend)
 
     def scores(self, q, candidates, mask=None) -> torch.Tensor:
         """Reranker scores ``[B, K]`` (float32, ``-inf`` = padding) without drawing."""
         cands, ids = self._split(candidates)
         with torch.no_grad():
             return rerank_scores(q, self.Wq.detach(), self.Wm.detach(), cands, ids=ids, mask=mask,
-                                     backend=self.backend)
+                                     backend=self._ops_backend)
 
     @torch.no_grad()
     @traced("memkern.reranker.select", args=("q", "m", "greedy"))
@@ -296,7 +305,11 @@ class Reranker(nn.Module):
         return self._select(q, cands, ids, mask, seed, greedy, m, offset)
 
     def _select(self, q, cands, ids, mask, seed, greedy, m, offset, prior=None) -> Selection:
-        inter = rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self.backend,
+        if self.backend in ("auto", "native"):
+            out = self._select_native(q, cands, ids, mask, seed, greedy, m, offset, prior)
+            if out is not None:
+                return out
+        inter = rerank_scores(q, self.Wq, self.Wm, cands, ids=ids, mask=mask, backend=self._ops_backend,
                                   return_intermediates=True)
         scores = inter.scores                       # [B, K] (also for a 1-D query)
         B, K = scores.shape
@@ -317,7 +330,7 @@ class Reranker(nn.Module):
         else:
             seed_i = seed_int(seed)
             off = 0 if offset is None else offset
-        be = resolve_backend(self.backend, scores.device)
+        be = resolve_backend(self._ops_backend, scores.device)
         sel = gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
                               logp=self.logp, greedy=greedy, backend=be)
         if off_t is not None:
@@ -335,6 +348,55 @@ class Reranker(nn.Module):
         key = _forward_key(self.Wq, self.Wm, qd, cands, ids, mask)
         if key is not None:
             out.__dict__["_forward"] = (key, inter.qp, inter.scores)
+        return out
+
+    def _select_native(self, q, cands, ids, mask, seed, greedy, m, offset, prior) -> Selection | None:
+        """:meth:`_select` as one fused C++ call (:mod:`memkern.score.ops.native`); None when the
+        inputs do not fit it (the caller then runs the torch path)."""
+        q2, squeezed, dense, ids2, table, mask2 = prepare_inputs(q, self.Wq, self.Wm, cands, ids, mask, False,
+                                                                 combine=False)
+        B = q2.shape[0]
+        K = dense.shape[1] if dense is not None else ids2.shape[1]
+        why = native.misfit(q2, self.Wq, self.Wm, cands, ids2, mask2)
+        if why is None:
+            if self.capture:
+                why = "capture mode"
+            elif B > native.MAX_B:
+                why = f"B > {native.MAX_B}"
+            elif q.requires_grad or cands.requires_grad:
+                why = "inputs that require grad"
+        if not native.use_native(self.backend, "select", why):
+            return None
+        if is_int(m) and m > K:
+            raise bad_arg("m", f"m <= K = {K} (number of candidates); top_m is {self.top_m}", m)
+        check_m(m, K)
+        prior_t = None if prior is None else _as_prior(prior, B, K, squeezed, q2.device).contiguous()
+        if seed is None:
+            seed_i = self.seed
+            off = self._offset if offset is None else offset
+            check_offset(off, q2.device)
+            if not greedy and offset is None:
+                self._offset += B * K
+        else:
+            seed_i = seed_int(seed)
+            off = 0 if offset is None else offset
+            check_offset(off, q2.device)
+        if isinstance(off, torch.Tensor):                 # a device counter: the torch path reads it
+            return None
+        arr, keep = native.arr, self.__dict__.setdefault("_native_views", {})
+        *res, w_sq = native.module().rerank_select(
+            arr(q2), native.view(keep, "Wq", self.Wq), native.view(keep, "Wm", self.Wm), arr(dense), arr(table),
+            arr(ids2), arr(mask2), arr(prior_t), K, m, self.tau, seed_i, off, greedy, self.logp == "plackett_luce")
+        idx, lp, s, qp, drawn = (None if x is None else torch.from_numpy(x) for x in res)
+        scores = s if drawn is None else drawn
+        if squeezed:
+            idx, lp, scores = idx[0], lp[0], scores[0]
+        qd = q.detach() if q.requires_grad else q
+        out = Selection(idx, scores, lp, qd, cands, ids, mask, seed_i, off, greedy, squeezed,
+                        None if prior_t is None else (prior_t[0] if squeezed else prior_t))
+        key = _forward_key(self.Wq, self.Wm, qd, cands, ids, mask)
+        if key is not None:
+            out.__dict__["_forward"] = (key, qp, s, w_sq)
         return out
 
     # ------------------------------------------------------------------ update

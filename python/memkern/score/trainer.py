@@ -45,7 +45,7 @@ import torch
 from ..errors import MemkernTypeError, bad_arg
 from ..base.validate import check_float, check_int
 from .guard import CollapseGuardMixin
-from .ops import torch_path
+from .ops import native, torch_path
 from .ops.backend import forward_pass, resolve_backend, triton_kernels
 from .ops.checks import prepare_inputs
 from .presets import TRAINER_PRESETS
@@ -214,6 +214,154 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         g = opt.param_groups[0]
         return (g.get("momentum", 0) == 0 and g.get("weight_decay", 0) == 0 and not g.get("maximize", False)
                 and not g.get("nesterov", False) and isinstance(g.get("lr"), float) and len(g["params"]) == 2)
+    def _apply_grads(self, grads, gnorm, finite, one):
+        """The optimizer step from the gradient buffers ``grads`` (clipped to ``clip_grad_norm`` by their
+        joint norm ``gnorm``), then the decay and max-norm projection; returns the adapters' norm after
+        it (a 0-dim tensor) or None when neither applies. ``finite``: False skips the step's move."""
+        params = self._params
+        coef = None
+        if self.clip_grad_norm is not None:
+            coef = (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0)
+        if self._plain_sgd() and params[0].dtype == torch.float32 and params[1].dtype == torch.float32:
+            lr_now = self.optimizer.param_groups[0]["lr"]
+            if coef is None:
+                torch._foreach_add_(params, grads, alpha=-lr_now)
+            else:                                      # W -= lr * min(1, clip / |g|) * g, one pass
+                torch._foreach_addcmul_(params, grads, [coef, coef], value=-lr_now)
+        else:
+            if coef is not None:
+                torch._foreach_mul_(grads, coef)
+            for p, gb in zip(params, grads):
+                p.grad = gb.to(p.dtype)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            lr_now = self.optimizer.param_groups[0].get("lr", self.lr)
+        # ---- decay and max-norm projection: one multiply of both adapters
+        f = min(1.0, max(0.0, 1.0 - float(lr_now) * self.weight_decay))
+        if self.max_norm is not None or self.weight_decay > 0:
+            n = self._norm()
+            if self.max_norm is not None:
+                # min(1, max_norm / |f W|); a non-finite norm leaves the projection to the guard
+                factor = (self.max_norm / (n * f + 1e-30)).clamp_max(1.0).nan_to_num(1.0).mul(f)
+            else:
+                factor = torch.full_like(n, f)
+            factor = torch.where(finite, factor, one)
+            torch._foreach_mul_(params, factor)
+            adapter_norm = n * factor
+        else:
+            adapter_norm = None
+        return adapter_norm
+
+    def _window_buffer(self, dev):
+        """The guard window sums as one float32 [3] tensor whose views are ``self._win`` (rebuilt as
+        such when they are separate tensors, e.g. after loading a state)."""
+        win = self._win
+        if win is None:
+            self._win = list(torch.zeros(3, device=dev).unbind())
+            return self._win[0]._base
+        base = win[0]._base
+        if (base is None or base.shape != (3,) or base.dtype != torch.float32 or not base.is_contiguous()
+                or any(w._base is not base or w.storage_offset() != i for i, w in enumerate(win))):
+            base = torch.stack([w.float() for w in win])
+            self._win = list(base.unbind())
+        return base
+
+    def _native_step(self, selection, idx_new, R_new, one) -> UpdateStats | None:
+        """:meth:`step` as one fused C++ call (:mod:`memkern.score.ops.native`: replay rows, forward of
+        the rows select() did not score, advantages, the closed-form gradient, plain SGD with clipping,
+        decay and projection, the ring write, the guard's window sums); other optimizers take the
+        native gradient and run :meth:`_apply_grads`. None when the inputs do not fit (the torch path
+        runs instead)."""
+        rr = self.reranker
+        Wq, Wm = rr.Wq, rr.Wm
+        q = selection.q if selection.q.dim() == 2 else selection.q.unsqueeze(0)
+        cands, ids, mask = selection.candidates, selection.ids, selection.mask
+        q2, _, dense, ids2, table, mask2 = prepare_inputs(q, Wq, Wm, cands, ids, mask, False, combine=False)
+        B_new, M = idx_new.shape
+        K = dense.shape[1] if dense is not None else ids2.shape[1]
+        prior = selection.prior
+        if prior is not None and prior.dim() == 1:
+            prior = prior.unsqueeze(0)
+        why = native.misfit(q2, Wq, Wm, cands, ids2, mask2, idx_new, R_new, prior)
+        if why is None:
+            ring = self._ring
+            if self._capturable:
+                why = "capture mode"
+            elif self.reducer is not None:
+                why = "data-parallel training"
+            elif B_new > native.MAX_B:
+                why = f"B > {native.MAX_B}"
+            elif q2.requires_grad or cands.requires_grad:
+                why = "inputs that require grad"
+            elif idx_new.dtype != torch.int64 or tuple(idx_new.shape) != (q2.shape[0], M) or M > K:
+                why = "a selection of another shape"
+            elif self.replay_capacity > 0 and (B_new > self.replay_capacity or (ring is not None and (
+                    ring["C"].shape[1] != K or ring["idx"].shape[1] != M or ring["q"].device != q2.device))):
+                why = "a replay ring of other K / M"
+        if not native.use_native(rr.backend, "update", why):
+            return None
+        arr, keep = native.arr, self.__dict__.setdefault("_native_views", {})
+        d = q2.shape[1]
+        ring_np = None
+        size = 0
+        if self.replay_capacity > 0:
+            self._fit_ring(d, K, M, q2.device)
+            size = min(B_new if self.replay_size is None else self.replay_size, self._rlen)
+            self._prior_seen = self._prior_seen or prior is not None
+            use_P = self._prior_seen
+            r = self._ring
+            ring_np = tuple(native.view(keep, "ring_" + k, r[k]) for k in ("q", "C", "valid", "idx", "R", "P"))
+        else:
+            use_P = prior is not None
+        qp_c = s_c = None
+        w_sq = -1.0
+        cached = selection.__dict__.get("_forward")
+        if cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, selection.candidates,
+                                                            selection.ids, selection.mask):
+            if native.misfit(cached[1], cached[2]) is None:
+                qp_c, s_c = cached[1], cached[2]     # select() scored these rows at these adapters
+                w_sq = cached[3] if len(cached) > 3 else -1.0
+        running, first, mode, bval = None, False, 0, 0.0
+        if isinstance(self.baseline, float):
+            bval = self.baseline
+        elif self.baseline == "batch_mean":
+            mode = 1
+        else:
+            mode, first = 2, self._rb is None
+            self._rb = torch.zeros(()) if first else self._rb.clone()    # updated by the call
+            running = arr(self._rb)
+        apply = self._plain_sgd()
+        lr_now = float(self.optimizer.param_groups[0]["lr"]) if apply else 0.0
+        grads = self._grad_buffers(Wq)
+        win = native.view(keep, "win", self._window_buffer(q2.device)) if self.guard else None
+        loss = torch.empty(())
+        gnorm, adapter_norm, base, n_pos, n_valid, finite, _ = native.module().rerank_step(
+            native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), arr(q2), arr(dense), arr(table), arr(ids2),
+            arr(mask2), arr(idx_new), arr(R_new), arr(prior), arr(qp_c), arr(s_c), w_sq, None, size, self._rlen,
+            rr.seed, self._replay_draws, ring_np, use_P, ring_np is not None, self._rpos, mode, bval, running, first,
+            self.baseline_momentum, self.normalize_advantages, float(rr.tau), rr.logp == "plackett_luce",
+            native.view(keep, "g0", grads[0]), native.view(keep, "g1", grads[1]), apply,
+            0.0 if self.clip_grad_norm is None else self.clip_grad_norm, lr_now,
+            min(1.0, max(0.0, 1.0 - lr_now * self.weight_decay)), 0.0 if self.max_norm is None else self.max_norm,
+            self.max_norm is not None or self.weight_decay > 0, win, arr(loss))
+        if ring_np is not None:
+            cap = self.replay_capacity
+            if size > 0:
+                self._replay_draws += 1
+            self._rpos = (self._rpos + B_new) % cap
+            self._rlen = min(cap, self._rlen + B_new)
+        if apply:
+            torch.autograd.graph.increment_version([Wq, Wm])    # changed in place: select()'s caches go stale
+            if not (self.max_norm is not None or self.weight_decay > 0):
+                adapter_norm = _LazyNorm(self)
+        else:
+            adapter_norm = self._apply_grads(grads, torch.tensor(gnorm), torch.tensor(finite), one)
+            if adapter_norm is None:
+                adapter_norm = _LazyNorm(self)
+        return UpdateStats(loss=loss, n_pos=n_pos, n_valid=n_valid, idx=idx_new, R=R_new, grad_norm=gnorm,
+                           adapter_norm=adapter_norm, n_rows=B_new + size, n_replay=size,
+                           baseline=bval if mode == 0 else base, rolled_back=0.0, step=None)
+
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
     def step(self, selection, rewards, _defer_host: bool = False) -> UpdateStats:
@@ -231,6 +379,10 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         if self.guard and self._good_state is None:
             self._good_state = self._snapshot()       # the initial adapters (zero, or the loaded state)
         zero, one = self._consts(dev)
+        if rr.backend in ("auto", "native") and not _defer_host:
+            stats = self._native_step(selection, idx_new, R_new, one)
+            if stats is not None:
+                return self._finish(stats)
 
         n_replay = 0
         reuse = None
@@ -326,7 +478,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         # ---- closed-form gradient (memkern.ops.reinforce_grad's core; adv is already masked)
         Wq, Wm = rr.Wq, rr.Wm
         q2, _, dense, ids2, table, valid2 = prepare_inputs(q_all, Wq, Wm, cands, ids, mask, False)
-        be = resolve_backend(rr.backend, q2.device)
+        be = resolve_backend(rr._ops_backend, q2.device)
         tau = float(rr.tau)
         cached = selection.__dict__.get("_forward") if self.replay_capacity == 0 else None
         if reuse is not None:
@@ -383,38 +535,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             grads[1].copy_(torch.where(finite, g1 / total, zero))
             loss = l_sum / total
         gnorm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-        coef = None
-        if self.clip_grad_norm is not None:
-            coef = (self.clip_grad_norm / (gnorm + 1e-12)).clamp_max(1.0)
-        params = self._params
-        if self._plain_sgd() and params[0].dtype == torch.float32 and params[1].dtype == torch.float32:
-            lr_now = self.optimizer.param_groups[0]["lr"]
-            if coef is None:
-                torch._foreach_add_(params, grads, alpha=-lr_now)
-            else:                                      # W -= lr * min(1, clip / |g|) * g, one pass
-                torch._foreach_addcmul_(params, grads, [coef, coef], value=-lr_now)
-        else:
-            if coef is not None:
-                torch._foreach_mul_(grads, coef)
-            for p, gb in zip(params, grads):
-                p.grad = gb.to(p.dtype)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            lr_now = self.optimizer.param_groups[0].get("lr", self.lr)
-        # ---- decay and max-norm projection: one multiply of both adapters
-        f = min(1.0, max(0.0, 1.0 - float(lr_now) * self.weight_decay))
-        if self.max_norm is not None or self.weight_decay > 0:
-            n = self._norm()
-            if self.max_norm is not None:
-                # min(1, max_norm / |f W|); a non-finite norm leaves the projection to the guard
-                factor = (self.max_norm / (n * f + 1e-30)).clamp_max(1.0).nan_to_num(1.0).mul(f)
-            else:
-                factor = torch.full_like(n, f)
-            factor = torch.where(finite, factor, one)
-            torch._foreach_mul_(params, factor)
-            adapter_norm = n * factor
-        else:
-            adapter_norm = None
+        adapter_norm = self._apply_grads(grads, gnorm, finite, one)
         if self.replay_capacity > 0:
             self._write_ring(q, C, valid, idx_p, R_p, P_p)
         n_pos_new = n_valid_new = None
@@ -423,7 +544,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             n_valid_new = slot_new.sum()
             n_pos_new = (slot_new & (R_new > 0)).sum()
             if self._win is None:
-                self._win = [torch.zeros((), device=dev) for _ in range(3)]   # positives, slots, bad steps
+                self._win = list(torch.zeros(3, device=dev).unbind())   # positives, slots, bad steps
             self._win[0].add_(n_pos_new)
             self._win[1].add_(n_valid_new)
             self._win[2].add_(~finite)

@@ -73,8 +73,8 @@ class TrainerStateMixin:
         self._replay_draws = int(state["replay_draws"])
         self._sync_counters()
         window = list(state["window"])
-        self._win = [torch.tensor(float(v), device=dev)
-                     for v in (sum(w[0] for w in window), sum(w[1] for w in window), 0.0)]
+        self._win = list(torch.tensor([float(sum(w[0] for w in window)), float(sum(w[1] for w in window)), 0.0],
+                                      dtype=torch.float32, device=dev).unbind())
         self._win_steps = int(state.get("window_steps", len(window)))
         self._since_check = int(state.get("since_check", 0))
         self._best_rate = state["best_rate"]

@@ -25,9 +25,10 @@ def is_float(t: torch.Tensor) -> bool:
     return t.dtype in FLOAT_DTYPES
 
 
-def prepare_inputs(q, Wq, Wm, candidates, ids, mask, check):
+def prepare_inputs(q, Wq, Wm, candidates, ids, mask, check, combine=True):
     """Validate and normalise. Returns ``(q2 [B,d], squeezed, dense_or_None, ids_or_None,
-    table_or_None, valid_or_None)``."""
+    table_or_None, valid_or_None)``; ``combine=False`` returns the normalised ``mask`` [B, K] (or
+    None) in place of ``valid`` (not and-ed with ``ids >= 0``: no tensor op)."""
     for name, t in (("q", q), ("Wq", Wq), ("Wm", Wm), ("candidates", candidates)):
         if not isinstance(t, torch.Tensor):
             raise bad_arg(name, "a torch.Tensor", type(t).__name__, MemkernTypeError)
@@ -83,7 +84,7 @@ def prepare_inputs(q, Wq, Wm, candidates, ids, mask, check):
         if mask.device != dev:
             raise bad_arg("mask", f"a tensor on q's device {dev}", mask.device)
         valid = mask
-    if ids is not None:
+    if ids is not None and combine:
         valid = (ids >= 0) if valid is None else (valid & (ids >= 0))
     if check:
         for name, t in (("q", q2), ("Wq", Wq), ("Wm", Wm), ("candidates", candidates)):
