@@ -73,7 +73,7 @@ def test_check_choice_and_str():
     (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(0), "dim: expected a positive int, got 0"),
     (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8, tau=0.0), "tau: expected a positive float, got 0.0"),
     (lambda: __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8, backend="cuda"),
-     "backend: expected 'auto', 'triton' or 'torch', got 'cuda'"),
+     "backend: expected 'auto', 'triton', 'torch' or 'native', got 'cuda'"),
     (lambda: __import__("memkern.score.trainer", fromlist=["x"]).ReinforceTrainer(
         __import__("memkern.score.reranker", fromlist=["Reranker"]).Reranker(8), baseline_momentum=1.0),
      "baseline_momentum: expected a float in [0, 1), got 1.0"),
