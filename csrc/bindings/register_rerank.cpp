@@ -117,7 +117,7 @@ void register_rerank(py::module_& m) {
          py::object ring, bool use_P, bool write_ring, int64_t rpos, int baseline_mode, float baseline,
          py::object running, bool running_first, float momentum, bool normalize, float tau, bool plackett_luce,
          py::array gWq, py::array gWm, bool apply, float clip, float lr, float decay, float max_norm, bool scale,
-         py::object win, py::array loss) {
+         py::object win, py::object loss) {
         memkern::rerank::StepArgs a;
         if (q.ndim() != 2 || idx.ndim() != 2) throw memkern::ValueError("q, indices: expected [B, d] and [B, M] arrays");
         a.Bn = q.shape(0);
@@ -188,15 +188,16 @@ void register_rerank(py::module_& m) {
         a.max_norm = max_norm;
         a.scale = scale;
         a.win = arr<float>(win, "win", {3}, true, true);
-        float* o = arr<float>(loss, "loss", {}, false, true);
+        float* o = arr<float>(loss, "loss", {}, true, true);
         memkern::rerank::StepResult r;
         {
           py::gil_scoped_release nogil;
           r = memkern::rerank::step(a);
         }
-        *o = static_cast<float>(r.loss);
+        if (o) *o = static_cast<float>(r.loss);
         return py::make_tuple(static_cast<float>(r.grad_norm), static_cast<float>(r.adapter_norm),
-                              static_cast<float>(r.baseline), r.n_pos, r.n_valid, r.finite, r.grads_written);
+                              static_cast<float>(r.baseline), r.n_pos, r.n_valid, r.finite, r.grads_written,
+                              static_cast<float>(r.loss));
       },
       py::arg("Wq"), py::arg("Wm"), py::arg("q"), py::arg("dense"), py::arg("table"), py::arg("ids"), py::arg("mask"),
       py::arg("idx"), py::arg("R"), py::arg("prior"), py::arg("qp_cached"), py::arg("s_cached"),
@@ -204,8 +205,8 @@ void register_rerank(py::module_& m) {
       py::arg("replay_draws"), py::arg("ring"), py::arg("use_P"), py::arg("write_ring"), py::arg("rpos"), py::arg("baseline_mode"),
       py::arg("baseline"), py::arg("running"), py::arg("running_first"), py::arg("momentum"), py::arg("normalize"),
       py::arg("tau"), py::arg("plackett_luce"), py::arg("gWq"), py::arg("gWm"), py::arg("apply"), py::arg("clip"),
-      py::arg("lr"), py::arg("decay"), py::arg("max_norm"), py::arg("scale"), py::arg("win"), py::arg("loss"),
+      py::arg("lr"), py::arg("decay"), py::arg("max_norm"), py::arg("scale"), py::arg("win"), py::arg("loss") = py::none(),
       "Fused trainer step of memkern.ReinforceTrainer on float32 arrays (memkern.score.ops.native): writes the "
-      "loss into the 0-dim `loss`, returns (grad_norm, adapter_norm or NaN, baseline, n_pos, n_valid, finite, "
-      "grads_written).");
+      "loss into the 0-dim `loss` when one is given, returns (grad_norm, adapter_norm or NaN, baseline, n_pos, "
+      "n_valid, finite, grads_written, loss).");
 }

@@ -319,8 +319,8 @@ def rerank_step(
     write_ring: bool, rpos: int, baseline_mode: int, baseline: float, running: npt.NDArray[np.float32] | None,
     running_first: bool, momentum: float, normalize: bool, tau: float, plackett_luce: bool,
     gWq: npt.NDArray[np.float32], gWm: npt.NDArray[np.float32], apply: bool, clip: float, lr: float, decay: float,
-    max_norm: float, scale: bool, win: npt.NDArray[np.float32] | None, loss: npt.NDArray[np.float32],
-) -> tuple[float, float, float, float, float, bool, bool]: ...  # grad_norm, adapter_norm, baseline, n_pos, n_valid, finite, grads_written
+    max_norm: float, scale: bool, win: npt.NDArray[np.float32] | None, loss: npt.NDArray[np.float32] | None = None,
+) -> tuple[float, float, float, float, float, bool, bool, float]: ...  # grad_norm, adapter_norm, baseline, n_pos, n_valid, finite, grads_written, loss
 
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off

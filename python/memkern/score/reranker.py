@@ -353,11 +353,12 @@ class Reranker(nn.Module):
     def _select_native(self, q, cands, ids, mask, seed, greedy, m, offset, prior) -> Selection | None:
         """:meth:`_select` as one fused C++ call (:mod:`memkern.score.ops.native`); None when the
         inputs do not fit it (the caller then runs the torch path)."""
-        q2, squeezed, dense, ids2, table, mask2 = prepare_inputs(q, self.Wq, self.Wm, cands, ids, mask, False,
-                                                                 combine=False)
+        params = self._parameters          # (attribute reads of parameters go through Module.__getattr__)
+        Wq, Wm = params["Wq"], params["Wm"]
+        q2, squeezed, dense, ids2, table, mask2 = prepare_inputs(q, Wq, Wm, cands, ids, mask, False, combine=False)
         B = q2.shape[0]
         K = dense.shape[1] if dense is not None else ids2.shape[1]
-        why = native.misfit(q2, self.Wq, self.Wm, cands, ids2, mask2)
+        why = native.misfit(q2, Wq, Wm, cands, ids2, mask2)
         if why is None:
             if self.capture:
                 why = "capture mode"
@@ -376,7 +377,7 @@ class Reranker(nn.Module):
             off = self._offset if offset is None else offset
             check_offset(off, q2.device)
             if not greedy and offset is None:
-                self._offset += B * K
+                self.__dict__["_offset"] = self._offset + B * K     # a plain int: no Module.__setattr__
         else:
             seed_i = seed_int(seed)
             off = 0 if offset is None else offset
@@ -385,7 +386,7 @@ class Reranker(nn.Module):
             return None
         arr, keep = native.arr, self.__dict__.setdefault("_native_views", {})
         *res, w_sq = native.module().rerank_select(
-            arr(q2), native.view(keep, "Wq", self.Wq), native.view(keep, "Wm", self.Wm), arr(dense), arr(table),
+            arr(q2), native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), arr(dense), arr(table),
             arr(ids2), arr(mask2), arr(prior_t), K, m, self.tau, seed_i, off, greedy, self.logp == "plackett_luce")
         idx, lp, s, qp, drawn = (None if x is None else torch.from_numpy(x) for x in res)
         scores = s if drawn is None else drawn
@@ -394,7 +395,7 @@ class Reranker(nn.Module):
         qd = q.detach() if q.requires_grad else q
         out = Selection(idx, scores, lp, qd, cands, ids, mask, seed_i, off, greedy, squeezed,
                         None if prior_t is None else (prior_t[0] if squeezed else prior_t))
-        key = _forward_key(self.Wq, self.Wm, qd, cands, ids, mask)
+        key = _forward_key(Wq, Wm, qd, cands, ids, mask)
         if key is not None:
             out.__dict__["_forward"] = (key, qp, s, w_sq)
         return out

@@ -57,6 +57,9 @@ from .trainer_state import TrainerStateMixin
 
 __all__ = ["ReinforceTrainer", "UpdateStats", "TRAINER_PRESETS"]
 
+#: The replay ring's tensors, in the order the fused step takes them.
+_RING_KEYS = ("q", "C", "valid", "idx", "R", "P")
+
 
 def _resolve_optimizer(spec, params, lr):
     if spec is None or spec == "sgd":
@@ -259,11 +262,15 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         if win is None:
             self._win = list(torch.zeros(3, device=dev).unbind())
             return self._win[0]._base
+        ok = self.__dict__.get("_win_ok")
+        if ok is not None and ok[0] is win:          # checked below when this list was last seen
+            return ok[1]
         base = win[0]._base
         if (base is None or base.shape != (3,) or base.dtype != torch.float32 or not base.is_contiguous()
                 or any(w._base is not base or w.storage_offset() != i for i, w in enumerate(win))):
             base = torch.stack([w.float() for w in win])
             self._win = list(base.unbind())
+        self.__dict__["_win_ok"] = (self._win, base)
         return base
 
     def _native_step(self, selection, idx_new, R_new, one) -> UpdateStats | None:
@@ -273,7 +280,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         native gradient and run :meth:`_apply_grads`. None when the inputs do not fit (the torch path
         runs instead)."""
         rr = self.reranker
-        Wq, Wm = rr.Wq, rr.Wm
+        Wq, Wm = rr._parameters["Wq"], rr._parameters["Wm"]
         q = selection.q if selection.q.dim() == 2 else selection.q.unsqueeze(0)
         cands, ids, mask = selection.candidates, selection.ids, selection.mask
         q2, _, dense, ids2, table, mask2 = prepare_inputs(q, Wq, Wm, cands, ids, mask, False, combine=False)
@@ -310,7 +317,13 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             self._prior_seen = self._prior_seen or prior is not None
             use_P = self._prior_seen
             r = self._ring
-            ring_np = tuple(native.view(keep, "ring_" + k, r[k]) for k in ("q", "C", "valid", "idx", "R", "P"))
+            key = tuple(id(r[k]) for k in _RING_KEYS)
+            cached_ring = keep.get("ring")
+            if cached_ring is not None and cached_ring[0] == key:
+                ring_np = cached_ring[1]
+            else:                                     # views of the ring's (long-lived) tensors
+                ring_np = tuple(native.arr(r[k]) for k in _RING_KEYS)
+                keep["ring"] = (key, ring_np)
         else:
             use_P = prior is not None
         qp_c = s_c = None
@@ -334,8 +347,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         lr_now = float(self.optimizer.param_groups[0]["lr"]) if apply else 0.0
         grads = self._grad_buffers(Wq)
         win = native.view(keep, "win", self._window_buffer(q2.device)) if self.guard else None
-        loss = torch.empty(())
-        gnorm, adapter_norm, base, n_pos, n_valid, finite, _ = native.module().rerank_step(
+        gnorm, adapter_norm, base, n_pos, n_valid, finite, _, loss = native.module().rerank_step(
             native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), arr(q2), arr(dense), arr(table), arr(ids2),
             arr(mask2), arr(idx_new), arr(R_new), arr(prior), arr(qp_c), arr(s_c), w_sq, None, size, self._rlen,
             rr.seed, self._replay_draws, ring_np, use_P, ring_np is not None, self._rpos, mode, bval, running, first,
@@ -343,7 +355,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             native.view(keep, "g0", grads[0]), native.view(keep, "g1", grads[1]), apply,
             0.0 if self.clip_grad_norm is None else self.clip_grad_norm, lr_now,
             min(1.0, max(0.0, 1.0 - lr_now * self.weight_decay)), 0.0 if self.max_norm is None else self.max_norm,
-            self.max_norm is not None or self.weight_decay > 0, win, arr(loss))
+            self.max_norm is not None or self.weight_decay > 0, win)
         if ring_np is not None:
             cap = self.replay_capacity
             if size > 0:
@@ -372,7 +384,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         if not isinstance(selection, Selection):
             raise bad_arg("selection", "a memkern.Selection from Reranker.select", type(selection).__name__,
                           MemkernTypeError)
-        dev = rr.Wq.device
+        dev = rr._parameters["Wq"].device
         idx_new = selection.indices if selection.indices.dim() == 2 else selection.indices.unsqueeze(0)
         R_new = _as_rewards(rewards, idx_new)
         B_new = idx_new.shape[0]

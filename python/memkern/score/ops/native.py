@@ -116,13 +116,15 @@ def view(cache: dict, key, t: torch.Tensor):
 def misfit(*tensors) -> str | None:
     """Why tensors do not fit the fused path (None: they do): a device other than the CPU, a float
     dtype other than float32, a non-contiguous layout (int64 ids and bool masks are taken as they are)."""
+    f32 = torch.float32
     for t in tensors:
         if t is None:
             continue
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             return f"{t.device.type} tensors"
-        if t.is_floating_point() and t.dtype != torch.float32:
-            return f"{t.dtype} tensors"
+        dt = t.dtype
+        if dt is not f32 and dt.is_floating_point:
+            return f"{dt} tensors"
         if not t.is_contiguous():
             return "non-contiguous tensors"
     return None
