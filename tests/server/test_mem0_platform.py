@@ -212,6 +212,11 @@ def test_memory_client_every_platform_method(tmp_path):
             assert p.project()["custom_instructions"] == "Answer briefly." and p.webhooks() == []
             assert p.profile("alice")["generation_count"] == 2 and p.feedback[int(ids[0])]["feedback"] == "POSITIVE"
             assert p.profile_settings()["enabled"] is True
+        state = tmp_path / "store" / "server" / "platform.json"
+        state.write_text("{not json")
+        with memkern.MemoryStore(tmp_path / "store", dim=64, metric="cos") as st:
+            with pytest.raises(memkern.StoreCorruptedError, match="platform.json"):
+                _service(st)
     finally:
         hooks.close()
 

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from ..base.atomic import atomic_write, fsync_dir
 from ..base.validate import iso_time
-from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, bad_arg
+from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..text.jsonrepair import JSONRepairError, parse_json
 
 log = logging.getLogger("memkern")
@@ -273,8 +273,14 @@ class Platform:
     def _load(self) -> None:
         path = self._file(self.FILE)
         if path and os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    saved = json.load(f)
+                if not isinstance(saved, dict) or not isinstance(saved.get("jobs", {}), dict):
+                    raise ValueError("not a platform state object")
+            except ValueError as e:
+                raise StoreCorruptedError(f"{path}: expected the server's platform state (JSON), got "
+                                          f"unreadable content ({e})") from None
             self.state.update(saved)
             for job in self.state["jobs"].values():
                 if job["status"] in ("pending", "running"):
