@@ -28,7 +28,7 @@ that the naive (paper) step does not: its ratio is what a user gets, not like-fo
 ``Reranker.select`` + ``Reranker.update``, for the paper preset and the stable default (steady state:
 replay ring full) on their default backend (the fused CPU path at B <= 64) and on the torch path,
 against the naive eager step (``naive_select_update``: explicit ``m'``, autograd, then the SGD
-update) and ``torch.compile`` of it, at B in {1, 64, 256}, d in {384, 768}, K=20, M=5, with the
+update) and ``torch.compile`` of it, at B in {1, 8, 64, 256}, d in {384, 768}, K=20, M=5, with the
 dispatched aten ops per step. Interleaved rounds (naive, paper, stable, ...) after warm-up; the
 median over rounds of the per-step time. Before timing, each case checks that the paper preset and
 the naive step select the same items and reach the same adapters, and that the stable preset's
@@ -143,7 +143,7 @@ def test_target_speedup():
 # ------------------------------------------------------------------------------------------------
 # Reranker.select + Reranker.update (both presets) vs naive eager torch
 # ------------------------------------------------------------------------------------------------
-SU_GRID = [(B, d) for B in (1, 64, 256) for d in (384, 768)]
+SU_GRID = [(B, d) for B in (1, 8, 64, 256) for d in (384, 768)]
 SU_K, SU_M = 20, 5
 
 
