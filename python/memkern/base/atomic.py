@@ -19,7 +19,7 @@ import secrets
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
-__all__ = ["atomic_write", "atomic_path", "fsync_dir", "temp_files", "FILE_MODE"]
+__all__ = ["atomic_write", "atomic_path", "append_durably", "private_dir", "fsync_dir", "temp_files", "FILE_MODE"]
 
 #: Mode of the files memkern writes (a user's memory is readable by that user only).
 FILE_MODE = 0o600
@@ -121,6 +121,30 @@ def atomic_path(path: str | os.PathLike, *, mode: int = FILE_MODE) -> Iterator[P
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def private_dir(path: str | os.PathLike) -> None:
+    """Create the folder ``path`` (mode ``0700``) if it is missing, durably (its parent fsynced)."""
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def append_durably(path: str | os.PathLike, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created with mode ``0600``, its folder with :func:`private_dir`)
+    and fsync it, and its folder when the file is new, before returning. One ``write`` call: a
+    crash leaves at worst a torn last record, which readers skip."""
+    folder = os.path.dirname(os.path.abspath(path))
+    private_dir(folder)
+    new = not os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new:  # the new file's directory entry
+        fsync_dir(folder)
 
 
 def _commit(tmp: Path, path: Path) -> None:

@@ -6,7 +6,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..base.atomic import atomic_write, fsync_dir
+from ..base.atomic import append_durably, atomic_write
 
 __all__ = ["FeedbackLedger"]
 
@@ -48,19 +48,7 @@ class FeedbackLedger:
         """Record ``rid`` (durably, for a store on disk) before its feedback is applied."""
         with self._lock:
             if self.path is not None:
-                folder = os.path.dirname(self.path)
-                if not os.path.isdir(folder):
-                    os.makedirs(folder, mode=0o700, exist_ok=True)
-                    fsync_dir(os.path.dirname(folder))
-                new = not os.path.exists(self.path)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, f"{rid}\n".encode("ascii"))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                if new:  # the new file's directory entry
-                    fsync_dir(folder)
+                append_durably(self.path, f"{rid}\n".encode("ascii"))
             self._ids[rid] = None
             while len(self._ids) > self.keep:
                 self._ids.popitem(last=False)

@@ -193,9 +193,10 @@ def mount(app: Any, service: Any, scoped: Callable[..., dict], forbidden: type) 
     @route("GET", "/v2/entities/user/{user_id}/profile/")
     def get_profile(request: Request, user_id: str) -> dict:
         scoped(request, user_id=user_id)
-        if user_id not in users_with_memories(request) and platform.profile(user_id)["generation_count"] == 0:
+        out = platform.profile(user_id)
+        if out["generation_count"] == 0 and user_id not in users_with_memories(request):
             raise MemkernKeyError(f"entity_id: expected a user of this project, got {user_id[:64]!r}")
-        return platform.profile(user_id)
+        return out
 
 
 __all__ = ["mount"]

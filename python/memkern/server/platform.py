@@ -41,10 +41,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from ..base.atomic import atomic_write, fsync_dir
+from ..base.atomic import append_durably, atomic_write, private_dir
 from ..base.validate import iso_time
 from ..errors import MemkernKeyError, MemkernTypeError, MemkernValueError, StoreCorruptedError, bad_arg
 from ..text.jsonrepair import JSONRepairError, parse_json
+from .mem0_routes import ORG_ID, PROJECT_ID
 
 log = logging.getLogger("memkern")
 
@@ -201,29 +202,29 @@ def memory_lines(memories: list[dict], budget: int = MAX_MEMORY_CHARS) -> str:
     return "\n".join(reversed(out))
 
 
+def _ask(chat: Any, memories: list[dict], task: str, instructions: str | None, **generate) -> str:
+    """One chat-model call: the memories (:func:`memory_lines`), the task, then the instructions."""
+    ask = f"Memories:\n{memory_lines(memories)}\n\n{task}"
+    if instructions:
+        ask += f"\n\n{instructions}"
+    return chat.generate([[{"role": "user", "content": ask}]], **generate)[0]
+
+
 def fill_schema(chat: Any, memories: list[dict], schema: dict, instructions: str | None = None) -> dict:
     """The chat model's reading of ``memories`` as one object of ``schema`` (:func:`coerce`d;
     an unparsable answer gives every property its default or null)."""
-    ask = (f"Memories:\n{memory_lines(memories)}\n\nComplete this JSON with facts from the memories (null if "
-           f"unknown):\n{schema_skeleton(schema)}")
-    if instructions:
-        ask += f"\n\n{instructions}"
-    prompt = [{"role": "user", "content": ask}]
-    text = chat.generate([prompt], max_new_tokens=512, json=True)[0]
+    text = _ask(chat, memories, "Complete this JSON with facts from the memories (null if unknown):\n"
+                + schema_skeleton(schema), instructions, max_new_tokens=512, json=True)
     try:
         value = parse_json(text, expect=dict)
     except JSONRepairError:
         value = {}
-    out = coerce(value, {**schema, "type": "object"}, schema)
-    return out if isinstance(out, dict) else coerce({}, {**schema, "type": "object"}, schema)
+    return coerce(value, {**schema, "type": "object"}, schema)   # a dict (value is one)
 
 
 def summarize(chat: Any, memories: list[dict], instructions: str | None = None) -> str:
-    ask = f"Memories:\n{memory_lines(memories)}\n\nSummarize what these memories say in a short paragraph."
-    if instructions:
-        ask += f"\n\n{instructions}"
-    prompt = [{"role": "user", "content": ask}]
-    return chat.generate([prompt], max_new_tokens=256)[0].strip()
+    return _ask(chat, memories, "Summarize what these memories say in a short paragraph.", instructions,
+                max_new_tokens=256).strip()
 
 
 def event_type(value: Any, arg: str) -> str:
@@ -258,7 +259,7 @@ class Platform:
         self.state: dict = {"project": {}, "webhooks": {}, "next_webhook": 1, "profile_settings":
                             {"enabled": False, "schema": None, "custom_instructions": None},
                             "profiles": {}, "jobs": {}, "idempotency": {}}
-        self.feedback: dict[int, dict] = {}
+        self._feedback: dict[int, dict] | None = None   # read from its file on first use
         self.stats: dict[str, dict] = {}
         self._jobs: ThreadPoolExecutor | None = None
         self._queue: queue.Queue | None = None
@@ -285,30 +286,34 @@ class Platform:
             for job in self.state["jobs"].values():
                 if job["status"] in ("pending", "running"):
                     job.update(status="failed", error="the server stopped before the job finished")
-        fb = self._file(self.FEEDBACK_FILE)
-        if fb and os.path.exists(fb):
-            with open(fb, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                    except ValueError:          # a torn last line
-                        continue
-                    self.feedback[int(row["memory_id"])] = row
+
+    @property
+    def feedback(self) -> dict[int, dict]:
+        """The latest memory feedback per memory id (its file read on first use, under the lock)."""
+        with self._lock:
+            if self._feedback is None:
+                got: dict[int, dict] = {}
+                fb = self._file(self.FEEDBACK_FILE)
+                if fb and os.path.exists(fb):
+                    with open(fb, encoding="utf-8", errors="replace") as f:
+                        for line in f:
+                            try:
+                                row = json.loads(line)
+                            except ValueError:          # a torn last line
+                                continue
+                            got[int(row["memory_id"])] = row
+                self._feedback = got
+            return self._feedback
 
     def _writable(self) -> None:
         if self.read_only:
             raise MemkernValueError("store: expected one open for writing, got a read-only store "
                                     "(platform settings are written beside it)")
 
-    def _ensure_folder(self) -> None:
-        if self.folder is not None and not os.path.isdir(self.folder):
-            os.makedirs(self.folder, mode=0o700, exist_ok=True)
-            fsync_dir(os.path.dirname(self.folder))
-
     def _save(self) -> None:
         if self.folder is None:
             return
-        self._ensure_folder()
+        private_dir(self.folder)
         atomic_write(self._file(self.FILE), json.dumps(self.state, ensure_ascii=False, sort_keys=True))
 
     def _mutate(self, fn: Callable[[dict], Any]) -> Any:
@@ -327,8 +332,6 @@ class Platform:
 
     # -------------------------------------------------------------- project
     def project(self, fields: list[str] | None = None) -> dict:
-        from .mem0_routes import ORG_ID, PROJECT_ID
-
         with self._lock:
             full = {"id": PROJECT_ID, "org_id": ORG_ID, "name": PROJECT_ID, "description": None,
                     **{k: None for k in PROJECT_FIELDS}, "custom_categories": [], **copy.deepcopy(self.state["project"])}
@@ -397,7 +400,7 @@ class Platform:
             s["next_webhook"] += 1
             t = now_iso()
             s["webhooks"][wid] = {"name": fields["name"], "url": fields["url"], "event_types": fields["event_types"],
-                                  "is_active": fields.get("is_active", True), "project": "default",
+                                  "is_active": fields.get("is_active", True), "project": PROJECT_ID,
                                   "created_at": t, "updated_at": t}
             return wid
 
@@ -496,19 +499,11 @@ class Platform:
             raise bad_arg("feedback_reason", "a str of at most 4096 characters or null", reason)
         row = {"memory_id": int(memory_id), "feedback": feedback, "feedback_reason": reason, "at": now_iso()}
         with self._lock:
+            known = self.feedback              # read before the append, so the new row is not read twice
             path = self._file(self.FEEDBACK_FILE)
             if path is not None:
-                self._ensure_folder()
-                new = not os.path.exists(path)
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
-                    os.write(fd, (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                if new:
-                    fsync_dir(self.folder)
-            self.feedback[int(memory_id)] = row
+                append_durably(path, (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+            known[int(memory_id)] = row
         return {"id": str(memory_id), "feedback": feedback, "feedback_reason": reason}
 
     # -------------------------------------------------------------- jobs
@@ -575,8 +570,9 @@ class Platform:
     def _memories(self, scope: dict) -> list[dict]:
         out = self.service.list(limit=self.service.limits.max_limit, **scope)["results"]
         with self._lock:
+            known = self.feedback
             for m in out:
-                fb = self.feedback.get(int(m["id"]))
+                fb = known.get(int(m["id"]))
                 m["feedback"] = None if fb is None else fb["feedback"]
         return out
 

@@ -46,6 +46,9 @@ from .shared_models import BatchingEmbedder, LockedChatModel
 
 log = logging.getLogger("memkern")
 
+#: The webhook event of each prospective-reflection action (NOOP: none).
+WEBHOOK_EVENT = {"ADD": "ADD", "MERGE": "UPDATE", "UPDATE": "UPDATE", "INVALIDATE": "UPDATE"}
+
 #: Query embeddings the served default embedder keeps (an exact LRU; ``--query-cache``).
 DEFAULT_QUERY_CACHE = 4096
 
@@ -321,8 +324,8 @@ class MemoryService:
                       decider="embedding", persist=False)
             results = rmm.end_session(turns, session_id=run_id, date=date)
         out = [{"id": int(r.id), "memory": r.summary, "event": r.action} for r in results]
-        for action, event in (("ADD", "ADD"), ("MERGE", "UPDATE"), ("UPDATE", "UPDATE"), ("INVALIDATE", "UPDATE")):
-            self._emit(event, scope, [(r["id"], r["memory"]) for r in out if r["event"] == action])
+        for event in ("ADD", "UPDATE"):
+            self._emit(event, scope, [(r["id"], r["memory"]) for r in out if WEBHOOK_EVENT.get(r["event"]) == event])
         return {"results": out}
 
     def search(self, query: Any, *, user_id=None, agent_id=None, run_id=None, limit: int = 10,
