@@ -78,6 +78,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import Any
 
 from ..errors import require
 
@@ -304,6 +305,17 @@ class Reranker(nn.Module):
                 return out
         return self._select(q, cands, ids, mask, seed, greedy, m, offset)
 
+    def _draw_counter(self, n: int, seed, greedy: bool, offset) -> tuple[int, Any]:
+        """``(seed, Philox counter base)`` of a draw of ``n`` uniforms: an explicit seed starts at 0
+        (or ``offset``); otherwise the reranker's seed at its counter, which an unseeded non-greedy
+        draw at the default offset advances by ``n``."""
+        if seed is not None:
+            return seed_int(seed), 0 if offset is None else offset
+        off = self._offset if offset is None else offset
+        if not greedy and offset is None:
+            self.__dict__["_offset"] = self._offset + n     # a plain int: no Module.__setattr__
+        return self.seed, off
+
     def _select(self, q, cands, ids, mask, seed, greedy, m, offset, prior=None) -> Selection:
         if self.backend in ("auto", "native"):
             out = self._select_native(q, cands, ids, mask, seed, greedy, m, offset, prior)
@@ -320,16 +332,9 @@ class Reranker(nn.Module):
             prior_t = _as_prior(prior, B, K, q.dim() == 1, scores.device)
             scores = prior_t + _residual(q, inter.r, cands, ids, scores)
         off_t = None
-        if seed is None:
-            seed_i = self.seed
-            off = self._offset if offset is None else offset
-            if not greedy and offset is None:
-                if self.capture:                    # read (and advanced) on the device
-                    off_t = self._offset_tensor()
-                self._offset += B * K               # (the host value, kept equal)
-        else:
-            seed_i = seed_int(seed)
-            off = 0 if offset is None else offset
+        if seed is None and offset is None and not greedy and self.capture:
+            off_t = self._offset_tensor()           # read (and advanced) on the device; the host value kept equal
+        seed_i, off = self._draw_counter(B * K, seed, greedy, offset)
         be = resolve_backend(self._ops_backend, scores.device)
         sel = gumbel_topm(scores, m, self.tau, seed=seed_i, offset=off if off_t is None else off_t,
                               logp=self.logp, greedy=greedy, backend=be)
@@ -372,16 +377,9 @@ class Reranker(nn.Module):
             raise bad_arg("m", f"m <= K = {K} (number of candidates); top_m is {self.top_m}", m)
         check_m(m, K)
         prior_t = None if prior is None else _as_prior(prior, B, K, squeezed, q2.device).contiguous()
-        if seed is None:
-            seed_i = self.seed
-            off = self._offset if offset is None else offset
-            check_offset(off, q2.device)
-            if not greedy and offset is None:
-                self.__dict__["_offset"] = self._offset + B * K     # a plain int: no Module.__setattr__
-        else:
-            seed_i = seed_int(seed)
-            off = 0 if offset is None else offset
-            check_offset(off, q2.device)
+        if offset is not None:
+            check_offset(offset, q2.device)
+        seed_i, off = self._draw_counter(B * K, seed, greedy, offset)
         if isinstance(off, torch.Tensor):                 # a device counter: the torch path reads it
             return None
         arr, keep = native.arr, self.__dict__.setdefault("_native_views", {})
