@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "memkern/errors.h"
+#include "memkern/simd.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define MEMKERN_RK_X86 1
@@ -26,11 +27,6 @@ namespace generic {
 #define RK_AX_R 4
 #define RK_AX_NV 2
 #include "rerank_kernels.inc"
-#undef RK_VW
-#undef RK_NT_R
-#undef RK_NT_J
-#undef RK_AX_R
-#undef RK_AX_NV
 }  // namespace generic
 
 #ifdef MEMKERN_RK_X86
@@ -43,11 +39,6 @@ namespace avx2 {
 #define RK_AX_R 4
 #define RK_AX_NV 2
 #include "rerank_kernels.inc"
-#undef RK_VW
-#undef RK_NT_R
-#undef RK_NT_J
-#undef RK_AX_R
-#undef RK_AX_NV
 }  // namespace avx2
 #pragma GCC pop_options
 
@@ -60,11 +51,6 @@ namespace avx512 {
 #define RK_AX_R 4
 #define RK_AX_NV 4
 #include "rerank_kernels.inc"
-#undef RK_VW
-#undef RK_NT_R
-#undef RK_NT_J
-#undef RK_AX_R
-#undef RK_AX_NV
 }  // namespace avx512
 #pragma GCC pop_options
 #endif
@@ -86,20 +72,17 @@ struct Kernels {
 #define RK_KERNELS(ns, label) \
   Kernels { ns::dot, ns::axpy, ns::nt_add, ns::ax, ns::sub_scaled, ns::sum_sq, ns::scale, label }
 
-// Picked once: the best set the CPU runs, capped by MEMKERN_SIMD ("avx2" / "scalar"), as the store's.
+// Picked once (memkern/simd.h: the best set the CPU runs, capped by MEMKERN_SIMD, as the store's).
 const Kernels& kernels() {
   static const Kernels k = [] {
-    Kernels best = RK_KERNELS(generic, "scalar");
 #ifdef MEMKERN_RK_X86
-    __builtin_cpu_init();
-    const char* force = std::getenv("MEMKERN_SIMD");
-    std::string cap = force ? force : "";
-    if (cap != "scalar" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = RK_KERNELS(avx2, "avx2+fma");
-    if (cap.empty() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vl"))
-      best = RK_KERNELS(avx512, "avx512");
+    switch (simd_level(/*avx512_dq_vl=*/true)) {
+      case Simd::Avx512: return RK_KERNELS(avx512, "avx512");
+      case Simd::Avx2: return RK_KERNELS(avx2, "avx2+fma");
+      case Simd::Scalar: break;
+    }
 #endif
-    return best;
+    return RK_KERNELS(generic, "scalar");
   }();
   return k;
 }

@@ -86,14 +86,6 @@ bool have_clmul() {
 
 }  // namespace
 
-bool crc32_uses_clmul() {
-#ifdef MEMKERN_CRC_CLMUL
-  return have_clmul();
-#else
-  return false;
-#endif
-}
-
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
   const auto& T = tables().t;
   const unsigned char* p = static_cast<const unsigned char*>(data);

@@ -28,7 +28,7 @@ void Store::ensure_derived() const {
   Store* self = const_cast<Store*>(this);
   for (const auto& kv : records_) {
     self->build_derived(kv.second);
-    if (g_derived) self->ns_[kv.second.ns]->times[kv.second.level].put(kv.second);
+    self->build_times(kv.second);
   }
   derived_ready_.store(true, std::memory_order_release);
 }
@@ -72,7 +72,11 @@ void Store::unindex_derived(const Record& r) {
 }
 
 void Store::index_times(const Record& r) {
-  if (g_derived && derived_ready_.load(std::memory_order_relaxed)) ns_[r.ns]->times[r.level].put(r);
+  if (derived_ready_.load(std::memory_order_relaxed)) build_times(r);
+}
+
+void Store::build_times(const Record& r) {
+  if (g_derived) ns_[r.ns]->times[r.level].put(r);
 }
 
 void Store::unindex_times(const Record& r) {

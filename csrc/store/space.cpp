@@ -1,7 +1,6 @@
 #include "memkern/space.h"
 
-#include <cstdlib>
-#include <string>
+#include "memkern/simd.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -141,22 +140,18 @@ __attribute__((target("avx512f"))) float l2_dist_avx512(const void* a, const voi
 }
 #endif
 
-// Picked once at load time: the best kernel the CPU runs, capped by the environment variable
-// MEMKERN_SIMD ("avx2": no AVX-512; "scalar": no SIMD) for tests and A/B measurements.
+// Picked once at load time (memkern/simd.h: the best the CPU runs, capped by MEMKERN_SIMD).
 struct Dispatch {
   hnswlib::DISTFUNC<float> ip = ip_dist_scalar, l2 = l2_dist_scalar;
   const char* name = "scalar";
   Dispatch() {
 #ifdef MEMKERN_X86
-    __builtin_cpu_init();
-    const char* force = std::getenv("MEMKERN_SIMD");
-    std::string cap = force ? force : "";
-    if (cap != "scalar" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    const Simd level = simd_level();
+    if (level == Simd::Avx2) {
       ip = ip_dist_avx2;
       l2 = l2_dist_avx2;
       name = "avx2+fma";
-    }
-    if (cap.empty() && __builtin_cpu_supports("avx512f")) {
+    } else if (level == Simd::Avx512) {
       ip = ip_dist_avx512;
       l2 = l2_dist_avx512;
       name = "avx512";

@@ -10,9 +10,6 @@ namespace memkern {
 // Continue a CRC-32 over `n` bytes. Start with crc = 0; the result of one call feeds the next.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 
-// Whether crc32_update folds with PCLMULQDQ on this CPU (else the table).
-bool crc32_uses_clmul();
-
 inline uint32_t crc32(const void* data, size_t n) { return crc32_update(0, data, n); }
 
 }  // namespace memkern

@@ -330,7 +330,8 @@ class Store {
   // Builds the derived state (BM25 postings, meta and time indexes) from the records, once.
   // The caller holds mu_ (shared or unique); concurrent callers wait for the one that builds.
   void ensure_derived() const;
-  void build_derived(const Record& r);
+  void build_derived(const Record& r);  // what index_derived / index_times add, whether or not built
+  void build_times(const Record& r);
   bool meta_matches(const Record& r, const SearchFilter& f) const;
 
   void check_open() const;
