@@ -88,6 +88,19 @@ const Kernels& kernels() {
 }
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The SGD step's scale min(1, clip / |g|) (1 without clipping).
+inline double clip_coef(double clip, double gnorm) { return clip > 0 ? std::min(1.0, clip / (gnorm + 1e-12)) : 1.0; }
+
+// The decay-and-projection factor of the adapters after the step, whose norm is `nrm`:
+// decay * min(1, max_norm / (decay * nrm)) (no projection when max_norm <= 0; 1 on a skipped step).
+inline double decay_factor(double nrm, double decay, double max_norm, bool finite) {
+  if (!finite) return 1.0;
+  if (max_norm <= 0) return decay;
+  double c = max_norm / (nrm * decay + 1e-30);
+  if (std::isnan(c)) c = 1.0;
+  return std::min(1.0, c) * decay;
+}
 constexpr float kUMin = 1e-10f;  // uniforms are clamped to [kUMin, 1) before the Gumbel transform
 // Up to this many rows the step's gradient norms come from [n, n] Gram matrices and the adapters are
 // updated in one pass without storing the gradient; above, the gradient is stored first.
@@ -447,21 +460,12 @@ StepResult step(const StepArgs& a) {
     gq2 = std::max(gq2, 0.0);
     const double gnorm = std::sqrt(gq2 + gm2);
     res.grad_norm = gnorm;
-    double coef = 1.0;
-    if (a.clip > 0) coef = std::min(1.0, a.clip / (gnorm + 1e-12));
-    const float stp = finite ? static_cast<float>(a.lr * coef) : 0.f;
-    double factor = 1.0, nrm = 0;
+    const float stp = finite ? static_cast<float>(a.lr * clip_coef(a.clip, gnorm)) : 0.f;
+    double factor = 1.0;
     if (a.scale) {
       const double al = stp;
       const double w2 = std::max(0.0, w_sq - 2.0 * al * (wg_m + wg_q) + al * al * (gm2 + gq2));
-      nrm = std::sqrt(w2);
-      factor = a.decay;
-      if (a.max_norm > 0) {
-        double c = a.max_norm / (nrm * a.decay + 1e-30);
-        if (std::isnan(c)) c = 1.0;
-        factor = std::min(1.0, c) * a.decay;
-      }
-      if (!finite) factor = 1.0;
+      factor = decay_factor(std::sqrt(w2), a.decay, a.max_norm, finite);
     }
     const float ff = static_cast<float>(factor);
     if (stp != 0.f || ff != 1.0f) {
@@ -486,21 +490,12 @@ StepResult step(const StepArgs& a) {
     const double gnorm = std::sqrt(sq_q + sq_m);
     res.grad_norm = gnorm;
     if (a.apply) {  // plain SGD with clipping, then decay and the max-norm projection (one factor)
-      double coef = 1.0;
-      if (a.clip > 0) coef = std::min(1.0, a.clip / (gnorm + 1e-12));
-      const float stp = static_cast<float>(a.lr * coef);
+      const float stp = static_cast<float>(a.lr * clip_coef(a.clip, gnorm));
       double w2 = w_sq;
       if (finite) w2 = k.sub_scaled(a.Wq, a.gWq, stp, d * d) + k.sub_scaled(a.Wm, a.gWm, stp, d * d);
       if (a.scale) {
         const double nrm = std::sqrt(w2);
-        double factor = a.decay;
-        if (a.max_norm > 0) {
-          double c = a.max_norm / (nrm * a.decay + 1e-30);
-          if (std::isnan(c)) c = 1.0;
-          factor = std::min(1.0, c) * a.decay;
-        }
-        if (!finite) factor = 1.0;
-        const float ff = static_cast<float>(factor);
+        const float ff = static_cast<float>(decay_factor(nrm, a.decay, a.max_norm, finite));
         if (ff != 1.0f) {
           k.scale(a.Wq, ff, d * d);
           k.scale(a.Wm, ff, d * d);
