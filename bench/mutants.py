@@ -359,6 +359,11 @@ CATALOGUE: list[Mutant] = [
            "      if (!switched) {\n        if (next_fd >= 0) ::close(next_fd);",
            "      if (true) {\n        if (next_fd >= 0) ::close(next_fd);",
            "a read-only view stops at the log it opened: the writer's first snapshot freezes it", ("tests/store/test_store_readers.py",)),
+    Mutant("readers-follow-an-empty-next-log", "readers", "csrc/store/store.cpp",
+           "      LogFile& tail = *chain[last_content];",
+           "      LogFile& tail = *chain.back();",
+           "a view opened between a snapshot's creation of its next log and the switch to it follows "
+           "the empty log and never sees the writes made before the switch", ("tests/store/test_store_readers.py",)),
     Mutant("readers-writes-allowed", "readers", "csrc/store/store.cpp",
            "  if (read_only_)\n    throw ValueError(where() + \" is open read_only",
            "  if (false)\n    throw ValueError(where() + \" is open read_only",

@@ -343,9 +343,10 @@ void gate_at(const char* point) {
 }  // namespace
 
 void set_snapshot_gate(const std::string& point) {
-  static const char* kPoints[] = {"", "rotated", "copied", "written", "switched"};
+  static const char* kPoints[] = {"", "created", "rotated", "copied", "written", "switched"};
   if (std::find(std::begin(kPoints), std::end(kPoints), point) == std::end(kPoints))
-    throw ValueError("snapshot gate: expected \"rotated\", \"copied\", \"written\", \"switched\" or \"\", got \"" + point + "\"");
+    throw ValueError("snapshot gate: expected \"created\", \"rotated\", \"copied\", \"written\", \"switched\" or \"\", "
+                     "got \"" + point + "\"");
   Gate& g = gate();
   std::lock_guard<std::mutex> lk(g.mu);
   g.point = point;
@@ -770,6 +771,7 @@ void Store::run_snapshot(bool compacting) {
   const std::string new_log = path_ + "/" + log_file_name(N);
   Wal::create(path_, log_file_name(N), h);
   auto drop_new_log = [&] { ::unlink(new_log.c_str()); };
+  gate_at("created");
   // Most unsynced bytes of the live log, outside the lock (the rotation syncs what is left).
   if (io::fdatasync(wal_.fd()) != 0) {
     std::string e = std::strerror(errno);

@@ -273,6 +273,18 @@ void Store::open_or_create(const StoreOptions& opt) {
   size_t last_content = 0;
   for (size_t i = 0; i < chain.size(); ++i)
     if (chain[i]->scan.file_size > kWalHeaderSize) last_content = i;
+  if (read_only_) {
+    // The writer may have appended to an earlier log after this open read it and before it
+    // switched to the next one (which then had entries when it was read): the earlier logs are
+    // complete now, so their rest is read before anything is applied.
+    for (size_t i = 0; i < last_content; ++i) {
+      LogFile& f = *chain[i];
+      f.scan.good_end = Wal::follow(f.fd, f.h.format, f.scan.good_end, &f.entries);
+      struct stat fst;
+      if (::fstat(f.fd, &fst) == 0) f.scan.file_size = static_cast<uint64_t>(fst.st_size);
+      f.scan.torn = f.scan.good_end < f.scan.file_size;
+    }
+  }
   for (size_t i = 0; i < last_content; ++i)
     if (chain[i]->scan.torn)
       throw CorruptedError("store " + path_ + ": write-ahead log " + chain[i]->name + " is damaged at offset " +
@@ -320,7 +332,9 @@ void Store::open_or_create(const StoreOptions& opt) {
     if (chain.empty()) {
       tail_gen_ = generation_ - 1;  // the writer's next open creates the log of generation_
     } else {
-      LogFile& tail = *chain.back();
+      // The last log with entries: a newer, empty one may be a snapshot's next log that the
+      // writer has not switched to yet (it still appends to this one); refresh() finds it.
+      LogFile& tail = *chain[last_content];
       tail_fd_ = tail.fd;
       tail.fd = -1;  // kept
       tail_gen_ = tail.h.generation;

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 
 from memkern import MemoryStore
 from memkern.errors import MemkernError, MemkernTypeError, MemkernValueError
+from memkern.store.native import native_module
 
 DIM = 8
 
@@ -117,6 +119,34 @@ def test_a_torn_tail_is_an_append_in_progress_to_a_view(tmp_path):
     assert r.refresh() == 1 and r.count("a") == 2
     assert log.read_bytes() == whole               # the view cut nothing
     r.close()
+    w.close()
+
+
+def test_a_view_opened_while_the_next_log_is_empty_follows_the_log_still_written(tmp_path):
+    """A snapshot creates its next log before it switches appends to it: a view opened in between
+    sees that log empty and must go on following the one the writer still appends to (else the
+    writes made before the switch are never seen). Held at that step with the snapshot gate."""
+    nat = native_module()
+    w = MemoryStore(tmp_path / "s", dim=DIM, metric="ip", snapshot_every=0)
+    w.add_batch("a", ["x0", "x1"], vecs(2, 0))
+    nat._test_snapshot_gate("created")
+    try:
+        t = threading.Thread(target=w.snapshot)
+        t.start()
+        assert nat._test_wait_snapshot_gate(30.0), "the snapshot never reached its created step"
+        assert len([n for n in os.listdir(tmp_path / "s") if n.startswith("wal")]) == 2
+        r = MemoryStore(tmp_path / "s", read_only=True)
+        assert r.count("a") == 2
+        w.add_batch("a", ["y0", "y1"], vecs(2, 1))          # still to the old log
+        nat._test_release_snapshot_gate()
+        t.join(30)
+        w.add("a", "z", vecs(1, 2)[0])                       # to the new one
+        r.refresh()
+        assert sorted(x.summary for x in r.get_batch(r.ids("a"))) == ["x0", "x1", "y0", "y1", "z"]
+        r.close()
+    finally:
+        nat._test_release_snapshot_gate()
+        nat._test_snapshot_gate("")
     w.close()
 
 

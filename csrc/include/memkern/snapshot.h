@@ -74,7 +74,9 @@
 // Read-only views (Store::open_read_only, another process than the writer's, no LOCK): open reads
 // CURRENT, the snapshot and the chain through descriptors and starts again when the writer's
 // steps 4-5 rename or remove a file under it (or a chain file reads torn before the next one has
-// entries). refresh() reads the followed log from where it stopped; once the writer has switched
+// entries). An earlier log is read again to its end once a later one was seen with entries (the
+// writer may have appended to it meanwhile); the view follows the last log with entries (a newer
+// empty one is step 1's, not switched to yet). refresh() reads the followed log from where it stopped; once the writer has switched
 // on (a later log holds entries, or CURRENT names a later generation) that log is complete: its
 // rest is read and the view goes on with the log of the next generation, wal-<N>.log or wal.log.
 // A view whose next log was already removed (two snapshots on) reopens. Views never write.
