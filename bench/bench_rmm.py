@@ -214,7 +214,7 @@ def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("
     qs = [f"What did I tell you about subject {i % 97} and my plans number {i}?" for i in range(n_queries + 2)]
     out: dict = {"n_memories": n_memories, "queries": n_queries, "chat_model": "fixed JSON answer (no LLM)"}
     with tempfile.TemporaryDirectory() as d, pin_threads(1):
-        sides, rows, stores = [], {}, []
+        sides, rows, stores, rmms = [], {}, [], {}
         for b in backends:
             try:
                 emb = Embedder(backend=b)
@@ -228,6 +228,7 @@ def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("
             name = {"torch": "MiniLM torch (auto without onnxruntime)",
                     "onnx": "MiniLM onnx (auto, the default)"}.get(b, f"MiniLM {b}")
             rows[name] = []
+            rmms[name] = rmm
             it = iter(qs)
 
             def fn(rmm=rmm, it=it, name=name):
@@ -237,6 +238,15 @@ def respond_split(n_memories: int = N_MEMORIES, n_queries: int = 30, backends=("
             sides.append(Side(name, fn, threads=1))
         c = compare(*sides, check=lambda a, b: list(a) == list(b), rounds=n_queries, warmup=1,
                     label="RMM.respond with the real embedder (no LLM)")
+        # The default route alone: back to back, no other model's weights between two calls (in
+        # the comparison each side's model evicts the other's from the 32 MiB-class L3).
+        alone = next((n for n in rmms if "auto, the default" in n), next(iter(rmms)))
+        aq = [f"Which plan number {i} did I mention about subject {i % 89}?" for i in range(n_queries + 3)]
+        timings = [rmms[alone].respond(q).timings for q in aq]
+        out["alone"] = {"side": alone, "calls": len(aq) - 3,
+                        "median_ms": {k: 1e3 * statistics.median(t.get(k, 0.0) for t in timings[3:])
+                                      for k in RESPOND_STAGES},
+                        "p90_total_ms": 1e3 * float(np.quantile([t["total"] for t in timings[3:]], 0.9))}
         for st in stores:
             st.close()
     out["comparison"] = c
@@ -258,6 +268,11 @@ def format_respond_split(res: dict) -> str:
     lines.append("| embed share of total | " + " | ".join(
         f"{100 * res['split_ms'][n]['embed'] / res['split_ms'][n]['total']:.0f}%" for n in names) + " |")
     lines.append("| CPU/wall | " + " | ".join(f"{c.side(n).cpu_per_wall:.2f}" for n in names) + " |")
+    if "alone" in res:
+        al = res["alone"]
+        lines.append(f"\n{al['side']} alone, {al['calls']} calls back to back (no other model between them): "
+                     + ", ".join(f"{k} {v:.2f}" for k, v in al["median_ms"].items() if k != "generate")
+                     + f" ms (medians; total p90 {al['p90_total_ms']:.2f} ms).")
     if len(names) > 1:
         lines.append(f"\nWhole `respond` ratio {names[0]} / {names[1]} (paired rounds): {c.ratio:.2f} "
                      f"(IQR {np.quantile(c.ratios, 0.25):.2f}-{np.quantile(c.ratios, 0.75):.2f}); same memories "
