@@ -133,6 +133,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reopen-rounds", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--write-section", action="store_true",
+                    help="write bench/sections/single-query.md (then `memkern bench --assemble`)")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="memkern-single-"))
     try:
@@ -156,9 +158,44 @@ def main(argv=None) -> dict:
         print(f"  memkern / hnswlib: open + first query {ro['ratio_open_first_query']:.3f}x")
         if a.json:
             a.json.write_text(json.dumps(res, indent=1))
+        if a.write_section:
+            write_section(res, a, m)
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_section(res: dict, a, m: dict) -> None:
+    """``bench/sections/single-query.md``: the single-query and reopen tables of this run."""
+    import report
+
+    sq, ro = res["single"], res["reopen"]
+    us = lambda x: f"{1e6 * x:.1f}"  # noqa: E731
+    ms = lambda x: f"{1e3 * x:.2f}"  # noqa: E731
+    body = "\n".join([
+        f"N = {res['n']:,} x {res['dim']}, inner product, M = {res['M']}, ef_construction = {res['ef_construction']}, "
+        f"ef = {res['ef']}, k = {res['k']}; both sides build the same graph and every query's ids and scores are "
+        f"asserted equal. Each query runs on both sides back to back, the first side alternating; "
+        f"{sq['calls']:,} calls per side; one thread, pinned to one core.", "",
+        "| measure | memkern | hnswlib | memkern / hnswlib |", "|---|---|---|---|",
+        f"| single query p50 (us) | {us(sq['memkern']['p50_s'])} | {us(sq['hnswlib']['p50_s'])} | {sq['ratio_p50']:.3f} |",
+        f"| single query p99 (us) | {us(sq['memkern']['p99_s'])} | {us(sq['hnswlib']['p99_s'])} | {sq['ratio_p99']:.3f} |",
+        f"| open (ms, fresh process) | {ms(ro['memkern']['open_s'])} | {ms(ro['hnswlib']['open_s'])} | "
+        f"{ro['memkern']['open_s'] / ro['hnswlib']['open_s']:.3f} |",
+        f"| open + first query (ms, fresh process) | {ms(ro['memkern']['open_first_query_s'])} | "
+        f"{ms(ro['hnswlib']['open_first_query_s'])} | {ro['ratio_open_first_query']:.3f} |", "",
+        "Per-round p50 ratios: " + ", ".join(f"{r:.3f}" for r in sq["ratio_p50_per_round"]) + f"; reopen: median of "
+        f"{a.reopen_rounds} fresh processes per side. memkern's open reads and checks the snapshot (CRC-32 of every "
+        "file, the graph's links) and its records; hnswlib's loads the index file alone."])
+    headline = [["single query p50", f"{us(sq['memkern']['p50_s'])} us", f"hnswlib {us(sq['hnswlib']['p50_s'])} us",
+                 f"{sq['ratio_p50']:.3f}"],
+                ["open + first query", f"{ms(ro['memkern']['open_first_query_s'])} ms",
+                 f"hnswlib {ms(ro['hnswlib']['open_first_query_s'])} ms", f"{ro['ratio_open_first_query']:.2f}"]]
+    cmd = (f"OMP_NUM_THREADS=1 taskset -c 1 python bench/bench_single.py --n {a.n} --queries {a.queries} "
+           f"--rounds {a.rounds} --reopen-rounds {a.reopen_rounds} --write-section")
+    p = report.write_section("single-query", "Single-query latency and reopen vs raw hnswlib", body, cmd, m,
+                             headline=headline, area="Store: single query and reopen vs hnswlib")
+    print(f"wrote {p}")
 
 
 if __name__ == "__main__":

@@ -268,9 +268,11 @@ SECTIONS = (
     "conflicting-facts",   # bench_contradict.py --write-section: contradiction detector and supersede
     "learning",            # memkern eval memory learning: greedy reads, exploration only to learn (LoCoMo dev)
     "group-commit",        # bench_group_commit.py --write-section: durable writes from many threads
+    "single-query",        # bench_single.py --write-section: single query and reopen vs raw hnswlib
 )
 #: Listed fragments that may be absent (written only once their script runs with --write-section).
-OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo", "serve-search", "scaling"})
+OPTIONAL_SECTIONS = frozenset({"embedder", "memreread-batched", "retrieval-locomo", "serve-search", "scaling",
+                               "single-query"})
 
 RESULTS_INTRO = """How the figures are made: every comparison runs its sides interleaved in one process on one
 machine (the project's machine kind: 2 shared x86_64 cores, no GPU, unless an area says

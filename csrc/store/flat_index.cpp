@@ -187,10 +187,7 @@ std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const s
   if (std::memcmp(head, FlatIndex::kMagic, 8) == 0) {
     return std::unique_ptr<VectorIndex>(new FlatIndex(space, dim, file, size, crc));
   }
-  check_graph_file(file, dim, size, crc);  // size, checksum, then structure
-  std::unique_ptr<VectorIndex> g(new HnswIndex(space, dim, file, 0));
-  g->shrink_to_fit();
-  return g;
+  return load_graph_file(space, dim, file, size, crc);  // size, checksum, structure, then the graph
 }
 
 }  // namespace memkern

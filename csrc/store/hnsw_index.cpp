@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <queue>
 
 #include "memkern/crc32.h"
@@ -17,29 +19,81 @@
 
 namespace memkern {
 
+namespace {
+constexpr size_t kGraphHeader = 96;  // bytes of the graph file's header (layout below)
+}  // namespace
+
 HnswIndex::HnswIndex(Space* space, size_t dim, size_t M, size_t ef_construction, size_t capacity, size_t seed)
     : dim_(dim), g_(new Graph(space, std::max<size_t>(capacity, 16), M, ef_construction, seed)) {}
 
-HnswIndex::HnswIndex(Space* space, size_t dim, const std::string& file, size_t min_capacity) : dim_(dim) {
+HnswIndex::HnswIndex(Space* space, size_t dim, const char* p, size_t n) : dim_(dim) {
+  // The layout below hnsw_index.cpp's file-layout comment, already checked by validate_graph_bytes:
+  // the fields are taken as they are, with the capacity set to the element count.
+  (void)n;
   g_.reset(new Graph(space));
-  try {
-    // hnswlib takes the file's capacity only when the one asked for is below the element count:
-    // asking for at least the element count keeps a crafted capacity from sizing allocations.
-    uint64_t cur = 0;
-    {
-      int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || ::pread(fd, &cur, 8, 16) != 8) {
-        if (fd >= 0) ::close(fd);
-        throw CorruptedError("graph file " + file + ": cannot read its header");
-      }
-      ::close(fd);
+  Graph& g = *g_;
+  auto pod = [&](size_t off, auto* v) { std::memcpy(v, p + off, sizeof(*v)); };
+  uint64_t u = 0;
+  pod(0, &u);
+  g.offsetLevel0_ = u;
+  pod(16, &u);
+  g.cur_element_count = u;
+  g.max_elements_ = std::max<size_t>(u, 1);
+  pod(24, &u);
+  g.size_data_per_element_ = u;
+  pod(32, &u);
+  g.label_offset_ = u;
+  pod(40, &u);
+  g.offsetData_ = u;
+  pod(48, &g.maxlevel_);
+  pod(52, &g.enterpoint_node_);
+  pod(56, &u);
+  g.maxM_ = u;
+  pod(64, &u);
+  g.maxM0_ = u;
+  pod(72, &u);
+  g.M_ = u;
+  pod(80, &g.mult_);
+  pod(88, &u);
+  g.ef_construction_ = u;
+  g.data_size_ = space->get_data_size();
+  g.fstdistfunc_ = space->get_dist_func();
+  g.dist_func_param_ = space->get_dist_func_param();
+  const size_t cur = g.cur_element_count, cap = g.max_elements_;
+  g.size_links_per_element_ = g.maxM_ * sizeof(hnswlib::tableint) + sizeof(hnswlib::linklistsizeint);
+  g.size_links_level0_ = g.maxM0_ * sizeof(hnswlib::tableint) + sizeof(hnswlib::linklistsizeint);
+  g.revSize_ = 1.0 / g.mult_;
+  g.ef_ = 10;
+  g.data_level0_memory_ = static_cast<char*>(std::malloc(cap * g.size_data_per_element_));
+  g.linkLists_ = static_cast<char**>(std::calloc(cap, sizeof(void*)));
+  if (!g.data_level0_memory_ || !g.linkLists_) throw std::bad_alloc();
+  std::memcpy(g.data_level0_memory_, p + kGraphHeader, cur * g.size_data_per_element_);
+  std::vector<std::mutex>(cap).swap(g.link_list_locks_);
+  std::vector<std::mutex>(Graph::MAX_LABEL_OPERATION_LOCKS).swap(g.label_op_locks_);
+  g.visited_list_pool_.reset(new hnswlib::VisitedListPool(1, cap));
+  g.element_levels_.assign(cap, 0);
+  g.label_lookup_.reserve(cur);
+  size_t off = kGraphHeader + cur * g.size_data_per_element_;
+  for (size_t i = 0; i < cur; ++i) {
+    const auto id = static_cast<hnswlib::tableint>(i);
+    g.label_lookup_[g.getExternalLabel(id)] = id;
+    uint32_t sz;
+    std::memcpy(&sz, p + off, 4);
+    off += 4;
+    if (sz) {
+      g.element_levels_[i] = static_cast<int>(sz / g.size_links_per_element_);
+      g.linkLists_[i] = static_cast<char*>(std::malloc(sz));  // freed by hnswlib's destructor
+      if (!g.linkLists_[i]) throw std::bad_alloc();
+      std::memcpy(g.linkLists_[i], p + off, sz);
+      off += sz;
     }
-    g_->loadIndex(file, space, std::max<size_t>({min_capacity, static_cast<size_t>(cur), 1}));
-  } catch (const std::exception& e) {
-    throw CorruptedError("graph file " + file + ": " + e.what());
+    if (g.isMarkedDeleted(id)) {
+      ++g.num_deleted_;
+      if (g.allow_replace_deleted_) g.deleted_elements.insert(id);
+    }
   }
-  if (g_->data_size_ != dim * sizeof(float) || g_->size_data_per_element_ < dim * sizeof(float))
-    throw CorruptedError("graph file " + file + ": vector size does not match the store's dim");
+  if (g.data_size_ != dim * sizeof(float) || g.size_data_per_element_ < dim * sizeof(float))
+    throw CorruptedError("graph: vector size does not match the store's dim");
 }
 
 void HnswIndex::put(int64_t label, const float* v) {
@@ -151,7 +205,6 @@ std::vector<std::pair<float, int64_t>> HnswIndex::knn(const float* q, size_t k, 
 //     size_links_per_element = 4 + 4 * maxM), followed by those bytes, one
 //     [u32 count, maxM x u32 ids] block per level 1..level.
 namespace {
-constexpr size_t kGraphHeader = 96;
 
 // Whether the n float32 values at p (any alignment) are all finite: no exponent of all ones. No
 // branch in the loop, so the compiler vectorises it (the check runs over every stored vector on open).
@@ -271,7 +324,8 @@ void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string
   }
 }
 
-void check_graph_file(const std::string& file, size_t dim, uint64_t size, uint32_t crc) {
+std::unique_ptr<HnswIndex> load_graph_file(Space* space, size_t dim, const std::string& file, uint64_t size,
+                                           uint32_t crc) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw CorruptedError("graph file " + file + " cannot be opened: " + std::strerror(errno));
   struct stat st;
@@ -289,17 +343,22 @@ void check_graph_file(const std::string& file, size_t dim, uint64_t size, uint32
     ::close(fd);
     throw CorruptedError("graph file " + file + " is empty");
   }
-  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED) throw CorruptedError("graph file " + file + " cannot be mapped: " + std::strerror(errno));
   try {
     if (crc32(m, n) != crc) throw CorruptedError("graph file " + file + ": checksum mismatch");
     validate_graph_bytes(static_cast<const char*>(m), n, dim, "graph file " + file);
-  } catch (...) {
+    std::unique_ptr<HnswIndex> g(new HnswIndex(space, dim, static_cast<const char*>(m), n));
+    ::munmap(m, n);
+    return g;
+  } catch (const CorruptedError&) {
     ::munmap(m, n);
     throw;
+  } catch (const std::exception& e) {
+    ::munmap(m, n);
+    throw CorruptedError("graph file " + file + ": " + e.what());
   }
-  ::munmap(m, n);
 }
 
 std::vector<int64_t> HnswIndex::labels() const {

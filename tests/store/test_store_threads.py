@@ -86,7 +86,7 @@ def test_search_releases_gil(tmp_path):
     x = rng.standard_normal((3000, 64)).astype(np.float32)
     with MemoryStore(tmp_path / "g", dim=64, fsync="never") as s:
         s.add_batch("u", [""] * 3000, x)
-        q = rng.standard_normal((400, 64)).astype(np.float32)
+        q = rng.standard_normal((1200, 64)).astype(np.float32)  # ~0.15 s: long enough to count the ticks
         ticks = [0]
         done = threading.Event()
 

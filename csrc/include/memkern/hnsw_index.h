@@ -28,11 +28,10 @@ class HnswIndex : public VectorIndex {
  public:
   using Graph = hnswlib::HierarchicalNSW<float>;
   HnswIndex(Space* space, size_t dim, size_t M, size_t ef_construction, size_t capacity, size_t seed);
-  // Loads a graph written by save(). The caller must have passed the file through
-  // check_graph_file first (then no byte pattern, even one under a valid checksum, can make
-  // hnswlib read out of bounds). The capacity is max(min_capacity, element count): the
-  // capacity recorded in the file is ignored.
-  HnswIndex(Space* space, size_t dim, const std::string& file, size_t min_capacity);
+  // The graph held by the n bytes at p, in serialize()'s layout, which must have passed
+  // validate_graph_bytes (then no byte pattern, even one under a valid checksum, can make hnswlib
+  // read out of bounds). Capacity = element count (the one recorded in the bytes is ignored).
+  HnswIndex(Space* space, size_t dim, const char* p, size_t n);
 
   const char* kind() const override { return "hnsw"; }
   bool concurrent_put() const override { return true; }
@@ -69,8 +68,10 @@ class HnswIndex : public VectorIndex {
 // 0, <= maxM above), every neighbour id (< element count, and on level l a node that has level
 // l), unique labels and finite vectors. Throws CorruptedError naming `what` and the problem.
 void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string& what);
-// Checks the file's size and CRC-32 against what the snapshot recorded, then
-// validate_graph_bytes over it (the file is mapped, not copied). CorruptedError otherwise.
-void check_graph_file(const std::string& file, size_t dim, uint64_t size, uint32_t crc);
+// Maps the file, checks its size and CRC-32 against what the snapshot recorded and its bytes
+// with validate_graph_bytes, then builds the graph from the mapping (one read of the file).
+// CorruptedError otherwise.
+std::unique_ptr<HnswIndex> load_graph_file(Space* space, size_t dim, const std::string& file, uint64_t size,
+                                           uint32_t crc);
 
 }  // namespace memkern

@@ -60,7 +60,7 @@ class VectorIndex {
 
 // Loads an index written by VectorIndex::save: a FlatIndex file (it starts with FlatIndex's magic)
 // or an hnswlib graph. The file must have the `size` and `crc` recorded in the snapshot, and its
-// structure is validated before anything is allocated from it (check_graph_file for graphs,
+// structure is validated before anything is allocated from it (load_graph_file for graphs,
 // FlatIndex's own checks for flat files): any damage, even under a valid checksum, gives
 // CorruptedError, never a crash.
 std::unique_ptr<VectorIndex> load_vector_index(Space* space, size_t dim, const std::string& file, uint64_t size,
