@@ -960,6 +960,11 @@ CATALOGUE: list[Mutant] = [
            'decider = {"embedding": "embedding", "window": "embedding", "sentences": "embedding"}.get(extractor, "llm")',
            "the default two-level memory merges / invalidates dialogue stretches (evidence lost)", T_RETRIEVE),
     # ---------------------------------------------------------------- memkern serve (HTTP) and memkern mcp
+    Mutant("serve-gc-never-frozen", "serve", "python/memkern/server/readiness.py",
+           "            if self.freeze_gc:\n",
+           "            if False:\n",
+           "a serving process keeps its models in the collector's full passes (0.2 s pauses: the p99 of a search)",
+           ("tests/server/test_serve_ready.py",)),
     Mutant("serve-auth-any-x-api-key", "serve", "python/memkern/server/scopes.py",
            "        if key is not None:\n            offered.append(key.strip())\n",
            "        if key is not None:\n            return True, None\n",

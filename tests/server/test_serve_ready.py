@@ -159,3 +159,24 @@ def test_first_request_after_ready_is_as_fast_as_later_ones():
     for kind in ("add", "search"):
         first, later = out[kind]["first_s"], out[kind]["later_median_s"]
         assert first < 3 * later + 0.1, out
+
+
+def test_a_serving_load_freezes_what_it_built_and_a_library_load_does_not(store):
+    """``start_loading(freeze_gc=True)`` (what ``memkern serve`` calls) moves every object the
+    process holds, the models included, out of the collector's reach once the load succeeded, so
+    a full collection under load does not walk them; a service used as a library leaves the
+    collector alone."""
+    import gc
+
+    gc.unfreeze()
+    lib, served = MemoryService(store, embedder=HashEmbedder(64)), MemoryService(store, embedder=HashEmbedder(64))
+    try:
+        assert lib.start_loading() and lib.readiness.wait(30) and lib.readiness.state == "ready"
+        assert gc.get_freeze_count() == 0
+        assert served.start_loading(freeze_gc=True) and served.readiness.wait(30)
+        assert served.readiness.state == "ready" and gc.get_freeze_count() > 1000
+        assert not served.start_loading()  # once: create_app's own start is a no-op
+    finally:
+        gc.unfreeze()
+        lib.close()
+        served.close()

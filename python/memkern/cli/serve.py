@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
         hosts = sorted(LOOPBACK_HOSTS | {args.host.strip("[]").lower()})
     with service_from_args(args) as service:
+        service.start_loading(freeze_gc=True)  # this process serves from here on (create_app's start is then a no-op)
         app = create_app(service, api_keys=keys, allowed_hosts=hosts, body_timeout=args.body_timeout,
                          max_concurrent=args.max_concurrent)
         print(f"memkern serve: store {C.store_path(args)} on http://{args.host}:{args.port}"

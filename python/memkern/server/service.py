@@ -181,11 +181,12 @@ class MemoryService:
         if self._chat is not None:
             self._chat.count_tokens("warm-up")
 
-    def start_loading(self) -> bool:
+    def start_loading(self, freeze_gc: bool = False) -> bool:
         """:meth:`load` in a background thread, once (``False`` when already started); its
         progress is :attr:`readiness` (what ``GET /health/ready`` reports). A request that needs
-        the embedder meanwhile waits for it to be built."""
-        return self.readiness.start(self.load)
+        the embedder meanwhile waits for it to be built. ``freeze_gc``: then keep everything the
+        process holds out of later garbage collections (``gc.freeze``; ``memkern serve`` does)."""
+        return self.readiness.start(self.load, freeze_gc=freeze_gc)
 
     def ready(self) -> tuple[bool, str]:
         """``(True, "ready")`` once the store is open and :meth:`load` has finished, else
