@@ -44,6 +44,27 @@ def test_nothing_is_configured_or_exported_by_default():
     assert out == "ProxyTracerProvider False None"
 
 
+def test_the_api_is_imported_only_once_the_application_imports_it():
+    """``import memkern`` and its calls leave ``opentelemetry.trace`` unimported (no provider can be
+    set without it); an application that imports it and sets an SDK provider after memkern was
+    imported and used still gets memkern's spans."""
+    code = (
+        "import sys, tempfile, numpy as np, memkern\n"
+        "s = memkern.MemoryStore(tempfile.mkdtemp() + '/s', dim=4)\n"
+        "s.add('a', 'x', np.ones(4, np.float32)); s.search('a', np.ones(4, np.float32), k=1)\n"
+        "print('opentelemetry.trace' in sys.modules)\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "ex = InMemorySpanExporter(); p = TracerProvider(); p.add_span_processor(SimpleSpanProcessor(ex))\n"
+        "trace.set_tracer_provider(p)\n"
+        "s.search('a', np.ones(4, np.float32), k=1)\n"
+        "print([x.name for x in ex.get_finished_spans()])\n"
+    )
+    assert _run(code).splitlines() == ["False", "['memkern.store.search']"]
+
+
 @pytest.fixture
 def spans():
     """An SDK provider with an in-memory exporter for one test; afterwards the API's global state

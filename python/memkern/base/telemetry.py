@@ -27,40 +27,70 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import inspect
 import os
+import sys
 from typing import Any, Callable, Iterator, TypeVar
 
 __all__ = ["traced", "span", "enabled", "tracer"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-try:  # the API only; the SDK is the application's choice
-    if os.environ.get("MEMKERN_OTEL", "1").strip().lower() in ("0", "false", "no", "off"):
-        raise ImportError("disabled by MEMKERN_OTEL")
-    from opentelemetry import trace as _trace
-    from opentelemetry.trace import ProxyTracerProvider as _Proxy
-    from opentelemetry.trace import NoOpTracerProvider as _NoOp
-except ImportError:
-    _trace = None
-
 _INSTRUMENTATION = "memkern"
 
+# The API (``opentelemetry.trace``) is imported only once something else has imported it (an
+# application that sets a provider does) or the environment names a provider to load: until then
+# no provider can be set, spans are off, and ``import memkern`` does not pay its ~5 ms.
+_trace: Any = None
+_Proxy: Any = ()
+_NoOp: Any = ()
+_FAST = False
+_OFF = os.environ.get("MEMKERN_OTEL", "1").strip().lower() in ("0", "false", "no", "off")
 
-# The API keeps the global provider in ``trace._TRACER_PROVIDER`` (None until one is set). Reading
-# it directly costs ~0.1 us; ``get_tracer_provider()`` also looks up an environment variable on
-# every call (~1-2 us here). The public call is used when that variable names a provider to load,
-# or when the attribute is missing (another API version).
-_FAST = (_trace is not None and hasattr(_trace, "_TRACER_PROVIDER")
-         and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ)
+
+def _bind() -> bool:
+    """Import the API and bind what :func:`enabled` reads; ``False`` when it is missing."""
+    global _trace, _Proxy, _NoOp, _FAST
+    try:
+        from opentelemetry import trace
+        from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
+    except ImportError:
+        return False
+    # The API keeps the global provider in ``trace._TRACER_PROVIDER`` (None until one is set).
+    # Reading it directly costs ~0.1 us; ``get_tracer_provider()`` also looks up an environment
+    # variable on every call (~1-2 us here). The public call is used when that variable names a
+    # provider to load, or when the attribute is missing (another API version).
+    _FAST = hasattr(trace, "_TRACER_PROVIDER") and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
+    _Proxy, _NoOp = ProxyTracerProvider, NoOpTracerProvider
+    _trace = trace
+    return True
+
+
+def _api_installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if _OFF:
+    _API = False
+elif "OTEL_PYTHON_TRACER_PROVIDER" in os.environ or "opentelemetry.trace" in sys.modules:
+    _API = _bind()
+else:
+    _API = _api_installed()
 
 
 def enabled() -> bool:
     """Whether spans can be recorded now: the API is installed and the application has set an SDK
     tracer provider (memkern never sets one)."""
-    if _trace is None:
-        return False
-    p = _trace._TRACER_PROVIDER if _FAST else _trace.get_tracer_provider()
+    t = _trace
+    if t is None:
+        if not _API or "opentelemetry.trace" not in sys.modules or not _bind():
+            return False  # (not imported by anyone: no provider can have been set)
+        t = _trace
+    p = t._TRACER_PROVIDER if _FAST else t.get_tracer_provider()
     return p is not None and not isinstance(p, (_Proxy, _NoOp))
 
 
@@ -106,7 +136,7 @@ def traced(name: str, args: tuple[str, ...] = ()) -> Callable[[F], F]:
     length). Without the OpenTelemetry API the function is returned unchanged."""
 
     def deco(fn: F) -> F:
-        if _trace is None:
+        if not _API:
             return fn
         sig = inspect.signature(fn) if args else None
 
