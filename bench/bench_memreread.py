@@ -156,7 +156,8 @@ def test_batched_vs_one_at_a_time(chat, benchmark, mix, target):
     rounds = int(os.environ.get("MEMKERN_BENCH_ROUNDS", "1"))
     info = benchmark.pedantic(compare_batched, args=(chat, EQUAL if mix == "equal" else MIXED, rounds),
                               rounds=1, iterations=1)
-    shown = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in info.items() if k != "comparison"}
+    shown = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in info.items() if k not in ("comparison", "model")}
+    shown["model_speedup"] = round(info["model"].speedup, 2)
     benchmark.extra_info.update(shown)
     print("\nMEMREREAD_BATCH", json.dumps(shown))
     print(info["comparison"].summary(unit="s"))
