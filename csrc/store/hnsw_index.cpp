@@ -27,35 +27,29 @@ HnswIndex::HnswIndex(Space* space, size_t dim, size_t M, size_t ef_construction,
     : dim_(dim), g_(new Graph(space, std::max<size_t>(capacity, 16), M, ef_construction, seed)) {}
 
 HnswIndex::HnswIndex(Space* space, size_t dim, const char* p, size_t n) : dim_(dim) {
-  // The layout below hnsw_index.cpp's file-layout comment, already checked by validate_graph_bytes:
-  // the fields are taken as they are, with the capacity set to the element count.
+  // Bytes in serialize()'s layout (the comment above validate_graph_bytes), already checked by it:
+  // the fields are taken as they are, the capacity set to the element count.
   (void)n;
   g_.reset(new Graph(space));
   Graph& g = *g_;
-  auto pod = [&](size_t off, auto* v) { std::memcpy(v, p + off, sizeof(*v)); };
-  uint64_t u = 0;
-  pod(0, &u);
-  g.offsetLevel0_ = u;
-  pod(16, &u);
-  g.cur_element_count = u;
-  g.max_elements_ = std::max<size_t>(u, 1);
-  pod(24, &u);
-  g.size_data_per_element_ = u;
-  pod(32, &u);
-  g.label_offset_ = u;
-  pod(40, &u);
-  g.offsetData_ = u;
-  pod(48, &g.maxlevel_);
-  pod(52, &g.enterpoint_node_);
-  pod(56, &u);
-  g.maxM_ = u;
-  pod(64, &u);
-  g.maxM0_ = u;
-  pod(72, &u);
-  g.M_ = u;
-  pod(80, &g.mult_);
-  pod(88, &u);
-  g.ef_construction_ = u;
+  auto u64 = [&](size_t off) {
+    uint64_t v;
+    std::memcpy(&v, p + off, 8);
+    return static_cast<size_t>(v);
+  };
+  g.offsetLevel0_ = u64(0);
+  g.cur_element_count = u64(16);
+  g.max_elements_ = std::max<size_t>(g.cur_element_count, 1);
+  g.size_data_per_element_ = u64(24);
+  g.label_offset_ = u64(32);
+  g.offsetData_ = u64(40);
+  std::memcpy(&g.maxlevel_, p + 48, 4);
+  std::memcpy(&g.enterpoint_node_, p + 52, 4);
+  g.maxM_ = u64(56);
+  g.maxM0_ = u64(64);
+  g.M_ = u64(72);
+  std::memcpy(&g.mult_, p + 80, 8);
+  g.ef_construction_ = u64(88);
   g.data_size_ = space->get_data_size();
   g.fstdistfunc_ = space->get_dist_func();
   g.dist_func_param_ = space->get_dist_func_param();
