@@ -197,7 +197,7 @@ def test_serve_and_mcp_run_through_from_args(tmp_path, monkeypatch, command):
 
         import memkern.server.app as app_mod
 
-        monkeypatch.setattr(app_mod, "create_app", lambda service, **kw: stop())
+        monkeypatch.setattr(app_mod, "create_app", lambda service, **kw: seen.append(kw.get("freeze_gc")) or stop())
         monkeypatch.setattr(uvicorn, "Config", stop)
         from memkern.cli import serve as cmd
     else:
@@ -207,4 +207,5 @@ def test_serve_and_mcp_run_through_from_args(tmp_path, monkeypatch, command):
         from memkern.cli import mcp as cmd
     with pytest.raises(Ran):
         cmd.run(_args(command, tmp_path / "st"))
-    assert len(seen) == 1
+    # serve: the service, then create_app told that this process serves from now on (gc.freeze after the load)
+    assert seen == (["serve", True] if command == "serve" else [command])

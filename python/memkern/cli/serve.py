@@ -140,9 +140,8 @@ def run(args: argparse.Namespace) -> int:
 
         hosts = sorted(LOOPBACK_HOSTS | {args.host.strip("[]").lower()})
     with service_from_args(args) as service:
-        service.start_loading(freeze_gc=True)  # this process serves from here on (create_app's start is then a no-op)
         app = create_app(service, api_keys=keys, allowed_hosts=hosts, body_timeout=args.body_timeout,
-                         max_concurrent=args.max_concurrent)
+                         max_concurrent=args.max_concurrent, freeze_gc=True)  # this process serves from here on
         print(f"memkern serve: store {C.store_path(args)} on http://{args.host}:{args.port}"
               f" ({'API key required' if keys else 'no API key: localhost only'})", flush=True)
         server = _server_class(uvicorn)(uvicorn_config(app, host=args.host, port=args.port, log_level=args.log_level,

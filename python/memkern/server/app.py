@@ -384,7 +384,8 @@ class FeedbackRequest(Strict):
 
 
 def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: KeyRing | None = None,
-               allowed_hosts: Iterable[str] | None = None, body_timeout: float = 30.0, max_concurrent: int = 64):
+               allowed_hosts: Iterable[str] | None = None, body_timeout: float = 30.0, max_concurrent: int = 64,
+               freeze_gc: bool = False):
     """The ASGI app serving ``service`` (FastAPI behind :class:`_Guard`; ``.fastapi`` is the
     FastAPI app). Starts the service's model load in the background
     (:meth:`MemoryService.start_loading`; ``GET /health/ready`` is 200 once it is done).
@@ -404,6 +405,9 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
         Seconds a request body may take to arrive (408 after).
     max_concurrent : int
         Requests handled at once (503 beyond).
+    freeze_gc : bool
+        Once the models are loaded, keep everything the process holds out of later garbage
+        collections (``gc.freeze``; ``memkern serve`` sets it: the process serves from then on).
     """
     from fastapi import Body, FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
@@ -593,7 +597,7 @@ def create_app(service: MemoryService, api_key: str | None = None, *, api_keys: 
 
     mount_mem0_platform(app, service, scoped, ScopeForbidden)  # before the slash-less fallbacks of mount_mem0
     mount_mem0(app, service, scoped)  # mem0's SDK and OSS server paths (after the routes above, which win)
-    service.start_loading()
+    service.start_loading(freeze_gc=freeze_gc)
     guarded = _Guard(app, keys, service.limits.max_body_bytes, allowed_hosts=allowed_hosts,
                      body_timeout=body_timeout, max_concurrent=int(max_concurrent))
     guarded.fastapi = app
