@@ -1054,7 +1054,7 @@ CATALOGUE: list[Mutant] = [
            'totals[t] = n',
            "users() counts an entity's memories in one of its scopes only", T_MEM0SDK),
     Mutant("serve-no-startup-load", "serve", "python/memkern/server/app.py",
-           "    service.start_loading()\n    guarded = _Guard(",
+           "    service.start_loading(freeze_gc=freeze_gc)\n    guarded = _Guard(",
            "    guarded = _Guard(",
            "memkern serve loads the models on the first request (it is seconds slower; /health/ready never 200)",
            T_READY),
