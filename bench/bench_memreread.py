@@ -75,10 +75,11 @@ def chat():
     return tiny_chat_model(seed=0)
 
 
-def _reader(chat, **kw):
+def _reader(chat, wrapped=None, **kw):
+    """The bench's MemReread over ``AlwaysAsks(chat)`` (or over ``wrapped``, an AlwaysAsks of it)."""
     kw.setdefault("chunk_tokens", 256)
     kw.setdefault("memory_tokens", 48)
-    return MemReread(AlwaysAsks(chat), max_new_tokens=MAX_NEW, answer_tokens=12, decompose_tokens=16, **kw)
+    return MemReread(wrapped or AlwaysAsks(chat), max_new_tokens=MAX_NEW, answer_tokens=12, decompose_tokens=16, **kw)
 
 
 EQUAL = [("single", 2048), ("multihop2", 2048), ("count", 2048), ("sum", 2048),
@@ -110,9 +111,7 @@ def compare_batched(chat, cells, rounds: int, warmup: int = 1, chunk_tokens: int
     calls: list = []
     record = AlwaysAsks(chat)
     record.generate = lambda prompts, **kw: calls.append((list(prompts), kw)) or AlwaysAsks.generate(record, prompts, **kw)
-    rec_reader = MemReread(record, max_new_tokens=MAX_NEW, answer_tokens=12, decompose_tokens=16,
-                           chunk_tokens=chunk_tokens, memory_tokens=48, max_rereads=1)
-    res = rec_reader.answer_batch(docs, qs)
+    res = _reader(chat, record, max_rereads=1, chunk_tokens=chunk_tokens).answer_batch(docs, qs)
     # The model alone on the loop's fullest read step: one generate of its prompts against one per prompt.
     prompts, kw = max((x for x in calls if not x[1].get("json")), key=lambda x: len(x[0]))
     with pin_threads(1):

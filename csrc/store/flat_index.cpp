@@ -135,11 +135,6 @@ void FlatIndex::reserve_more(size_t n) {
   }
 }
 
-void FlatIndex::shrink_to_fit() {
-  data_.shrink_to_fit();
-  labels_.shrink_to_fit();
-}
-
 void FlatIndex::vector(int64_t label, float* out) const {
   auto it = pos_.find(label);
   if (it == pos_.end()) throw KeyError("id " + std::to_string(label) + " has no vector");

@@ -1,12 +1,6 @@
 #include "memkern/hnsw_index.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -100,11 +94,6 @@ void HnswIndex::put(int64_t label, const float* v) {
 void HnswIndex::reserve_more(size_t n) {
   size_t need = g_->cur_element_count + n;
   if (need > g_->max_elements_) g_->resizeIndex(std::max(need, g_->max_elements_ + g_->max_elements_ / 2));
-}
-
-void HnswIndex::shrink_to_fit() {
-  size_t need = std::max<size_t>(g_->cur_element_count, 16);
-  if (need < g_->max_elements_) g_->resizeIndex(need);
 }
 
 void HnswIndex::remove(int64_t label) { g_->markDelete(static_cast<hnswlib::labeltype>(label)); }
@@ -320,37 +309,14 @@ void validate_graph_bytes(const char* p, size_t n, size_t dim, const std::string
 
 std::unique_ptr<HnswIndex> load_graph_file(Space* space, size_t dim, const std::string& file, uint64_t size,
                                            uint32_t crc) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CorruptedError("graph file " + file + " cannot be opened: " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw CorruptedError("graph file " + file + " cannot be read: " + std::strerror(errno));
-  }
-  size_t n = static_cast<size_t>(st.st_size);
-  if (n != size) {
-    ::close(fd);
-    throw CorruptedError("graph file " + file + ": size " + std::to_string(n) + " != " + std::to_string(size) +
-                         " recorded in the snapshot (truncated?)");
-  }
-  if (n == 0) {
-    ::close(fd);
-    throw CorruptedError("graph file " + file + " is empty");
-  }
-  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) throw CorruptedError("graph file " + file + " cannot be mapped: " + std::strerror(errno));
+  const io::MappedFile m = io::map_file(file, size, "graph file", "the snapshot", /*populate=*/true);
+  if (crc32(m.p, m.n) != crc) throw CorruptedError("graph file " + file + ": checksum mismatch");
+  validate_graph_bytes(m.p, m.n, dim, "graph file " + file);
   try {
-    if (crc32(m, n) != crc) throw CorruptedError("graph file " + file + ": checksum mismatch");
-    validate_graph_bytes(static_cast<const char*>(m), n, dim, "graph file " + file);
-    std::unique_ptr<HnswIndex> g(new HnswIndex(space, dim, static_cast<const char*>(m), n));
-    ::munmap(m, n);
-    return g;
+    return std::unique_ptr<HnswIndex>(new HnswIndex(space, dim, m.p, m.n));
   } catch (const CorruptedError&) {
-    ::munmap(m, n);
     throw;
   } catch (const std::exception& e) {
-    ::munmap(m, n);
     throw CorruptedError("graph file " + file + ": " + e.what());
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -212,6 +213,41 @@ void write_file_checked(const std::string& file, const std::string& what, const 
     throw;
   }
   if (::close(fd) != 0) throw IOError("close " + file + ": " + std::strerror(errno));
+}
+
+MappedFile::~MappedFile() {
+  if (p) ::munmap(const_cast<char*>(p), n);
+}
+
+MappedFile map_file(const std::string& file, uint64_t size, const std::string& what, const std::string& where,
+                    bool populate) {
+  const std::string name = what + " " + file;
+  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CorruptedError(name + " cannot be opened: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    std::string e = std::strerror(errno);
+    ::close(fd);
+    throw CorruptedError(name + " cannot be read: " + e);
+  }
+  const uint64_t n = static_cast<uint64_t>(st.st_size);
+  if (n != size) {
+    ::close(fd);
+    throw CorruptedError(name + ": size " + std::to_string(n) + " != " + std::to_string(size) + " recorded in " +
+                         where + " (truncated?)");
+  }
+  if (n == 0) {
+    ::close(fd);
+    throw CorruptedError(name + " is empty");
+  }
+  void* m = ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+  std::string e = m == MAP_FAILED ? std::strerror(errno) : "";
+  ::close(fd);
+  if (m == MAP_FAILED) throw CorruptedError(name + " cannot be mapped: " + e);
+  MappedFile out;
+  out.p = static_cast<const char*>(m);
+  out.n = static_cast<size_t>(n);
+  return out;
 }
 
 }  // namespace io

@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -380,21 +379,6 @@ void set_snapshot_gate_from_env() {
 
 // ------------------------------------------------------------------------------- Store: load
 
-namespace {
-
-// A pack file mapped read-only for the duration of a load.
-struct MappedPack {
-  const char* p = nullptr;
-  size_t n = 0;
-  MappedPack() = default;
-  MappedPack(const MappedPack&) = delete;
-  ~MappedPack() {
-    if (p) ::munmap(const_cast<char*>(p), n);
-  }
-};
-
-}  // namespace
-
 void Store::load_snapshot(uint64_t gen) {
   const std::string dir = path_ + "/" + snapshot_dir_name(gen);
   const std::string file = dir + "/records.bin";
@@ -411,23 +395,11 @@ void Store::load_snapshot(uint64_t gen) {
   efc_ = m.params.ef_construction;
   next_id_ = m.params.next_id;
   space_.reset(new Space(dim_, metric_));
-  std::map<uint64_t, MappedPack> mapped;
+  std::map<uint64_t, io::MappedFile> mapped;
   for (const auto& pk : m.packs) {
     const std::string pf = dir + "/" + pack_file_name(pk.first);
-    int fd = ::open(pf.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw CorruptedError("snapshot pack " + pf + " cannot be opened: " + std::strerror(errno));
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != pk.second) {
-      ::close(fd);
-      throw CorruptedError("snapshot pack " + pf + ": size " + std::to_string(st.st_size) + " != " +
-                           std::to_string(pk.second) + " recorded in " + file + " (truncated?)");
-    }
-    void* p = ::mmap(nullptr, pk.second, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) throw CorruptedError("snapshot pack " + pf + " cannot be mapped: " + std::strerror(errno));
-    MappedPack& mp = mapped[pk.first];
-    mp.p = static_cast<const char*>(p);
-    mp.n = pk.second;
+    const io::MappedFile& mp =
+        mapped.emplace(pk.first, io::map_file(pf, pk.second, "snapshot pack", file, /*populate=*/false)).first->second;
     uint32_t fmt;
     std::memcpy(&fmt, mp.p + 8, 4);
     if (std::memcmp(mp.p, kPackMagic, 8) != 0 || fmt != 3) throw CorruptedError("snapshot pack " + pf + ": bad header");
@@ -442,7 +414,7 @@ void Store::load_snapshot(uint64_t gen) {
   for (uint32_t i = 0; i < ns_.size(); ++i) {
     Namespace& ns = *ns_[i];
     const BlobRef& ref = m.blobs[i];
-    const MappedPack& mp = mapped.at(ref.pack);
+    const io::MappedFile& mp = mapped.at(ref.pack);
     const std::string what = "snapshot " + dir + "/" + pack_file_name(ref.pack) + ", namespace '" + ns.name + "'";
     const char* blob = mp.p + ref.offset;
     if (crc32(blob, ref.length) != ref.crc) throw CorruptedError(what + ": checksum mismatch");

@@ -36,7 +36,6 @@ class FlatIndex : public VectorIndex {
   void put(int64_t label, const float* v) override;
   void remove(int64_t label) override;
   void reserve_more(size_t n) override;
-  void shrink_to_fit() override;
   bool contains(int64_t label) const override { return pos_.count(label) > 0; }
   void vector(int64_t label, float* out) const override;
   std::vector<std::pair<float, int64_t>> knn(const float* q, size_t k, size_t ef,

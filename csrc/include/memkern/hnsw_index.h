@@ -40,8 +40,6 @@ class HnswIndex : public VectorIndex {
   void remove(int64_t label) override;  // marks deleted
   // Grows the capacity once to hold `n` more points (avoids repeated doubling in batch adds).
   void reserve_more(size_t n) override;
-  // Shrinks the capacity to the points held (a loaded graph keeps its saved capacity otherwise).
-  void shrink_to_fit() override;
   bool contains(int64_t label) const override;
   // Copies the stored vector of `label` into out[dim].
   void vector(int64_t label, float* out) const override;

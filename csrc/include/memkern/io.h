@@ -78,5 +78,22 @@ class FdWriter {
 void write_file_checked(const std::string& file, const std::string& what, const std::function<void(FdWriter&)>& body,
                         uint64_t* size, uint32_t* crc);
 
+// A snapshot file mapped read-only, unmapped when this goes (move-only).
+struct MappedFile {
+  const char* p = nullptr;
+  size_t n = 0;
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+  ~MappedFile();
+};
+
+// Maps `file` read-only once its size is `size`, the one the snapshot recorded (`where` names the
+// record, e.g. records.bin); `populate` reads it all in at once (MAP_POPULATE). CorruptedError
+// naming `what` and the file when it cannot be opened, read or mapped, is empty, or has another size.
+MappedFile map_file(const std::string& file, uint64_t size, const std::string& what, const std::string& where,
+                    bool populate);
+
 }  // namespace io
 }  // namespace memkern

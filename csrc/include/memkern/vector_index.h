@@ -6,7 +6,7 @@
 // Labels are record ids (int64 >= 0). Distances are "lower is better" (Space's distance).
 //
 // Thread safety: any number of concurrent const calls (knn, vector, contains, ...); mutating calls
-// (put, remove, reserve_more, shrink_to_fit) need the store's writer lock. HnswIndex::put is also
+// (put, remove, reserve_more) need the store's writer lock. HnswIndex::put is also
 // safe for concurrent calls on distinct labels once reserve_more made room (parallel batch
 // insert); FlatIndex::put is not (concurrent_put() says which).
 #pragma once
@@ -37,8 +37,6 @@ class VectorIndex {
   virtual void remove(int64_t label) = 0;
   // Grows the capacity once to hold `n` more vectors.
   virtual void reserve_more(size_t n) = 0;
-  // Releases capacity beyond what the stored vectors need (after loading).
-  virtual void shrink_to_fit() = 0;
   virtual bool contains(int64_t label) const = 0;
   // Copies the stored vector of `label` into out[dim] (KeyError if there is none).
   virtual void vector(int64_t label, float* out) const = 0;
