@@ -553,6 +553,24 @@ void register_store(py::module_& m) {
           return bad == 0;
         },
         py::arg("a"), "Whether every value of a C-contiguous float32 array is finite (no NaN or inf).");
+  // The stored-vector check of the Python write path (memkern.store.checks.as_float32): the same
+  // rule as Store::validate_items, so an accepted array is never refused by the engine.
+  m.def("stored_rows_ok",
+        [](const py::array_t<float, py::array::c_style>& a) {
+          if (a.ndim() < 1 || a.size() == 0) return false;
+          const py::ssize_t d = a.shape(a.ndim() - 1), rows = a.size() / d;
+          const float* p = a.data();
+          for (py::ssize_t r = 0; r < rows; ++r, p += d) {
+            double s = 0;
+            for (py::ssize_t j = 0; j < d; ++j) s += static_cast<double>(p[j]) * p[j];
+            // s is finite exactly when every value is (a float32 squared never overflows a double)
+            if (!(std::sqrt(s) <= memkern::kMaxNorm)) return false;
+          }
+          return true;
+        },
+        py::arg("a"),
+        "Whether a non-empty C-contiguous float32 array holds only finite values and every row (last axis) "
+        "has an L2 norm <= max_norm: the check a stored vector passes.");
   m.def("_test_set_lexical", &memkern::set_derived_indexes, py::arg("on"),
         "TEST / BENCH ONLY: whether stores maintain the derived BM25 + meta indexes (default True); a store "
         "written with it off gives incomplete lexical / filtered results until reopened with it on.");

@@ -298,6 +298,7 @@ class Store:
     def index_kind(self, namespace: str, level: Level) -> str: ...
 
 def all_finite(a: npt.NDArray[np.float32]) -> bool: ...  # C-contiguous float32: no NaN / inf (the query check)
+def stored_rows_ok(a: npt.NDArray[np.float32]) -> bool: ...  # non-empty, finite, every row's norm <= max_norm
 
 # The reranker's fused CPU path (csrc/score/rerank.cpp; called by memkern.score.ops.native).
 def rerank_kernel() -> str: ...  # "avx512", "avx2+fma" or "scalar"

@@ -14,6 +14,7 @@ import pytest
 
 from memkern import _store
 from memkern.store import MemoryStore
+from memkern.errors import MemkernValueError
 
 # One process per kernel cap (the kernel is chosen once, when the module loads): exact-scan
 # (flat) search scores of every metric at dimensions around the kernels' 8/16/32-float steps.
@@ -187,6 +188,49 @@ def test_fast_path_checks_before_the_engine(tmp_path):
     for q in (np.ones(8, np.float32), np.full(8, np.nan, np.float32), "junk"):
         with pytest.raises(MemkernValueError, match="expected an open store"):
             s.search("u", q)
+
+
+def test_stored_rows_ok():
+    """The native stored-vector check of the write path: finite values and every row's norm within
+    the engine's bound, exactly the rule the engine applies (the add fast path relies on it)."""
+    f = _store.stored_rows_ok
+    big = np.float32(7e17)
+    assert f(np.ones(5, np.float32)) and f(np.full((3, 2), big)) and f(np.full(3, np.finfo(np.float32).tiny / 4))
+    assert not f(np.zeros(0, np.float32)) and not f(np.zeros((0, 4), np.float32))  # empty: the full check
+    for shape in ((37,), (3, 13)):
+        x = np.ones(shape, np.float32)
+        for i in (0, x.size // 2, x.size - 1):  # first, middle, last value (last row)
+            for v in (np.nan, np.inf, -np.inf, np.float32(1e19)):
+                y = x.copy().reshape(-1)
+                y[i] = v
+                assert not f(y.reshape(shape)), (shape, i, v)
+    # The bound itself: a norm of 1e18 passes, the next float32 above it does not.
+    at = np.float32(1e18)
+    above = np.nextafter(at, np.float32(np.inf))
+    assert f(np.array([at, 0], np.float32)) is (float(at) <= 1e18)
+    assert not f(np.array([above, 0], np.float32))
+    assert not f(np.array([[1, 0], [above, 0]], np.float32))
+
+
+def test_add_accepts_and_refuses_what_the_engine_does(make_store):
+    """A float32 vector takes the native fast path; a float64 or strided one the full check; both
+    store the same values, and a bad value in any position is refused with the argument named."""
+    rng = np.random.default_rng(4)
+    with make_store(8, "ip", name="fast", fsync="never") as s:
+        x = rng.standard_normal((3, 16)).astype(np.float32)
+        a = s.add("u", "a", x[0, ::2].copy())                       # fast path
+        b = s.add("u", "b", x[1, ::2].astype(np.float64))           # full check (exact float64)
+        c = s.add("u", "c", x[2, ::2])                              # strided view: full check
+        np.testing.assert_array_equal(s.embeddings([a, b, c]), x[:, ::2])
+        for i in (0, 7):
+            for v in (np.nan, np.inf):
+                y = np.ones(8, np.float32)
+                y[i] = v
+                with pytest.raises(MemkernValueError, match=rf"^embedding: expected finite values, got 'NaN or inf at index \({i},\)'"):
+                    s.add("u", "x", y)
+        with pytest.raises(MemkernValueError, match=r"^embedding: .*L2 norm <= 1e\+?18"):
+            s.add("u", "x", np.full(8, 5e17, np.float32))
+        assert s.count("u") == 3
 
 
 def test_all_finite():

@@ -226,6 +226,11 @@ def is_torch(x: Any) -> bool:
 
 def as_float32(x: Any, name: str, stored: bool) -> np.ndarray:
     """numpy / torch (CPU) -> C-contiguous float32 following the module's dtype rule."""
+    if stored and type(x) is np.ndarray and x.dtype is F32 and x.flags.c_contiguous and stored_rows_ok(x):
+        # Fast path (the common case: a float32 vector from an embedder): one native pass applies
+        # the engine's own rule (finite, norm <= MAX_NORM); anything else takes the checks below,
+        # which name the first bad value.
+        return x
     if is_torch(x):
         import torch
 
@@ -287,6 +292,17 @@ def as_vector(x: Any, dim: int, name: str) -> np.ndarray:
 
 
 F32 = np.dtype(np.float32)  # the one float32 dtype object of native byte order
+
+
+def stored_rows_ok(x: np.ndarray) -> bool:
+    """Whether a C-contiguous float32 array is non-empty, finite, and every row (last axis) has an
+    L2 norm <= ``MAX_NORM``: the engine's rule for stored vectors, in one native pass (bound to
+    ``memkern._store.stored_rows_ok`` on first use)."""
+    global stored_rows_ok
+    from .native import native_module
+
+    stored_rows_ok = native_module().stored_rows_ok
+    return stored_rows_ok(x)
 
 
 def all_finite(q: np.ndarray) -> bool:

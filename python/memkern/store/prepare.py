@@ -94,11 +94,22 @@ class AddCall:
         return int(ids[0]) if self.single else ids
 
 
+def _constant(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_ONE_TOPIC_LEVEL = _constant(np.zeros(1, dtype=np.uint8))        # levels / parents of one topic row
+_ONE_TOPIC_PARENT = _constant(np.full(1, -1, dtype=np.int64))
+
+
 def _add_call(ns, sums, emb, tl, ml, te, et, tt, single: bool) -> AddCall:
     has_et = any(t is not None for t in et)
     if not any(t is not None for t in te):
+        n = len(sums)
         return AddCall(ns, sums, [json_text(t, "turns") for t in tl], [json_text(m, "meta") for m in ml], emb,
-                       np.zeros(len(sums), dtype=np.uint8), np.full(len(sums), -1, dtype=np.int64),
+                       _ONE_TOPIC_LEVEL if n == 1 else np.zeros(n, dtype=np.uint8),
+                       _ONE_TOPIC_PARENT if n == 1 else np.full(n, -1, dtype=np.int64),
                        event_array(et) if has_et else NO_TIMES, None, single)
     # Two-level: each topic is followed by its turn records (parent = -2 - the topic's row).
     S, T, Mt, rows, lv, par, topic_pos, E = [], [], [], [], [], [], [], []
