@@ -593,8 +593,10 @@ void register_store(py::module_& m) {
     py::dict d;
     d["writes"] = c.writes;
     d["syncs"] = c.syncs;
+    d["sync_ns"] = c.sync_ns;
     d["renames"] = c.renames;
     d["faults"] = c.faults;
     return d;
-  }, "TEST ONLY: process-wide counts of the store's write(), fsync()/fdatasync() and rename() calls.");
+  }, "TEST ONLY: process-wide counts of the store's write(), fsync()/fdatasync() and rename() calls, and the "
+        "nanoseconds spent inside the syncs (sync_ns).");
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,16 @@ Fault& fault() {
 }
 
 std::atomic<uint64_t> n_writes{0}, n_syncs{0}, n_renames{0}, n_faults{0};
+std::atomic<uint64_t> sync_ns{0};  // wall time inside fsync / fdatasync
+
+template <class F>
+int timed_sync(F&& sync) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int r = sync();
+  sync_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return r;
+}
 
 // Which rule (if any) makes this call (of `k`) fail; counts it for every matching rule.
 Kind trip(Kind k) {
@@ -93,7 +104,7 @@ int fsync(int fd) {
     errno = EIO;
     return -1;
   }
-  return ::fsync(fd);
+  return timed_sync([fd] { return ::fsync(fd); });
 }
 
 int fdatasync(int fd) {
@@ -102,7 +113,7 @@ int fdatasync(int fd) {
     errno = EIO;
     return -1;
   }
-  return ::fdatasync(fd);
+  return timed_sync([fd] { return ::fdatasync(fd); });
 }
 
 int rename(const char* from, const char* to) {
@@ -132,6 +143,7 @@ Counters counters() {
   Counters c;
   c.writes = n_writes.load();
   c.syncs = n_syncs.load();
+  c.sync_ns = sync_ns.load();
   c.renames = n_renames.load();
   c.faults = n_faults.load();
   return c;

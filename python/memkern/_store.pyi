@@ -325,7 +325,7 @@ def rerank_step(
 
 # Test-only hooks (csrc/include/memkern/io.h); not part of the API.
 def _test_set_fault(spec: str) -> None: ...  # "write|short|fsync|rename:N[+]", comma-separated; "" = off
-def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults (process-wide)
+def _test_io_counters() -> dict[str, int]: ...  # writes, syncs, renames, faults, sync_ns (process-wide)
 def _test_set_lexical(on: bool) -> None: ...  # derived BM25 + meta indexes maintained (bench_lexical.py)
 def _test_snapshot_gate(point: str) -> None: ...  # hold the next snapshot at "created" / "rotated" / "copied" / "written" / "switched"
 def _test_wait_snapshot_gate(timeout_s: float) -> bool: ...  # whether a snapshot reached the gate in time

@@ -69,7 +69,8 @@ def test_concurrent_writers_share_fsyncs_and_all_land(tmp_path):
     fdatasyncs ran than writes (commit_groups counts them; the io counter agrees)."""
     p = tmp_path / "s"
     s = MemoryStore(p, dim=D, fsync="always", snapshot_every=0)
-    syncs0 = native()._test_io_counters()["syncs"]
+    c0 = native()._test_io_counters()
+    syncs0 = c0["syncs"]
     per = 25
 
     def writer(w):
@@ -79,9 +80,11 @@ def test_concurrent_writers_share_fsyncs_and_all_land(tmp_path):
 
     out = run_threads([writer(w) for w in range(16)])
     assert all(isinstance(o, list) for o in out), out
-    syncs = native()._test_io_counters()["syncs"] - syncs0
+    c1 = native()._test_io_counters()
+    syncs = c1["syncs"] - syncs0
     groups, writes = s._native.commit_groups, s._native.grouped_writes
     assert writes == 16 * per
+    assert 0 < c1["sync_ns"] - c0["sync_ns"], c1  # the time inside the syncs is counted
     assert syncs == groups, (syncs, groups)  # one fdatasync per group, none per write
     s.close()
     with MemoryStore(p) as s2:

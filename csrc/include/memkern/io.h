@@ -42,6 +42,7 @@ void write_all(int fd, const void* p, size_t n, const std::string& what);
 
 struct Counters {
   uint64_t writes = 0, syncs = 0, renames = 0, faults = 0;
+  uint64_t sync_ns = 0;  // nanoseconds spent inside the syncs
 };
 Counters counters();
 // Arms the injector (see above); throws ValueError on a bad spec. Resets the per-kind counts.
