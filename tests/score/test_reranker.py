@@ -1,6 +1,8 @@
 """memkern.Reranker: selection, closed-form updates, persistence, learning, stable-learning guards."""
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import math
 import os
@@ -331,6 +333,57 @@ def test_guard_rolls_back_an_exploding_adapter(caplog, device):
     assert rr.rollbacks >= 1 and any(s["rolled_back"] for s in stats)
     assert rr.adapter_norm() <= 5.0 and _finite(rr)
     assert any("collapse guard rolled back" in r.getMessage() for r in caplog.records)
+
+
+def test_guard_reads_the_norm_the_fused_step_computed(monkeypatch):
+    """On the fused CPU path a step that projects the adapters returns their norm; the guard's
+    check takes that value (the norm of the adapters as they are, not a second read of them) and
+    still rolls back a norm above guard_max_norm."""
+    task = Task(d=8, N=60, K=6, device="cpu")
+    rr = Reranker(8, top_m=2, lr=100.0, clip_grad_norm=None, normalize_advantages=False, weight_decay=0.0,
+                  max_norm=50.0, guard_max_norm=5.0, device="cpu")
+    tr = rr.trainer
+    given = []
+    check = tr._check
+
+    def recording_check(norm=None):
+        given.append((norm, float(tr._norm())))
+        return check(norm)
+
+    monkeypatch.setattr(tr, "_check", recording_check)
+    _, _, stats = _train(task, rr, 30)        # a check every guard_every = 10 steps
+    assert len(given) == 3
+    for norm, actual in given:
+        assert type(norm) is float and abs(norm - actual) <= 1e-5 * max(1.0, actual), given
+    assert rr.rollbacks >= 1 and any(s["rolled_back"] for s in stats)
+    assert rr.adapter_norm() <= 5.0 and _finite(rr)
+
+
+def test_update_after_the_selection_changed_uses_its_new_inputs():
+    """update() reuses select()'s forward and checked inputs only while the selection holds the same
+    tensors, unchanged: candidates swapped after select() (or edited in place) are what it trains on."""
+    g = torch.Generator().manual_seed(3)
+    B, K, d = 3, 7, 16
+    q = torch.randn(B, d, generator=g)
+    C1, C2 = torch.randn(B, K, d, generator=g), torch.randn(B, K, d, generator=g)
+    R = torch.tensor([[1.0, -1.0]] * B)
+    outs = []
+    for backend in ("auto", "torch"):
+        for edit in ("swap", "in place"):
+            rr = Reranker(d, top_m=2, backend=backend, replay_capacity=0)
+            sel = rr.select(q, C1.clone())
+            if edit == "swap":
+                sel.candidates = C2.clone()
+            else:
+                sel.candidates.copy_(C2)
+            rr.update(sel, R)
+            outs.append((backend, edit, rr.Wq.detach().clone(), rr.Wm.detach().clone()))
+    ref = Reranker(d, top_m=2, backend="torch", replay_capacity=0)
+    sel = ref.select(q, C1)
+    ref.update(dataclasses.replace(sel, candidates=C2), R)
+    for backend, edit, Wq, Wm in outs:
+        assert torch.allclose(Wq, ref.Wq.detach(), atol=1e-6) and torch.allclose(Wm, ref.Wm.detach(), atol=1e-6), (
+            backend, edit)
 
 
 @pytest.mark.slow

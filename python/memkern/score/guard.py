@@ -60,10 +60,16 @@ class CollapseGuardMixin:
             torch._foreach_zero_(self._win)
         self._win_steps = 0
 
-    def _check(self) -> bool:
-        """The guard's periodic check: one device-to-host read of (norm, window sums). True = rolled back."""
+    def _check(self, norm: float | None = None) -> bool:
+        """The guard's periodic check: one device-to-host read of (norm, window sums). True = rolled back.
+
+        ``norm``: the adapters' norm as the step that just ended computed it (the fused CPU step
+        returns it as a float), instead of reading the adapters again."""
         # the one host read of the step: norm, window sums (ONE transfer, every guard_every updates)
-        norm, pos, slots, bad = torch.stack([self._norm().float(), *self._win]).tolist()
+        if norm is None:
+            norm, pos, slots, bad = torch.stack([self._norm().float(), *self._win]).tolist()
+        else:
+            pos, slots, bad = torch.stack(self._win).tolist()
         if bad > 0:
             self._win[2].zero_()
             log.warning("memkern.Reranker.update: %d of the last %d steps had a non-finite loss/gradient and "

@@ -383,9 +383,10 @@ class Reranker(nn.Module):
         if isinstance(off, torch.Tensor):                 # a device counter: the torch path reads it
             return None
         arr, keep = native.arr, self.__dict__.setdefault("_native_views", {})
+        a_q, a_dense, a_table, a_ids, a_mask = arr(q2), arr(dense), arr(table), arr(ids2), arr(mask2)
         *res, w_sq = native.module().rerank_select(
-            arr(q2), native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), arr(dense), arr(table),
-            arr(ids2), arr(mask2), arr(prior_t), K, m, self.tau, seed_i, off, greedy, self.logp == "plackett_luce")
+            a_q, native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), a_dense, a_table, a_ids, a_mask,
+            arr(prior_t), K, m, self.tau, seed_i, off, greedy, self.logp == "plackett_luce")
         idx, lp, s, qp, drawn = (None if x is None else torch.from_numpy(x) for x in res)
         scores = s if drawn is None else drawn
         if squeezed:
@@ -396,6 +397,8 @@ class Reranker(nn.Module):
         key = _forward_key(Wq, Wm, qd, cands, ids, mask)
         if key is not None:
             out.__dict__["_forward"] = (key, qp, s, w_sq)
+            # the checked inputs and their numpy views, reused by update() under the same key
+            out.__dict__["_native_in"] = (q2, dense, ids2, table, mask2, a_q, a_dense, a_table, a_ids, a_mask)
         return out
 
     # ------------------------------------------------------------------ update

@@ -281,15 +281,26 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         runs instead)."""
         rr = self.reranker
         Wq, Wm = rr._parameters["Wq"], rr._parameters["Wm"]
-        q = selection.q if selection.q.dim() == 2 else selection.q.unsqueeze(0)
         cands, ids, mask = selection.candidates, selection.ids, selection.mask
-        q2, _, dense, ids2, table, mask2 = prepare_inputs(q, Wq, Wm, cands, ids, mask, False, combine=False)
-        B_new, M = idx_new.shape
-        K = dense.shape[1] if dense is not None else ids2.shape[1]
+        # select() scored these rows at these adapters (same tensors, unchanged since): its forward
+        # and its checked inputs are reused
+        cached = selection.__dict__.get("_forward")
+        fresh = cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, cands, ids, mask)
+        nin = selection.__dict__.get("_native_in") if fresh else None
         prior = selection.prior
         if prior is not None and prior.dim() == 1:
             prior = prior.unsqueeze(0)
-        why = native.misfit(q2, Wq, Wm, cands, ids2, mask2, idx_new, R_new, prior)
+        if nin is not None:
+            q2, dense, ids2, table, mask2 = nin[:5]
+            views = nin[5:]
+            why = native.misfit(idx_new, R_new, prior)
+        else:
+            q = selection.q if selection.q.dim() == 2 else selection.q.unsqueeze(0)
+            q2, _, dense, ids2, table, mask2 = prepare_inputs(q, Wq, Wm, cands, ids, mask, False, combine=False)
+            views = None
+            why = native.misfit(q2, Wq, Wm, cands, ids2, mask2, idx_new, R_new, prior)
+        B_new, M = idx_new.shape
+        K = dense.shape[1] if dense is not None else ids2.shape[1]
         if why is None:
             ring = self._ring
             if self._capturable:
@@ -328,9 +339,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             use_P = prior is not None
         qp_c = s_c = None
         w_sq = -1.0
-        cached = selection.__dict__.get("_forward")
-        if cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, selection.candidates,
-                                                            selection.ids, selection.mask):
+        if fresh:
             if native.misfit(cached[1], cached[2]) is None:
                 qp_c, s_c = cached[1], cached[2]     # select() scored these rows at these adapters
                 w_sq = cached[3] if len(cached) > 3 else -1.0
@@ -348,8 +357,9 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         grads = self._grad_buffers(Wq)
         win = native.view(keep, "win", self._window_buffer(q2.device)) if self.guard else None
         gnorm, adapter_norm, base, n_pos, n_valid, finite, _, loss = native.module().rerank_step(
-            native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm), arr(q2), arr(dense), arr(table), arr(ids2),
-            arr(mask2), arr(idx_new), arr(R_new), arr(prior), arr(qp_c), arr(s_c), w_sq, None, size, self._rlen,
+            native.view(keep, "Wq", Wq), native.view(keep, "Wm", Wm),
+            *(views or (arr(q2), arr(dense), arr(table), arr(ids2), arr(mask2))), arr(idx_new), arr(R_new),
+            arr(prior), arr(qp_c), arr(s_c), w_sq, None, size, self._rlen,
             rr.seed, self._replay_draws, ring_np, use_P, ring_np is not None, self._rpos, mode, bval, running, first,
             self.baseline_momentum, self.normalize_advantages, float(rr.tau), rr.logp == "plackett_luce",
             native.view(keep, "g0", grads[0]), native.view(keep, "g1", grads[1]), apply,
@@ -576,7 +586,8 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
             self._since_check += 1
             if self._since_check >= self.guard_every:
                 self._since_check = 0
-                if self._check():
+                norm = stats.tensors.get("adapter_norm")
+                if self._check(norm if type(norm) is float else None):
                     stats.tensors["rolled_back"] = 1.0
                     stats.tensors["adapter_norm"] = _LazyNorm(self)
         return stats
