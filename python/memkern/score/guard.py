@@ -1,7 +1,8 @@
 """The collapse guard of :class:`memkern.ReinforceTrainer`: every ``guard_every`` updates one host
-read of the adapters' norm and the window's reward counts; a blown-up norm or a significant fall
-of the reward rate rolls the adapters and optimizer back to the last good state (the rules are in
-the :mod:`memkern.score.reranker` module docstring)."""
+read of the adapters' norm (on the fused CPU path, the norm its step returned) and the window's
+reward counts; a blown-up norm or a significant fall of the reward rate rolls the adapters and
+optimizer back to the last good state (the rules are in the :mod:`memkern.score.reranker` module
+docstring)."""
 from __future__ import annotations
 
 import copy
