@@ -560,12 +560,8 @@ void register_store(py::module_& m) {
           if (a.ndim() < 1 || a.size() == 0) return false;
           const py::ssize_t d = a.shape(a.ndim() - 1), rows = a.size() / d;
           const float* p = a.data();
-          for (py::ssize_t r = 0; r < rows; ++r, p += d) {
-            double s = 0;
-            for (py::ssize_t j = 0; j < d; ++j) s += static_cast<double>(p[j]) * p[j];
-            // s is finite exactly when every value is (a float32 squared never overflows a double)
-            if (!(std::sqrt(s) <= memkern::kMaxNorm)) return false;
-          }
+          for (py::ssize_t r = 0; r < rows; ++r, p += d)
+            if (!memkern::norm_within_bound(memkern::squared_norm(p, static_cast<size_t>(d)))) return false;
           return true;
         },
         py::arg("a"),

@@ -1,7 +1,6 @@
 #include "memkern/flat_index.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,39 +36,21 @@ FlatIndex::FlatIndex(Space* space, size_t dim, size_t capacity)
 
 FlatIndex::FlatIndex(Space* space, size_t dim, const std::string& file, uint64_t size, uint32_t crc)
     : dim_(dim), dist_(space->get_dist_func()), dist_param_(space->get_dist_func_param()) {
-  std::string what = "flat index file " + file;
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CorruptedError(what + ": cannot open: " + std::strerror(errno));
-  std::string buf;
-  char tmp[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, tmp, sizeof(tmp));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      throw CorruptedError(what + ": read failed: " + std::strerror(e));
-    }
-    if (r == 0) break;
-    buf.append(tmp, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  if (buf.size() != size)
-    throw CorruptedError(what + ": size " + std::to_string(buf.size()) + " != " + std::to_string(size) +
-                         " recorded in the snapshot (truncated?)");
-  if (crc32(buf.data(), buf.size()) != crc) throw CorruptedError(what + ": checksum mismatch");
-  if (buf.size() < 24 || std::memcmp(buf.data(), kMagic, 8) != 0) throw CorruptedError(what + ": bad header");
+  const std::string what = "flat index file " + file;
+  const io::MappedFile m = io::map_file(file, size, "flat index file", "the snapshot", /*populate=*/true);
+  if (crc32(m.p, m.n) != crc) throw CorruptedError(what + ": checksum mismatch");
+  if (m.n < 24 || std::memcmp(m.p, kMagic, 8) != 0) throw CorruptedError(what + ": bad header");
   uint64_t fdim, n;
-  std::memcpy(&fdim, buf.data() + 8, 8);
-  std::memcpy(&n, buf.data() + 16, 8);
+  std::memcpy(&fdim, m.p + 8, 8);
+  std::memcpy(&n, m.p + 16, 8);
   if (fdim != dim_) throw CorruptedError(what + ": dim " + std::to_string(fdim) + " != the store's " + std::to_string(dim_));
   // Overflow-safe size check: n rows of (8 + 4 * dim) bytes must fill the rest of the file exactly.
   uint64_t row = 8 + 4 * static_cast<uint64_t>(dim_);
-  uint64_t body = buf.size() - 24;
+  uint64_t body = m.n - 24;
   if (n > body / row || n * row != body)
-    throw CorruptedError(what + ": size " + std::to_string(buf.size()) + " does not match " + std::to_string(n) +
+    throw CorruptedError(what + ": size " + std::to_string(m.n) + " does not match " + std::to_string(n) +
                          " vectors of dim " + std::to_string(dim_));
-  take(buf.data() + 24, buf.data() + 24 + n * 8, n, what);
+  take(m.p + 24, m.p + 24 + n * 8, n, what);
 }
 
 FlatIndex::FlatIndex(Space* space, size_t dim, const char* labels, const char* vectors, size_t n, const std::string& what)

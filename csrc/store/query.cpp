@@ -105,7 +105,7 @@ void Store::check_query(const float* q, size_t B, size_t k, size_t ef) const {
       if (!std::isfinite(qq[j])) throw ValueError("queries: expected finite values, got a NaN/inf in row " + std::to_string(b));
       s += static_cast<double>(qq[j]) * qq[j];
     }
-    if (std::sqrt(s) > kMaxNorm)
+    if (!norm_within_bound(s))
       throw ValueError("queries: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
                        num(std::sqrt(s)) + " in row " + std::to_string(b));
   }

@@ -656,9 +656,8 @@ void Store::validate_items(const std::vector<NewItem>& items, size_t batch_base,
     for (uint32_t j = 0; j < dim_; ++j)
       if (!std::isfinite(it.embedding[j]))
         throw ValueError("embeddings: expected finite values, got a NaN/inf in row " + std::to_string(i));
-    double s = 0;
-    for (uint32_t j = 0; j < dim_; ++j) s += static_cast<double>(it.embedding[j]) * it.embedding[j];
-    if (std::sqrt(s) > kMaxNorm)
+    const double s = squared_norm(it.embedding, dim_);
+    if (!norm_within_bound(s))
       throw ValueError("embeddings: expected an L2 norm <= 1e18 (scores must stay finite in float32), got " +
                        num(std::sqrt(s)) + " in row " + std::to_string(i));
     if (metric_ == Metric::Cos && s == 0)

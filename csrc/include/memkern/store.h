@@ -5,6 +5,7 @@
 // the writer lock only to switch logs and generations (microseconds), never while it writes files.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -44,6 +45,15 @@ constexpr uint64_t kMaxFlatLimit = 1u << 24;
 // Largest L2 norm of a stored vector or query: |<q, x>| <= ||q|| ||x|| <= 1e36 and
 // ||q - x||^2 <= 4e36 stay finite in float32 (max 3.4e38), so no score is ever inf or NaN.
 constexpr double kMaxNorm = 1e18;
+// The squared L2 norm of v[d], summed in double: finite exactly when every value is (a float32
+// squared never overflows a double).
+inline double squared_norm(const float* v, size_t d) {
+  double s = 0;
+  for (size_t j = 0; j < d; ++j) s += static_cast<double>(v[j]) * v[j];
+  return s;
+}
+// Whether a vector of squared norm s is within kMaxNorm: the rule every stored vector and query meets.
+inline bool norm_within_bound(double s) { return std::sqrt(s) <= kMaxNorm; }
 constexpr double kMaxAlpha = 100.0;             // |alpha| of a turn+topic search (keeps scores finite)
 constexpr size_t kMaxQueryTextBytes = 1u << 18; // one query text of a lexical / hybrid search (UTF-8 bytes)
 constexpr size_t kMaxFilterKeys = 64;           // keys of one filter

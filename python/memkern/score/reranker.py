@@ -396,9 +396,9 @@ class Reranker(nn.Module):
                         None if prior_t is None else (prior_t[0] if squeezed else prior_t))
         key = _forward_key(Wq, Wm, qd, cands, ids, mask)
         if key is not None:
-            out.__dict__["_forward"] = (key, qp, s, w_sq)
-            # the checked inputs and their numpy views, reused by update() under the same key
-            out.__dict__["_native_in"] = (q2, dense, ids2, table, mask2, a_q, a_dense, a_table, a_ids, a_mask)
+            # with the checked inputs and their numpy views, which update() reuses under the same key
+            out.__dict__["_forward"] = (key, qp, s, w_sq,
+                                        (q2, dense, ids2, table, mask2, a_q, a_dense, a_table, a_ids, a_mask))
         return out
 
     # ------------------------------------------------------------------ update

@@ -286,7 +286,7 @@ class ReinforceTrainer(ReplayRingMixin, CollapseGuardMixin, TrainerStateMixin):
         # and its checked inputs are reused
         cached = selection.__dict__.get("_forward")
         fresh = cached is not None and cached[0] == _forward_key(Wq, Wm, selection.q, cands, ids, mask)
-        nin = selection.__dict__.get("_native_in") if fresh else None
+        nin = cached[4] if fresh and len(cached) > 4 else None       # select()'s native call filled it
         prior = selection.prior
         if prior is not None and prior.dim() == 1:
             prior = prior.unsqueeze(0)

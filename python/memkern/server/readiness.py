@@ -31,7 +31,6 @@ class Readiness:
         self.reason: str | None = None
         self.started_at: float | None = None
         self.seconds: float | None = None  # how long the load took, once finished
-        self.freeze_gc = False
 
     def start(self, load: Callable[[], None], name: str = "memkern-load", *, freeze_gc: bool = False) -> bool:
         """Run ``load()`` in a daemon thread, unless a load was already started (then ``False``).
@@ -40,13 +39,12 @@ class Readiness:
         with self._lock:
             if self.state != "idle":
                 return False
-            self.freeze_gc = bool(freeze_gc)
             self.state = "loading"
             self.started_at = time.perf_counter()
-        threading.Thread(target=self._run, args=(load,), name=name, daemon=True).start()
+        threading.Thread(target=self._run, args=(load, bool(freeze_gc)), name=name, daemon=True).start()
         return True
 
-    def _run(self, load: Callable[[], None]) -> None:
+    def _run(self, load: Callable[[], None], freeze_gc: bool) -> None:
         try:
             load()
         except BaseException as exc:  # reported by /health/ready; requests retry the build themselves
@@ -54,7 +52,7 @@ class Readiness:
             self.reason = f"{type(exc).__name__}: {exc}"
             self.state = "failed"
         else:
-            if self.freeze_gc:
+            if freeze_gc:
                 # What the load built (models, tokenizers: millions of objects) lives as long as
                 # the process: kept out of the collector's full passes, which otherwise traverse
                 # it all (pauses of ~0.2 s, the p99 of a served search).
